@@ -1,0 +1,40 @@
+# dsv4-operator — every target installs what it needs first (a cached venv and a cached
+# control plane, both outside the checkout; see hack/).
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+VENV = $(shell hack/venv.sh)
+PY = $(VENV)/bin/python
+export PATH := $(VENV)/bin:$(PATH)
+
+.PHONY: help venv control-plane test test-unit test-e2e lint demo cluster-up cluster-down manifests bench bench-engine
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
+
+venv: ## Create the cached project venv (pinned requirements/*.txt) and install the project
+	@hack/venv.sh >/dev/null
+
+control-plane: ## Build kube-apiserver, controller-manager, scheduler, etcd and KWOK once per machine
+	@hack/build-control-plane.sh
+
+test: venv control-plane lint ## Run every test: unit, real SGLang, end-to-end on a real control plane
+	$(PY) -m pytest tests
+
+test-unit: venv ## Unit tests only (no cluster)
+	$(PY) -m pytest tests -m "not e2e"
+
+test-e2e: venv control-plane ## End-to-end tests only
+	$(PY) -m pytest tests -m e2e
+
+lint: venv ## ruff, over every Python file of the project
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+demo: venv control-plane ## The main job on the embedded default (see README)
+	$(PY) -m dsv4_operator.demo
+
+cluster-up: venv control-plane ## Start the local cluster with fake Blackwell nodes
+	$(VENV)/bin/dsv4ctl cluster up
+
+cluster-down: venv ## Stop the local cluster and everything it started
+	$(VENV)/bin/dsv4ctl cluster down

@@ -1,0 +1,1 @@
+"""dsv4-engine: what runs inside the engine image (pool sizing, HiCache, kernels, plugin)."""

@@ -1,0 +1,84 @@
+"""The engine feature flags: one typed model for every place a flag appears.
+
+`spec.features` of the DSV4Deployment CRD, the engine ConfigMap the operator renders,
+the `engine.yaml` read by `dsv4-engine launch` and the reference engine's flags are all
+this model, so a flag cannot mean two things in two places.  Pure pydantic: the operator
+imports it without torch.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+
+class IndexDtype(StrEnum):
+    """Storage format of the lightning indexer's keys (index-K)."""
+
+    FP8 = "fp8"
+    BF16 = "bf16"
+    FP4 = "fp4"
+
+
+class HiCacheWritePolicy(StrEnum):
+    WRITE_BACK = "write_back"
+    WRITE_THROUGH = "write_through"
+    WRITE_THROUGH_SELECTIVE = "write_through_selective"
+
+
+class HiCacheMemLayout(StrEnum):
+    LAYER_FIRST = "layer_first"
+    PAGE_FIRST = "page_first"
+    PAGE_FIRST_DIRECT = "page_first_direct"
+
+
+class KvCanary(StrEnum):
+    """SGLang's in-engine KV integrity check (`--kv-canary`)."""
+
+    OFF = "off"
+    LOG = "log"
+    RAISE = "raise"
+
+
+class Role(StrEnum):
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+class CamelModel(BaseModel):
+    """Fields are snake_case in Python and camelCase on the wire (CRD, YAML, JSON)."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+
+class HiCacheFeature(CamelModel):
+    """Hierarchical cache: a host-memory tier behind the device KV pools."""
+
+    enabled: bool = False
+    ratio: float | None = Field(
+        default=None, gt=1, description="Host pool size as a multiple of the device pool."
+    )
+    size_gb: int | None = Field(
+        default=None, gt=0, description="Host pool size in GiB per rank (overrides ratio)."
+    )
+    write_policy: HiCacheWritePolicy = HiCacheWritePolicy.WRITE_THROUGH
+    mem_layout: HiCacheMemLayout = HiCacheMemLayout.PAGE_FIRST
+    roles: tuple[Role, ...] = (Role.PREFILL, Role.DECODE)
+
+    @model_validator(mode="after")
+    def _needs_a_size(self) -> HiCacheFeature:
+        if self.enabled and self.ratio is None and self.size_gb is None:
+            raise ValueError("hicache.enabled needs hicache.ratio (> 1) or hicache.sizeGB")
+        return self
+
+
+class EngineFeatures(CamelModel):
+    """The flags a rollout changes.  Changing any of them goes through a canary."""
+
+    hicache: HiCacheFeature = HiCacheFeature()
+    index_dtype: IndexDtype = IndexDtype.FP8
+    kv_canary: KvCanary = KvCanary.OFF

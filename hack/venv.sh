@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Prints the path of the project's virtualenv, creating it first when needed.
+#
+# Why outside the checkout: torch with its CUDA libraries is ~5 GiB.  The venv lives in
+# $DSV4_CACHE_DIR/venv/<hash of requirements/*.txt>, so a clean clone (CI included) reuses
+# it, and a change of any pin builds a fresh one.  The two project distributions are
+# installed editable into it every time the checkout path changes (a few seconds).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+CACHE_DIR="${DSV4_CACHE_DIR:-$HOME/.cache/dsv4-operator}"
+PYTHON="${PYTHON:-python3}"
+hash=$(cat "$root"/requirements/*.txt "$root/hack/venv.sh" | sha256sum | cut -c1-12)
+venv="$CACHE_DIR/venv/$hash"
+
+log() { echo "venv: $*" >&2; }
+
+if [[ ! -x "$venv/bin/python" || ! -f "$venv/.complete" ]]; then
+  start=$(date +%s)
+  # Built in place: the .complete marker is written last, so an interrupted build is redone.
+  rm -rf "$venv"
+  mkdir -p "$CACHE_DIR/venv"
+  log "creating $venv (first run on this machine: torch is large, expect a few minutes)"
+  "$PYTHON" -m venv "$venv"
+  pip=("$venv/bin/python" -m pip install --disable-pip-version-check -q)
+  "${pip[@]}" --upgrade pip setuptools wheel
+  log "installing base requirements ($(( $(date +%s) - start ))s)"
+  "${pip[@]}" -r "$root/requirements/base.txt"
+  log "installing torch + triton ($(( $(date +%s) - start ))s)"
+  "${pip[@]}" -r "$root/requirements/runtime.txt"
+  log "installing sglang without its GPU dependencies ($(( $(date +%s) - start ))s)"
+  "${pip[@]}" --no-deps -r "$root/requirements/sglang.txt"
+  "${pip[@]}" -r "$root/requirements/sglang-deps.txt"
+  touch "$venv/.complete"
+  log "ready in $(( $(date +%s) - start ))s"
+fi
+
+stamp="$venv/.project-root"
+if [[ "$(cat "$stamp" 2>/dev/null)" != "$root" ]]; then
+  log "installing dsv4-operator and dsv4-engine (editable) from $root"
+  "$venv/bin/python" -m pip install --disable-pip-version-check -q --no-deps --no-build-isolation \
+    -e "$root/engine" -e "$root/operator"
+  echo "$root" >"$stamp"
+fi
+echo "$venv"

@@ -1,0 +1,23 @@
+"""Entry point of `dsv4ctl`: subcommands are the modules of ``dsv4_operator.cli``."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from dsv4_engine.cliutil import build_parser, run
+from dsv4_operator import cli
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser(
+        "dsv4ctl",
+        "Operate DeepSeek-V4 deployments on SGLang: local cluster, pool planning, "
+        "corruption probes and canary rollouts.",
+        cli,
+    )
+    return run(parser, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
