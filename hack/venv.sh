@@ -14,6 +14,10 @@ venv="$CACHE_DIR/venv/$hash"
 
 log() { echo "venv: $*" >&2; }
 
+mkdir -p "$CACHE_DIR/venv"
+# One builder at a time: concurrent callers (parallel make, several shells) wait here.
+exec 9>"$CACHE_DIR/venv/.lock"
+flock 9
 if [[ ! -x "$venv/bin/python" || ! -f "$venv/.complete" ]]; then
   start=$(date +%s)
   # Built in place: the .complete marker is written last, so an interrupted build is redone.
