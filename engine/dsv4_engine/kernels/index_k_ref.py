@@ -1,0 +1,95 @@
+"""Index-K quantize-and-store and read/dequantize: the plain torch reference.
+
+A paged index-K buffer is uint8 `[num_pages, entries * (key_bytes + scale_bytes)]`; entry
+`loc` lives on page `loc // entries` at slot `loc % entries`, its key bytes in the page's
+key region and its scales in the scale region after all keys (SGLang's `IndexKeyCache`).
+fp8: e4m3 keys, one fp32 scale (amax/448) per 128 elements.  fp4: MXFP4, e2m1 nibbles
+(even element in the low nibble) and one e8m0 exponent byte per 32 elements.  bf16: raw.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dsv4_engine.features import IndexDtype
+from dsv4_engine.pools.layout import FP4_BLOCK, FP8_BLOCK, IndexKeyFormat
+
+FP8_MAX = 448.0
+FP4_GRID = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+
+
+def entry_columns(
+    locs: torch.Tensor, fmt: IndexKeyFormat, entries: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(page, key byte columns, scale byte columns) of each entry, as index tensors."""
+    locs = locs.to(torch.int64)
+    page = locs // entries
+    slot = locs % entries
+    dev = locs.device
+    keys = slot[:, None] * fmt.key_bytes + torch.arange(fmt.key_bytes, device=dev)
+    scale_base = entries * fmt.key_bytes + slot[:, None] * fmt.scale_bytes
+    scales = scale_base + torch.arange(fmt.scale_bytes, device=dev)
+    return page[:, None], keys, scales
+
+
+def quantize(keys: torch.Tensor, fmt: IndexKeyFormat) -> tuple[torch.Tensor, torch.Tensor]:
+    """(key bytes [n, key_bytes], scale bytes [n, scale_bytes]) of float keys [n, d]."""
+    x = keys.to(torch.float32)
+    n = x.shape[0]
+    if fmt.dtype is IndexDtype.BF16:
+        return x.to(torch.bfloat16).view(torch.uint8).reshape(n, -1), x.new_empty(
+            (n, 0), dtype=torch.uint8
+        )
+    if fmt.dtype is IndexDtype.FP8:
+        blocks = x.reshape(n, -1, FP8_BLOCK)
+        scale = blocks.abs().amax(-1).clamp(min=1e-12) / FP8_MAX
+        q = (blocks / scale[..., None]).to(torch.float8_e4m3fn)
+        return q.view(torch.uint8).reshape(n, -1), scale.contiguous().view(torch.uint8)
+    return _quantize_fp4(x)
+
+
+def _quantize_fp4(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    n = x.shape[0]
+    blocks = x.reshape(n, -1, FP4_BLOCK)
+    amax = blocks.abs().amax(-1)
+    exp = torch.ceil(torch.log2(amax.clamp(min=1e-30) / FP4_GRID[-1])).clamp(-127, 127)
+    v = blocks / torch.exp2(exp)[..., None]
+    grid = torch.tensor(FP4_GRID, device=x.device)
+    idx = (v.abs()[..., None] - grid).abs().argmin(-1)
+    codes = (idx | ((v < 0).to(torch.int64) << 3)).reshape(n, -1)
+    packed = codes[:, 0::2] | (codes[:, 1::2] << 4)
+    return packed.to(torch.uint8), (exp + 127).to(torch.uint8)
+
+
+def dequantize(
+    key_bytes: torch.Tensor, scale_bytes: torch.Tensor, fmt: IndexKeyFormat
+) -> torch.Tensor:
+    n = key_bytes.shape[0]
+    if fmt.dtype is IndexDtype.BF16:
+        return key_bytes.contiguous().view(torch.bfloat16).to(torch.float32)
+    if fmt.dtype is IndexDtype.FP8:
+        q = key_bytes.contiguous().view(torch.float8_e4m3fn).to(torch.float32)
+        scale = scale_bytes.contiguous().view(torch.float32)
+        return (q.reshape(n, -1, FP8_BLOCK) * scale[..., None]).reshape(n, -1)
+    codes = torch.stack([key_bytes & 0xF, key_bytes >> 4], -1).reshape(n, -1).to(torch.int64)
+    grid = torch.tensor(FP4_GRID, device=key_bytes.device)
+    v = grid[codes & 7] * (1 - 2 * (codes >> 3)).to(torch.float32)
+    scale = torch.exp2(scale_bytes.to(torch.float32) - 127)
+    return (v.reshape(n, -1, FP4_BLOCK) * scale[..., None]).reshape(n, -1)
+
+
+def store_index_k(
+    buf: torch.Tensor, locs: torch.Tensor, keys: torch.Tensor, fmt: IndexKeyFormat, entries: int
+) -> None:
+    page, key_cols, scale_cols = entry_columns(locs, fmt, entries)
+    key_bytes, scale_bytes = quantize(keys, fmt)
+    buf[page, key_cols] = key_bytes
+    if fmt.scale_bytes:
+        buf[page, scale_cols] = scale_bytes
+
+
+def read_index_k(
+    buf: torch.Tensor, locs: torch.Tensor, fmt: IndexKeyFormat, entries: int
+) -> torch.Tensor:
+    page, key_cols, scale_cols = entry_columns(locs, fmt, entries)
+    return dequantize(buf[page, key_cols], buf[page, scale_cols], fmt)

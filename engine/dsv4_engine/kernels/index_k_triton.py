@@ -1,0 +1,220 @@
+"""Index-K store, read and indexer scoring as Triton kernels (references: index_k_ref.py,
+indexer_ref.py).
+
+Same byte layout as the reference, so either can write what the other reads.  fp8 and bf16
+have kernels; fp4 (MXFP4) runs the torch reference on every backend.  Stores must match the
+reference bit for bit (a page written by one backend is read by the other), so the kernels
+divide with `div_rn` and round float32 to bf16 / e4m3 with explicit round-to-nearest-even
+bit arithmetic instead of `.to()`: Triton 3.8's interpreter truncates float32 -> bf16 and
+drops the carry when float32 -> float8e4nv rounds up into the next binade (124.3 -> 64).
+"""
+
+# Triton reads kernel parameter annotations (tl.constexpr marks compile-time constants);
+# tensor and scalar parameters must stay unannotated.
+# ruff: noqa: ANN001, ANN202
+
+import torch
+import triton
+import triton.language as tl
+
+from dsv4_engine.features import IndexDtype
+from dsv4_engine.kernels import index_k_ref, indexer_ref
+from dsv4_engine.pools.layout import FP8_BLOCK, IndexKeyFormat
+
+SCORE_BLOCK_N = 16
+
+
+@triton.jit
+def _load_block_keys(
+    buf_u8, buf_f32, buf_bf16, page_ptr, slot_ptr, n, page_bytes, entries,
+    D: tl.constexpr, NB: tl.constexpr, IS_FP8: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """This program's block of entries: (rows, mask, dequantized keys [BLOCK_N, D] float32)."""
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = rows < n
+    page = tl.load(page_ptr + rows, mask=mask, other=0)
+    slot = tl.load(slot_ptr + rows, mask=mask, other=0)
+    cols = tl.arange(0, D)
+    if IS_FP8:
+        offs = page[:, None] * page_bytes + slot[:, None] * D + cols[None, :]
+        raw = tl.load(buf_u8 + offs, mask=mask[:, None], other=0)
+        q = raw.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+        scale_offs = (page * page_bytes + entries * D + slot * NB * 4) // 4
+        scales = tl.load(
+            buf_f32 + scale_offs[:, None] + tl.arange(0, NB)[None, :], mask=mask[:, None], other=0
+        )
+        keys = tl.reshape(tl.reshape(q, (BLOCK_N, NB, D // NB)) * scales[:, :, None], (BLOCK_N, D))
+    else:
+        offs = (page[:, None] * page_bytes) // 2 + slot[:, None] * D + cols[None, :]
+        keys = tl.load(buf_bf16 + offs, mask=mask[:, None], other=0).to(tl.float32)
+    return rows, mask, keys
+
+
+@triton.jit
+def _bf16_bits(x):
+    """float32 -> bf16 bit pattern, round to nearest even (finite inputs)."""
+    bits = x.to(tl.uint32, bitcast=True)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).to(tl.uint16).to(tl.int16, bitcast=True)
+
+
+@triton.jit
+def _e4m3_bits(v):
+    """float32 (|v| <= 448) -> float8 e4m3fn bit pattern, round to nearest even."""
+    sign = ((v.to(tl.uint32, bitcast=True) >> 24) & 0x80).to(tl.int32)
+    a = tl.abs(v)
+    bits = a.to(tl.uint32, bitcast=True)
+    rounded = (bits + 0x7FFFF + ((bits >> 20) & 1)) & 0xFFF00000  # 3 mantissa bits, RNE
+    normal = (((rounded >> 23).to(tl.int32) - 120) << 3) | ((rounded >> 20) & 7).to(tl.int32)
+    # Below 2^-6 steps are 2^-9: code = rint(a * 512) (1.5 * 2^23 makes the add round).
+    subnormal = ((a * 512.0 + 12582912.0) - 12582912.0).to(tl.int32)
+    return (tl.where(a < 0.015625, subnormal, normal) | sign).to(tl.uint8)
+
+
+@triton.jit
+def _store_kernel(
+    keys_ptr, buf_u8, buf_f32, buf_i16, page_ptr, slot_ptr, page_bytes, entries,
+    D: tl.constexpr, NB: tl.constexpr, IS_FP8: tl.constexpr,
+):  # fmt: skip
+    i = tl.program_id(0)
+    page = tl.load(page_ptr + i)
+    slot = tl.load(slot_ptr + i)
+    cols = tl.arange(0, D)
+    x = tl.load(keys_ptr + i * D + cols).to(tl.float32)
+    if IS_FP8:
+        blocks = tl.reshape(x, (NB, D // NB))
+        scale = tl.math.div_rn(tl.maximum(tl.max(tl.abs(blocks), axis=1), 1e-12), 448.0)
+        q_bytes = tl.reshape(_e4m3_bits(tl.math.div_rn(blocks, scale[:, None])), (D,))
+        tl.store(buf_u8 + page * page_bytes + slot * D + cols, q_bytes)
+        scale_off = (page * page_bytes + entries * D + slot * NB * 4) // 4
+        tl.store(buf_f32 + scale_off + tl.arange(0, NB), scale)
+    else:
+        tl.store(buf_i16 + (page * page_bytes) // 2 + slot * D + cols, _bf16_bits(x))
+
+
+@triton.jit
+def _read_kernel(
+    buf_u8, buf_f32, buf_bf16, page_ptr, slot_ptr, out_ptr, n, page_bytes, entries,
+    D: tl.constexpr, NB: tl.constexpr, IS_FP8: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    rows, mask, keys = _load_block_keys(
+        buf_u8,
+        buf_f32,
+        buf_bf16,
+        page_ptr,
+        slot_ptr,
+        n,
+        page_bytes,
+        entries,
+        D,
+        NB,
+        IS_FP8,
+        BLOCK_N,
+    )
+    tl.store(out_ptr + rows[:, None] * D + tl.arange(0, D)[None, :], keys, mask=mask[:, None])
+
+
+@triton.jit
+def _score_kernel(
+    buf_u8, buf_f32, buf_bf16, page_ptr, slot_ptr, q_ptr, w_ptr, out_ptr, n, page_bytes,
+    entries, H: tl.constexpr, D: tl.constexpr, NB: tl.constexpr, IS_FP8: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    rows, mask, keys = _load_block_keys(
+        buf_u8,
+        buf_f32,
+        buf_bf16,
+        page_ptr,
+        slot_ptr,
+        n,
+        page_bytes,
+        entries,
+        D,
+        NB,
+        IS_FP8,
+        BLOCK_N,
+    )
+    heads = tl.arange(0, H)
+    q = tl.load(q_ptr + heads[:, None] * D + tl.arange(0, D)[None, :])
+    logits = tl.dot(q, tl.trans(keys), input_precision="ieee")
+    w = tl.load(w_ptr + heads)
+    scores = tl.sum(tl.maximum(logits, 0.0) * w[:, None], axis=0)
+    tl.store(out_ptr + rows, scores, mask=mask)
+
+
+def _views(buf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    flat = buf.view(-1)
+    return flat, flat.view(torch.float32), flat.view(torch.bfloat16)
+
+
+def _page_slot(locs: torch.Tensor, entries: int) -> tuple[torch.Tensor, torch.Tensor]:
+    locs = locs.to(torch.int64)
+    return (locs // entries).contiguous(), (locs % entries).contiguous()
+
+
+def _check_contiguous(buf: torch.Tensor) -> None:
+    if not buf.is_contiguous() or buf.dtype != torch.uint8:
+        raise ValueError("index-K buffer: expected a contiguous uint8 [pages, page_bytes] tensor")
+
+
+def store_index_k(
+    buf: torch.Tensor, locs: torch.Tensor, keys: torch.Tensor, fmt: IndexKeyFormat, entries: int
+) -> None:
+    if fmt.dtype is IndexDtype.FP4:
+        index_k_ref.store_index_k(buf, locs, keys, fmt, entries)
+        return
+    _check_contiguous(buf)
+    page, slot = _page_slot(locs, entries)
+    if page.numel() == 0:
+        return
+    u8, f32, _ = _views(buf)
+    _store_kernel[(page.numel(),)](
+        keys.to(torch.float32).contiguous(), u8, f32, u8.view(torch.int16), page, slot, buf.shape[1], entries,
+        D=fmt.head_dim, NB=max(1, fmt.head_dim // FP8_BLOCK), IS_FP8=fmt.dtype is IndexDtype.FP8,
+    )  # fmt: skip
+
+
+def read_index_k(
+    buf: torch.Tensor, locs: torch.Tensor, fmt: IndexKeyFormat, entries: int
+) -> torch.Tensor:
+    if fmt.dtype is IndexDtype.FP4:
+        return index_k_ref.read_index_k(buf, locs, fmt, entries)
+    _check_contiguous(buf)
+    page, slot = _page_slot(locs, entries)
+    n = page.numel()
+    out = torch.empty((n, fmt.head_dim), dtype=torch.float32, device=buf.device)
+    if n:
+        u8, f32, bf16 = _views(buf)
+        _read_kernel[(triton.cdiv(n, SCORE_BLOCK_N),)](
+            u8, f32, bf16, page, slot, out, n, buf.shape[1], entries,
+            D=fmt.head_dim, NB=max(1, fmt.head_dim // FP8_BLOCK), IS_FP8=fmt.dtype is IndexDtype.FP8,
+            BLOCK_N=SCORE_BLOCK_N,
+        )  # fmt: skip
+    return out
+
+
+def index_scores(
+    buf: torch.Tensor,
+    locs: torch.Tensor,
+    fmt: IndexKeyFormat,
+    entries: int,
+    q: torch.Tensor,
+    w: torch.Tensor,
+) -> torch.Tensor:
+    """Σ_h w·ReLU(q·k) for each entry, reading (and dequantizing) keys straight from pages."""
+    heads = q.shape[0]
+    if fmt.dtype is IndexDtype.FP4 or heads < 16 or heads & (heads - 1):
+        # tl.dot needs >= 16 rows in a power of two; other head counts use the reference.
+        return indexer_ref.indexer_scores(q, w, index_k_ref.read_index_k(buf, locs, fmt, entries))
+    _check_contiguous(buf)
+    page, slot = _page_slot(locs, entries)
+    n = page.numel()
+    out = torch.empty(n, dtype=torch.float32, device=buf.device)
+    if n:
+        u8, f32, bf16 = _views(buf)
+        _score_kernel[(triton.cdiv(n, SCORE_BLOCK_N),)](
+            u8, f32, bf16, page, slot, q.to(torch.float32).contiguous(),
+            w.to(torch.float32).contiguous(), out, n, buf.shape[1], entries,
+            H=heads, D=fmt.head_dim, NB=max(1, fmt.head_dim // FP8_BLOCK),
+            IS_FP8=fmt.dtype is IndexDtype.FP8, BLOCK_N=SCORE_BLOCK_N,
+        )  # fmt: skip
+    return out

@@ -1,0 +1,21 @@
+"""Lightning-indexer scoring and top-k: the plain torch reference.
+
+score(s) = Σ_h w[h] · ReLU(q[h] · k[s]) over a request's compressed entries s; attention
+then reads only the top-k entries, which is why one stale key can change what it reads.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def indexer_scores(q: torch.Tensor, w: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """q [H, d], w [H], keys [n, d] (float) -> scores [n] float32."""
+    logits = q.to(torch.float32) @ keys.to(torch.float32).T
+    return (torch.relu(logits) * w.to(torch.float32)[:, None]).sum(0)
+
+
+def topk_entries(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices of the k best scores, best first; ties go to the lower index (deterministic)."""
+    order = torch.sort(scores, descending=True, stable=True).indices
+    return order[: min(k, scores.numel())]

@@ -1,0 +1,151 @@
+"""Paged device pools of a DSV4 model: KV per layer, index-K on c4 layers, compress state.
+
+Every access to a layer's device data goes through `DevicePool.buffer(layer, kind)`, which
+first passes the layer gate.  The buffers themselves sit in a private table, so a buffer
+kind added later is reachable only through that accessor and cannot forget the gate.  The
+transfer controller (the producer) writes through `_transfer_buffer`, the one ungated path.
+
+`DSV4_INJECT_UNGATED_INDEX_K=1` (read when the pool is built) removes the gate for index-K
+only: the seed incident's bug, kept as a switch so the race can be reproduced on demand.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import torch
+
+from dsv4_engine.features import IndexDtype
+from dsv4_engine.kernels import KernelOps, default_backend, get_ops
+from dsv4_engine.pools.allocator import PageAllocator
+from dsv4_engine.pools.gate import LayerGate
+from dsv4_engine.pools.layout import BufferKind, ModelShape, PoolLayout, pool_layout
+
+UNGATED_INDEX_K_ENV = "DSV4_INJECT_UNGATED_INDEX_K"
+
+logger = logging.getLogger(__name__)
+
+
+def ungated_index_k_from_env() -> bool:
+    value = os.environ.get(UNGATED_INDEX_K_ENV, "0")
+    if value not in ("0", "1"):
+        raise ValueError(f"{UNGATED_INDEX_K_ENV}={value!r}: expected 0 or 1")
+    return value == "1"
+
+
+class DevicePool:
+    def __init__(
+        self,
+        shape: ModelShape,
+        num_pages: int,
+        index_dtype: IndexDtype = IndexDtype.FP8,
+        *,
+        max_requests: int = 8,
+        device: str | torch.device = "cpu",
+        backend: str | None = None,
+        ungated_index_k: bool | None = None,
+        gate_timeout_s: float = 60.0,
+    ) -> None:
+        self.layout: PoolLayout = pool_layout(shape, index_dtype)
+        self.shape = shape
+        self.device = torch.device(device)
+        self.allocator = PageAllocator(num_pages)
+        self.gate = LayerGate(shape.num_layers, gate_timeout_s)
+        self.ops: KernelOps = get_ops(backend or default_backend(self.device))
+        self.ungated_index_k = (
+            ungated_index_k_from_env() if ungated_index_k is None else ungated_index_k
+        )
+        if self.ungated_index_k:
+            logger.warning(
+                "FAULT INJECTION %s=1: index-K reads SKIP the per-layer transfer gate; "
+                "reads may race HiCache loads and return stale keys. Never use in production.",
+                UNGATED_INDEX_K_ENV,
+            )
+        # Uninitialised on purpose: like GPU memory, a new pool holds garbage, not zeros.
+        self.__buffers: dict[tuple[int, BufferKind], torch.Tensor] = {
+            (s.layer, s.kind): torch.empty(
+                (num_pages, s.page_bytes), dtype=torch.uint8, device=self.device
+            )
+            for s in self.layout.segments
+        }
+        for layer, ratio in enumerate(shape.compress_ratios):
+            if ratio:
+                self.__buffers[(layer, BufferKind.COMPRESS_STATE)] = torch.zeros(
+                    (max_requests, ratio, shape.kv_dim), dtype=torch.float32, device=self.device
+                )
+
+    # -- the one accessor ---------------------------------------------------------------
+
+    def buffer(self, layer: int, kind: BufferKind) -> torch.Tensor:
+        """Layer `layer`'s `kind` buffer, after its load (if any) has landed.
+
+        Call it for every access; do not keep the tensor across a load.
+        """
+        if not (kind is BufferKind.INDEX_K and self.ungated_index_k):
+            self.gate.wait_layer(layer)
+        return self._lookup(layer, kind)
+
+    def _transfer_buffer(self, layer: int, kind: BufferKind) -> torch.Tensor:
+        """Ungated: only the transfer controller, the producer the gate waits for, uses it."""
+        return self._lookup(layer, kind)
+
+    def _lookup(self, layer: int, kind: BufferKind) -> torch.Tensor:
+        try:
+            return self.__buffers[(layer, kind)]
+        except KeyError:
+            raise KeyError(f"layer {layer} has no {kind.value} buffer") from None
+
+    def buffer_kinds(self) -> list[tuple[int, BufferKind]]:
+        return list(self.__buffers)
+
+    # -- paged entries ------------------------------------------------------------------
+
+    def entries_per_page(self, layer: int) -> int:
+        return self.layout.segment(layer, BufferKind.KV).entries
+
+    def entry_locs(
+        self, layer: int, pages: list[int], num_tokens: int | None = None
+    ) -> torch.Tensor:
+        """Entry locations of the first `num_tokens` tokens held by `pages`, in order."""
+        entries = self.entries_per_page(layer)
+        ratio = self.shape.compress_ratios[layer] or 1
+        count = len(pages) * entries if num_tokens is None else num_tokens // ratio
+        page_ids = torch.tensor(pages, dtype=torch.int64, device=self.device)
+        locs = (page_ids[:, None] * entries + torch.arange(entries, device=self.device)).flatten()
+        return locs[:count]
+
+    def store_kv(self, layer: int, locs: torch.Tensor, values: torch.Tensor) -> None:
+        self._kv_view(layer)[locs] = values.to(device=self.device, dtype=torch.bfloat16)
+
+    def read_kv(self, layer: int, locs: torch.Tensor) -> torch.Tensor:
+        return self._kv_view(layer)[locs]
+
+    def _kv_view(self, layer: int) -> torch.Tensor:
+        return self.buffer(layer, BufferKind.KV).view(torch.bfloat16).view(-1, self.shape.kv_dim)
+
+    def store_index_k(self, layer: int, locs: torch.Tensor, keys: torch.Tensor) -> None:
+        buf = self.buffer(layer, BufferKind.INDEX_K)
+        self.ops.store_index_k(
+            buf, locs, keys.to(self.device), self.layout.index_format, self.entries_per_page(layer)
+        )
+
+    def read_index_k(self, layer: int, locs: torch.Tensor) -> torch.Tensor:
+        buf = self.buffer(layer, BufferKind.INDEX_K)
+        return self.ops.read_index_k(
+            buf, locs, self.layout.index_format, self.entries_per_page(layer)
+        )
+
+    def index_scores(
+        self, layer: int, locs: torch.Tensor, q: torch.Tensor, w: torch.Tensor
+    ) -> torch.Tensor:
+        """The lightning indexer's scores of entries `locs` for query heads q [H, d], w [H]."""
+        buf = self.buffer(layer, BufferKind.INDEX_K)
+        fmt = self.layout.index_format
+        return self.ops.index_scores(buf, locs, fmt, self.entries_per_page(layer), q, w)
+
+    def store_compress_state(self, layer: int, slot: int, state: torch.Tensor) -> None:
+        self.buffer(layer, BufferKind.COMPRESS_STATE)[slot] = state.to(self.device)
+
+    def read_compress_state(self, layer: int, slot: int) -> torch.Tensor:
+        return self.buffer(layer, BufferKind.COMPRESS_STATE)[slot].clone()

@@ -1,0 +1,116 @@
+"""The per-layer transfer gate: the one place a read of layer L waits for layer L's load.
+
+A host→device load copies layer 0, then 1, ...; the producer marks each layer done (and on
+CUDA records an event on the copy stream).  `LayerGate.wait_layer(L)` is the consumer side
+(SGLang's `LayerDoneCounter.wait_until`): it returns once every load in flight has finished
+layer L, or raises if that layer's copy failed its checksum or took longer than a bound.
+The device pool calls it from its single buffer accessor, so no read path can skip it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+
+class TransferTimeout(RuntimeError):
+    """A layer's load did not finish within the gate's bound (a stuck copy, not a slow one)."""
+
+
+class TransferFailed(RuntimeError):
+    """A layer's load finished but its data is wrong (e.g. a page failed its checksum)."""
+
+
+class LayerLoad:
+    """Producer/consumer progress of one host→device load, one counter step per layer.
+
+    The producer calls `layer_done(L)` in layer order; consumers `wait_until(L)`.  With CUDA,
+    `cuda_events[L]` is recorded on the copy stream and the consumer's stream waits on it, so
+    the CPU only waits for the event to be *recorded*, the GPU for the copy itself.
+    """
+
+    def __init__(self, num_layers: int, cuda_events: list[Any] | None = None) -> None:
+        self.num_layers = num_layers
+        self.cuda_events = cuda_events
+        self._layers_done = 0
+        self._error: TransferFailed | None = None
+        self._cond = threading.Condition()
+
+    @property
+    def layers_done(self) -> int:
+        return self._layers_done
+
+    def done(self) -> bool:
+        return self._layers_done >= self.num_layers or self._error is not None
+
+    def needs_wait(self, layer: int) -> bool:
+        """False once a read of `layer` can proceed without waiting on this load."""
+        if self._error is not None or self._layers_done <= layer:
+            return True
+        return self.cuda_events is not None and not self.cuda_events[layer].query()
+
+    def layer_done(self, layer: int) -> None:
+        with self._cond:
+            if layer != self._layers_done:
+                raise RuntimeError(f"layer {layer} done out of order (next is {self._layers_done})")
+            self._layers_done = layer + 1
+            self._cond.notify_all()
+
+    def fail(self, error: TransferFailed) -> None:
+        with self._cond:
+            self._error = error
+            self._cond.notify_all()
+
+    def wait_until(self, layer: int, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while self._layers_done <= layer and self._error is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TransferTimeout(
+                        f"layer {layer} not loaded after {timeout_s}s "
+                        f"({self._layers_done}/{self.num_layers} layers done)"
+                    )
+                self._cond.wait(left)
+            if self._error is not None and self._layers_done <= layer:
+                raise self._error
+        if self.cuda_events is not None:
+            import torch
+
+            torch.cuda.current_stream().wait_event(self.cuda_events[layer])
+
+    def wait_all(self, timeout_s: float) -> None:
+        self.wait_until(self.num_layers - 1, timeout_s)
+
+
+class LayerGate:
+    """The choke point: `wait_layer(L)` before any read of layer L's device data."""
+
+    def __init__(self, num_layers: int, timeout_s: float = 60.0) -> None:
+        self.num_layers = num_layers
+        self.timeout_s = timeout_s
+        self._loads: list[LayerLoad] = []
+        self._lock = threading.Lock()
+        self.waits = 0  # reads that went through the gate
+        self.blocked = 0  # of those, reads that found layer L still loading
+
+    def register(self, load: LayerLoad) -> None:
+        """Called by the transfer controller *before* the load's pages are handed out."""
+        with self._lock:
+            self._loads = [ld for ld in self._loads if not ld.done()]
+            self._loads.append(load)
+
+    def in_flight(self) -> int:
+        with self._lock:
+            return sum(1 for ld in self._loads if not ld.done())
+
+    def wait_layer(self, layer: int) -> None:
+        if not 0 <= layer < self.num_layers:
+            raise IndexError(f"layer {layer}: expected 0..{self.num_layers - 1}")
+        with self._lock:
+            pending = [ld for ld in self._loads if ld.needs_wait(layer)]
+            self.waits += 1
+            self.blocked += bool(pending)
+        for load in pending:
+            load.wait_until(layer, self.timeout_s)
