@@ -14,13 +14,16 @@ help: ## List the targets
 venv: ## Create the cached project venv (pinned requirements/*.txt) and install the project
 	@hack/venv.sh >/dev/null
 
+system-deps: ## Install the Debian packages tests need (chromium ...), skipped when present
+	@hack/system-deps.sh
+
 control-plane: ## Build kube-apiserver, controller-manager, scheduler, etcd and KWOK once per machine
 	@hack/build-control-plane.sh
 
-test: venv control-plane lint ## Run every test: unit, real SGLang, end-to-end on a real control plane
+test: venv system-deps control-plane lint ## Run every test: unit, real SGLang, end-to-end on a real control plane
 	$(PY) -m pytest tests
 
-test-unit: venv ## Unit tests only (no cluster)
+test-unit: venv system-deps ## Unit tests only (no cluster)
 	$(PY) -m pytest tests -m "not e2e"
 
 test-e2e: venv control-plane ## End-to-end tests only
@@ -38,3 +41,14 @@ cluster-up: venv control-plane ## Start the local cluster with fake Blackwell no
 
 cluster-down: venv ## Stop the local cluster and everything it started
 	$(VENV)/bin/dsv4ctl cluster down
+
+manifests: venv ## Regenerate crds/ from the typed API models (operator/dsv4_operator/api/)
+	$(PY) -m dsv4_operator.api.crd crds/dsv4deployment.yaml
+
+bench: bench-plan bench-probe ## Run every benchmark (each bench-* target adds itself here)
+
+bench-probe: venv ## Probe client throughput at concurrency 64, samples needed to PASS / FAIL
+	$(PY) bench/bench_probe.py
+
+bench-plan: venv ## Time `dsv4ctl plan` (must stay interactive: well under a second)
+	$(PY) bench/bench_plan.py

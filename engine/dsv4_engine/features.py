@@ -58,12 +58,28 @@ class CamelModel(BaseModel):
 class HiCacheFeature(CamelModel):
     """Hierarchical cache: a host-memory tier behind the device KV pools."""
 
+    # The same rule as `_needs_a_size`, for the API server (the CRD is generated from this).
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!self.enabled || has(self.ratio) || has(self.sizeGB)",
+                    "message": "hicache.enabled needs hicache.ratio (> 1) or hicache.sizeGB",
+                    "fieldPath": ".enabled",
+                }
+            ]
+        }
+    )
+
     enabled: bool = False
     ratio: float | None = Field(
         default=None, gt=1, description="Host pool size as a multiple of the device pool."
     )
     size_gb: int | None = Field(
-        default=None, gt=0, description="Host pool size in GiB per rank (overrides ratio)."
+        default=None,
+        gt=0,
+        alias="sizeGB",
+        description="Host pool size in GiB per rank (overrides ratio).",
     )
     write_policy: HiCacheWritePolicy = HiCacheWritePolicy.WRITE_THROUGH
     mem_layout: HiCacheMemLayout = HiCacheMemLayout.PAGE_FIRST

@@ -1,0 +1,239 @@
+"""`engine.yaml`: what the operator tells one engine pod to run, and its SGLang arguments.
+
+The operator renders this model into the engine ConfigMap; `dsv4-engine launch --config
+/etc/dsv4/engine.yaml` reads it back.  `to_sglang_args` is the ONE place that turns the
+configuration into SGLang 0.5.23 server arguments, so the flags the operator owns are
+listed here too (`OPERATOR_OWNED_FLAGS`) and user `extraArgs` cannot override them.
+Pure pydantic, no torch: the operator imports it.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+
+import yaml
+from pydantic import Field, model_validator
+
+from dsv4_engine.features import CamelModel, EngineFeatures, IndexDtype, KvCanary, Role
+
+
+class Backend(StrEnum):
+    """`sglang` runs the real engine; `reference` the tiny CPU reference engine."""
+
+    SGLANG = "sglang"
+    REFERENCE = "reference"
+
+
+class TransferBackend(StrEnum):
+    MOONCAKE = "mooncake"
+    NIXL = "nixl"
+
+
+class GroupRole(StrEnum):
+    """Which StatefulSet a pod of a multi-node replica belongs to: node rank 0 or the rest."""
+
+    LEADER = "leader"
+    WORKER = "worker"
+
+
+# Every flag `to_sglang_args` may emit, with SGLang's aliases for the same destinations
+# (checked against SGLang's own parser in tests/unit/engine/test_engine_config_sglang.py).
+OPERATOR_OWNED_FLAGS: tuple[str, ...] = (
+    "--model-path",
+    "--model",
+    "--served-model-name",
+    "--tool-call-parser",
+    "--tp-size",
+    "--tensor-parallel-size",
+    "--dp-size",
+    "--data-parallel-size",
+    "--attn-dp-size",
+    "--attention-data-parallel-size",
+    "--enable-dp-attention",
+    "--ep-size",
+    "--expert-parallel-size",
+    "--ep",
+    "--nnodes",
+    "--node-rank",
+    "--dist-init-addr",
+    "--nccl-init-addr",
+    "--disaggregation-mode",
+    "--disaggregation-transfer-backend",
+    "--disaggregation-bootstrap-port",
+    "--disaggregation-ib-device",
+    "--enable-hierarchical-cache",
+    "--enable-hicache",
+    "--hicache-ratio",
+    "--hicache-size",
+    "--hicache-write-policy",
+    "--hicache-mem-layout",
+    "--kv-canary",
+    "--enable-deepseek-v4-fp4-indexer",
+    "--enable-metrics",
+    "--host",
+    "--port",
+)
+
+
+def owned_flag_in(extra_args: list[str] | tuple[str, ...]) -> str | None:
+    """The first extra argument that would set an operator-owned flag, else None.
+
+    argparse accepts any unambiguous prefix of a long option (`--tp` means `--tp-size`),
+    so a token is refused when it is a prefix of an owned flag, not only when it equals
+    one.  The CRD's CEL rule for `extraArgs` is the same test.
+    """
+    for arg in extra_args:
+        if not arg.startswith("--"):
+            continue
+        flag = arg.split("=", 1)[0]
+        if any(owned.startswith(flag) for owned in OPERATOR_OWNED_FLAGS):
+            return arg
+    return None
+
+
+class Disaggregation(CamelModel):
+    transfer_backend: TransferBackend = TransferBackend.MOONCAKE
+    ib_devices: tuple[str, ...] = ()
+    bootstrap_port: int = Field(default=8998, ge=1, le=65535)
+
+
+class MultiNode(CamelModel):
+    """How a pod of a multi-node replica finds its node rank and its rank-0 peer.
+
+    Replica g is pod g of the leader StatefulSet (node rank 0) plus pods
+    g*(nnodes-1) .. g*(nnodes-1)+nnodes-2 of the worker StatefulSet (ranks 1..nnodes-1);
+    rank 0 is reached through the headless Service's stable DNS name.
+    """
+
+    nnodes: int = Field(ge=2)
+    leader_stateful_set: str
+    headless_service: str
+    namespace: str
+    dist_init_port: int = Field(default=5000, ge=1, le=65535)
+
+
+class NodePlacement(CamelModel):
+    node_rank: int = Field(ge=0)
+    dist_init_addr: str
+
+
+def place_pod(multinode: MultiNode, group_role: GroupRole, pod_ordinal: int) -> NodePlacement:
+    """Node rank and `--dist-init-addr` of one pod, from its StatefulSet ordinal."""
+    if group_role is GroupRole.LEADER:
+        group, rank = pod_ordinal, 0
+    else:
+        workers = multinode.nnodes - 1
+        group, rank = divmod(pod_ordinal, workers)
+        rank += 1
+    host = (
+        f"{multinode.leader_stateful_set}-{group}.{multinode.headless_service}."
+        f"{multinode.namespace}.svc"
+    )
+    return NodePlacement(node_rank=rank, dist_init_addr=f"{host}:{multinode.dist_init_port}")
+
+
+class EngineConfig(CamelModel):
+    """The content of `engine.yaml` for one role."""
+
+    role: Role
+    backend: Backend = Backend.SGLANG
+    model_path: str
+    served_model_name: str
+    tool_call_parser: str = "deepseekv4"
+    tp: int = Field(default=1, ge=1)
+    dp: int = Field(default=1, ge=1)
+    ep: int = Field(default=1, ge=1)
+    enable_dp_attention: bool = False
+    multinode: MultiNode | None = None
+    disaggregation: Disaggregation = Disaggregation()
+    features: EngineFeatures = EngineFeatures()
+    extra_args: tuple[str, ...] = ()
+    port: int = Field(default=30000, ge=1, le=65535)
+
+    @model_validator(mode="after")
+    def _extra_args_do_not_override(self) -> EngineConfig:
+        owned = owned_flag_in(self.extra_args)
+        if owned is not None:
+            raise ValueError(
+                f"extraArgs: {owned!r} sets a flag the operator owns; use the typed field"
+            )
+        return self
+
+    def hicache_on(self) -> bool:
+        hicache = self.features.hicache
+        return hicache.enabled and self.role in hicache.roles
+
+
+_CANARY_ARG = {KvCanary.OFF: "none", KvCanary.LOG: "log", KvCanary.RAISE: "raise"}
+
+
+def to_sglang_args(
+    config: EngineConfig, node_rank: int = 0, dist_init_addr: str | None = None
+) -> list[str]:
+    """SGLang 0.5.23 server arguments for one pod (node rank and rank-0 address per pod).
+
+    DP attention uses `--attn-dp-size` (0.5.23 deprecates `--enable-dp-attention`).
+    The bf16 index-K dtype has no upstream flag: the project's SGLang plugin reads it
+    from `plugin_env`.
+    """
+    args = [
+        "--model-path", config.model_path,
+        "--served-model-name", config.served_model_name,
+        "--tool-call-parser", config.tool_call_parser,
+        "--host", "0.0.0.0",
+        "--port", str(config.port),
+        "--tp-size", str(config.tp),
+        "--ep-size", str(config.ep),
+        "--enable-metrics",
+        "--kv-canary", _CANARY_ARG[config.features.kv_canary],
+        "--disaggregation-mode", config.role.value,
+        "--disaggregation-transfer-backend", config.disaggregation.transfer_backend.value,
+        "--disaggregation-bootstrap-port", str(config.disaggregation.bootstrap_port),
+    ]  # fmt: skip
+    args += ["--attn-dp-size" if config.enable_dp_attention else "--dp-size", str(config.dp)]
+    if config.disaggregation.ib_devices:
+        args += ["--disaggregation-ib-device", ",".join(config.disaggregation.ib_devices)]
+    if config.multinode is not None:
+        if dist_init_addr is None:
+            raise ValueError("a multi-node engine needs dist_init_addr (see place_pod)")
+        args += ["--nnodes", str(config.multinode.nnodes), "--node-rank", str(node_rank)]
+        args += ["--dist-init-addr", dist_init_addr]
+    if config.hicache_on():
+        hicache = config.features.hicache
+        args.append("--enable-hierarchical-cache")
+        if hicache.size_gb is not None:
+            args += ["--hicache-size", str(hicache.size_gb)]
+        else:
+            args += ["--hicache-ratio", str(hicache.ratio)]
+        args += ["--hicache-write-policy", hicache.write_policy.value]
+        args += ["--hicache-mem-layout", hicache.mem_layout.value]
+    if config.features.index_dtype is IndexDtype.FP4:
+        args.append("--enable-deepseek-v4-fp4-indexer")
+    return args + list(config.extra_args)
+
+
+def plugin_env(config: EngineConfig) -> dict[str, str]:
+    """Environment for the project's SGLang plugin: the flags SGLang has no argument for."""
+    return {"DSV4_INDEX_DTYPE": config.features.index_dtype.value}
+
+
+def dump_engine_yaml(config: EngineConfig) -> str:
+    """Canonical YAML (sorted keys, camelCase): equal configs give byte-equal files."""
+    data = config.model_dump(mode="json", by_alias=True)
+    return yaml.safe_dump(data, sort_keys=True)
+
+
+def load_engine_yaml(text: str) -> EngineConfig:
+    return EngineConfig.model_validate(yaml.safe_load(text))
+
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def pod_ordinal(pod_name: str) -> int:
+    """A StatefulSet pod's ordinal: the number after the last dash of its name."""
+    stem, _, ordinal = pod_name.rpartition("-")
+    if not stem or not ordinal.isdigit() or not _DNS_LABEL.match(pod_name):
+        raise ValueError(f"pod name {pod_name!r} is not a StatefulSet pod name (<set>-<ordinal>)")
+    return int(ordinal)

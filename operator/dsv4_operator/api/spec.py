@@ -1,0 +1,213 @@
+"""`DSV4Deployment.spec`: the typed model the CRD schema is generated from.
+
+Cross-field rules live twice on purpose, each where it is enforced: as CEL
+`x-kubernetes-validations` (the API server refuses a bad object at `kubectl apply`) and as
+pydantic validators (the operator refuses an object that reached it anyway, e.g. through
+an older CRD, and reports `Degraded` instead of crashing).  tests/unit/operator/
+test_api_rules.py and the end-to-end test feed the same invalid specs to both.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any
+
+from dsv4_engine.engine_config import OPERATOR_OWNED_FLAGS, Disaggregation, owned_flag_in
+from dsv4_engine.features import CamelModel, EngineFeatures
+from pydantic import ConfigDict, Field, StringConstraints, model_validator
+
+DEFAULT_GPU_PRODUCTS = ("NVIDIA-B200", "NVIDIA-GB200")
+QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$"
+
+
+def cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str]:
+    """One `x-kubernetes-validations` entry; the message names the field it is about."""
+    entry = {"rule": rule, "message": message}
+    if field_path is not None:
+        entry["fieldPath"] = field_path
+    return entry
+
+
+def validations(*rules: dict[str, str]) -> ConfigDict:
+    return ConfigDict(json_schema_extra={"x-kubernetes-validations": list(rules)})
+
+
+class PullPolicy(StrEnum):
+    ALWAYS = "Always"
+    IF_NOT_PRESENT = "IfNotPresent"
+    NEVER = "Never"
+
+
+class RoutingPolicy(StrEnum):
+    CACHE_AWARE = "cache_aware"
+    ROUND_ROBIN = "round_robin"
+    RANDOM = "random"
+    POWER_OF_TWO = "power_of_two"
+
+
+class PvcSource(CamelModel):
+    claim_name: str = Field(min_length=1, max_length=253)
+    path: str = Field(default="", max_length=1024, description="Sub-path of the weights.")
+
+
+class ModelSpec(CamelModel):
+    """Where the weights are: a PVC (+ path inside it) or a host path, never both."""
+
+    model_config = validations(
+        cel(
+            "has(self.pvc) != has(self.hostPath)",
+            "model: set exactly one of model.pvc or model.hostPath",
+        )
+    )
+
+    pvc: PvcSource | None = None
+    host_path: str | None = Field(default=None, min_length=1, max_length=1024)
+    served_model_name: str = Field(min_length=1, max_length=253)
+    tool_call_parser: str = Field(default="deepseekv4", min_length=1, max_length=63)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelSpec:
+        if (self.pvc is None) == (self.host_path is None):
+            raise ValueError("model: set exactly one of model.pvc or model.hostPath")
+        return self
+
+
+class ImageSpec(CamelModel):
+    name: str = Field(min_length=1, max_length=512, description="The engine image.")
+    pull_policy: PullPolicy = PullPolicy.IF_NOT_PRESENT
+
+
+class RdmaSpec(CamelModel):
+    resource_name: str = Field(default="rdma/ib", min_length=1, max_length=253)
+    count: int = Field(default=1, ge=1, le=64)
+
+
+class RoleResources(CamelModel):
+    cpu: str = Field(default="32", pattern=QUANTITY, max_length=32)
+    memory: str = Field(default="256Gi", pattern=QUANTITY, max_length=32)
+    hugepages1_gi: str | None = Field(
+        default=None, alias="hugepages1Gi", pattern=QUANTITY, max_length=32
+    )
+    rdma: RdmaSpec | None = None
+
+
+class EnvVar(CamelModel):
+    name: str = Field(min_length=1, max_length=253)
+    value: str = Field(default="", max_length=4096)
+
+
+# Bounded lengths keep the CEL cost estimate of the extraArgs rule under the API server's limit.
+ExtraArg = Annotated[str, StringConstraints(max_length=256)]
+_OWNED_LIST = "[" + ", ".join(f"'{flag}'" for flag in OPERATOR_OWNED_FLAGS) + "]"
+_SETS_OWNED = f"a.startsWith('--') && {_OWNED_LIST}.exists(o, o.startsWith(a.split('=')[0]))"
+
+
+class RoleSpec(CamelModel):
+    """One engine role (prefill or decode): how many replicas and how each is parallelised."""
+
+    model_config = validations(
+        cel(
+            "(self.gpusPerNode * self.nodesPerReplica) % self.tp == 0",
+            "tp must divide gpusPerNode × nodesPerReplica",
+            ".tp",
+        ),
+        cel("self.tp % self.ep == 0", "ep must divide tp", ".ep"),
+        cel(
+            "!self.enableDpAttention || (self.dp > 1 && self.tp % self.dp == 0)",
+            "dp must be > 1 and divide tp when enableDpAttention is true",
+            ".dp",
+        ),
+        cel(
+            f"!self.extraArgs.exists(a, {_SETS_OWNED})",
+            "extraArgs must not set a flag the operator owns (model, parallelism, "
+            "disaggregation, HiCache, kv-canary, host/port); use the typed field",
+            ".extraArgs",
+        ),
+    )
+
+    replicas: int = Field(default=1, ge=0, le=1024)
+    nodes_per_replica: int = Field(default=1, ge=1, le=64)
+    gpus_per_node: int = Field(default=8, ge=1, le=8)
+    tp: int = Field(default=8, ge=1, le=512)
+    dp: int = Field(default=1, ge=1, le=512)
+    ep: int = Field(default=1, ge=1, le=512)
+    enable_dp_attention: bool = False
+    resources: RoleResources = RoleResources()
+    extra_args: tuple[ExtraArg, ...] = Field(default=(), max_length=64)
+    env: tuple[EnvVar, ...] = Field(default=(), max_length=64)
+
+    @model_validator(mode="after")
+    def _parallelism_fits(self) -> RoleSpec:
+        if (self.gpus_per_node * self.nodes_per_replica) % self.tp:
+            raise ValueError("tp must divide gpusPerNode × nodesPerReplica")
+        if self.tp % self.ep:
+            raise ValueError("ep must divide tp")
+        if self.enable_dp_attention and (self.dp < 2 or self.tp % self.dp):
+            raise ValueError("dp must be > 1 and divide tp when enableDpAttention is true")
+        owned = owned_flag_in(self.extra_args)
+        if owned is not None:
+            raise ValueError(f"extraArgs must not set a flag the operator owns: {owned!r}")
+        return self
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.gpus_per_node * self.nodes_per_replica
+
+
+class RouterSpec(CamelModel):
+    replicas: int = Field(default=1, ge=0, le=64)
+    policy: RoutingPolicy = RoutingPolicy.CACHE_AWARE
+    image: str | None = Field(
+        default=None, max_length=512, description="Router image; the engine image if unset."
+    )
+
+
+class TolerationOperator(StrEnum):
+    EXISTS = "Exists"
+    EQUAL = "Equal"
+
+
+class TaintEffect(StrEnum):
+    NO_SCHEDULE = "NoSchedule"
+    PREFER_NO_SCHEDULE = "PreferNoSchedule"
+    NO_EXECUTE = "NoExecute"
+
+
+class Toleration(CamelModel):
+    key: str = Field(default="", max_length=317)
+    operator: TolerationOperator = TolerationOperator.EQUAL
+    value: str = Field(default="", max_length=63)
+    effect: TaintEffect | None = None
+
+
+class PlacementSpec(CamelModel):
+    gpu_products: tuple[str, ...] = Field(
+        default=DEFAULT_GPU_PRODUCTS,
+        min_length=1,
+        max_length=16,
+        description="Allowed values of the nvidia.com/gpu.product node label.",
+    )
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = Field(default=(), max_length=32)
+    topology_key: str | None = Field(
+        default=None,
+        max_length=317,
+        description="Node label of the NVLink domain (e.g. nvidia.com/gpu.clique) to spread over.",
+    )
+
+
+class DSV4DeploymentSpec(CamelModel):
+    model: ModelSpec
+    image: ImageSpec
+    prefill: RoleSpec
+    decode: RoleSpec
+    router: RouterSpec = RouterSpec()
+    placement: PlacementSpec = PlacementSpec()
+    features: EngineFeatures = EngineFeatures()
+    disaggregation: Disaggregation = Disaggregation()
+    rollout: dict[str, Any] | None = Field(
+        default=None, description="Rollout policy (stored now, used by the rollout controller)."
+    )
+    canary: dict[str, Any] | None = Field(
+        default=None, description="Canary settings (stored now, used by the rollout controller)."
+    )

@@ -1,0 +1,78 @@
+"""kopf wiring: which watch events start a reconcile pass.  No logic lives here.
+
+Only `on.event` handlers: kopf then stores no progress annotations and adds no finalizer,
+so the operator's only writes are its own (through `Kube`), deletion needs no running
+operator, and children are removed by the garbage collector through owner references.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import kopf
+from dsv4_operator.api import GROUP, KIND, PLURAL, VERSION
+from dsv4_operator.reconcile.reconciler import Reconciler
+from dsv4_operator.render.meta import LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY
+
+log = logging.getLogger("dsv4_operator.handlers")
+WATCHED_CHILDREN = (("apps", "v1", "statefulsets"), ("apps", "v1", "deployments"))
+
+
+def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        return kopf.login_via_client(**kwargs)
+
+    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
+    async def deployment_changed(
+        event: dict[str, Any], name: str, namespace: str, **_: Any
+    ) -> None:
+        if event.get("type") != "DELETED":
+            await reconciler.reconcile(namespace, name)
+
+    async def child_changed(
+        event: dict[str, Any], labels: dict[str, str], namespace: str, **_: Any
+    ) -> None:
+        # A child's status moved (pods became ready, a rollout progressed): refresh the owner.
+        await reconciler.reconcile(namespace, labels[LABEL_INSTANCE])
+
+    for group, version, plural in WATCHED_CHILDREN:
+        kopf.on.event(
+            group,
+            version,
+            plural,
+            labels={LABEL_MANAGED_BY: MANAGED_BY, LABEL_INSTANCE: kopf.PRESENT},
+            registry=registry,
+            id=f"child-{plural}",
+        )(child_changed)
+
+
+async def resync_forever(
+    reconciler: Reconciler, namespaces: Sequence[str], interval: float
+) -> None:
+    """Reconcile every DSV4Deployment every `interval` seconds, events or not.
+
+    The safety net for a pass that failed after its retries and for state the watches do
+    not show; in steady state each pass only reads.
+    """
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            items = await asyncio.to_thread(_list_all, reconciler, namespaces)
+        except Exception as err:  # noqa: BLE001 - the loop must outlive API outages
+            log.warning("resync listing failed: %s", err)
+            continue
+        for namespace, name in items:
+            await reconciler.reconcile(namespace, name)
+
+
+def _list_all(reconciler: Reconciler, namespaces: Sequence[str]) -> list[tuple[str, str]]:
+    scopes: Sequence[str | None] = namespaces or [None]
+    return [
+        (o["metadata"]["namespace"], o["metadata"]["name"])
+        for ns in scopes
+        for o in reconciler.kube.list(KIND, ns)
+    ]

@@ -1,0 +1,206 @@
+"""The one door to the Kubernetes API: every request the reconciler makes passes here.
+
+One door means one place that retries transient failures (409 conflicts, 429, 5xx,
+dropped connections) with backoff, one field manager for every server-side apply, and
+one counter of requests by verb, which is how a steady-state reconcile is shown to make
+zero writes.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import urllib3
+from dsv4_operator.api import GROUP, KIND, PLURAL, VERSION
+from kubernetes import client
+
+FIELD_MANAGER = "dsv4-operator"
+WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+TRANSIENT_STATUS = frozenset({0, 409, 429, 500, 502, 503, 504})
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Resource:
+    prefix: str
+    plural: str
+    namespaced: bool = True
+
+
+RESOURCES: dict[str, Resource] = {
+    KIND: Resource(f"/apis/{GROUP}/{VERSION}", PLURAL),
+    "ConfigMap": Resource("/api/v1", "configmaps"),
+    "Service": Resource("/api/v1", "services"),
+    "ServiceAccount": Resource("/api/v1", "serviceaccounts"),
+    "PersistentVolumeClaim": Resource("/api/v1", "persistentvolumeclaims"),
+    "Event": Resource("/api/v1", "events"),
+    "Node": Resource("/api/v1", "nodes", namespaced=False),
+    "StatefulSet": Resource("/apis/apps/v1", "statefulsets"),
+    "Deployment": Resource("/apis/apps/v1", "deployments"),
+    "PodDisruptionBudget": Resource("/apis/policy/v1", "poddisruptionbudgets"),
+    "Role": Resource("/apis/rbac.authorization.k8s.io/v1", "roles"),
+    "RoleBinding": Resource("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
+    "Lease": Resource("/apis/coordination.k8s.io/v1", "leases"),
+}
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Exponential backoff with full jitter; `attempts` tries in all."""
+
+    attempts: int = 6
+    base: float = 0.2
+    cap: float = 5.0
+
+    def delays(self, rng: random.Random) -> Iterator[float]:
+        for attempt in range(self.attempts - 1):
+            yield rng.uniform(0, min(self.cap, self.base * 2**attempt))
+
+
+def retrying(
+    call: Callable[[], T],
+    backoff: Backoff,
+    rng: random.Random,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """`call()`, again after a pause while it fails transiently; the last error is raised."""
+    for delay in backoff.delays(rng):
+        try:
+            return call()
+        except ApiError as err:
+            if err.status not in TRANSIENT_STATUS:
+                raise
+        sleep(delay)
+    return call()
+
+
+def path(kind: str, namespace: str | None = None, name: str | None = None) -> str:
+    res = RESOURCES[kind]
+    parts = [res.prefix]
+    if res.namespaced and namespace is not None:
+        parts.append(f"namespaces/{quote(namespace)}")
+    parts.append(res.plural)
+    if name is not None:
+        parts.append(quote(name))
+    return "/".join(parts)
+
+
+class Kube:
+    """Synchronous JSON client over the configured kubernetes ApiClient (run it in a thread)."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        backoff: Backoff = Backoff(),
+        rng: random.Random | None = None,
+    ) -> None:
+        self._api = api
+        self._backoff = backoff
+        self._rng = rng or random.Random()
+        self._lock = threading.Lock()
+        self.requests: Counter[tuple[str, str]] = Counter()
+
+    def _once(
+        self, method: str, url_path: str, body: Any, content_type: str, query: list[tuple[str, str]]
+    ) -> Any:
+        with self._lock:
+            self.requests[(method, url_path)] += 1
+        serialized = self._api.param_serialize(
+            method=method,
+            resource_path=url_path,
+            query_params=query,
+            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        try:
+            response = self._api.call_api(*serialized, _request_timeout=30)
+        except client.ApiException as err:
+            raise ApiError(err.status or 0, str(err.reason)) from err
+        except urllib3.exceptions.HTTPError as err:
+            raise ApiError(0, f"connection: {err}") from err
+        data = response.read()
+        if response.status >= 400:
+            raise ApiError(response.status, _message(data))
+        return json.loads(data) if data else None
+
+    def request(
+        self,
+        method: str,
+        url_path: str,
+        body: Any = None,
+        content_type: str = "application/json",
+        query: list[tuple[str, str]] | None = None,
+    ) -> Any:
+        return retrying(
+            lambda: self._once(method, url_path, body, content_type, query or []),
+            self._backoff,
+            self._rng,
+        )
+
+    def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        try:
+            return self.request("GET", path(kind, namespace, name))
+        except ApiError as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def list(
+        self, kind: str, namespace: str | None, selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        query = [("labelSelector", selector)] if selector else []
+        return self.request("GET", path(kind, namespace), query=query)["items"]
+
+    def apply(self, obj: dict[str, Any], subresource: str | None = None) -> dict[str, Any]:
+        """Server-side apply under the operator's one field manager (conflicts forced)."""
+        meta = obj["metadata"]
+        url = path(obj["kind"], meta.get("namespace"), meta["name"])
+        if subresource:
+            url = f"{url}/{subresource}"
+        return self.request(
+            "PATCH",
+            url,
+            body=obj,
+            content_type="application/apply-patch+yaml",
+            query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+        )
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return self.request("POST", path(obj["kind"], obj["metadata"].get("namespace")), obj)
+
+    def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
+        meta = obj["metadata"]
+        return self.request("PUT", path(obj["kind"], meta.get("namespace"), meta["name"]), obj)
+
+    def delete(self, kind: str, namespace: str, name: str) -> None:
+        try:
+            self.request("DELETE", path(kind, namespace, name))
+        except ApiError as err:
+            if err.status != 404:
+                raise
+
+    def writes(self) -> int:
+        with self._lock:
+            return sum(n for (verb, _), n in self.requests.items() if verb in WRITE_VERBS)
+
+
+def _message(data: bytes) -> str:
+    try:
+        return str(json.loads(data).get("message", data[:200]))
+    except (ValueError, AttributeError):
+        return data[:200].decode(errors="replace")

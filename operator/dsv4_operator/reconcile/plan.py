@@ -1,0 +1,80 @@
+"""Which children to apply or delete: decisions as data, from desired and observed objects.
+
+An object is applied only when it is missing, when what the operator renders changed
+(the hash of the rendered object, kept in an annotation, differs — this also catches a
+field the operator stopped setting), or when someone edited a field the operator sets
+(drift: the rendered object is no longer a subset of the live one).  Anything else is
+left alone, which is why a steady-state reconcile makes no write at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from dsv4_operator.render.meta import ANNOTATION_APPLIED_HASH
+
+Key = tuple[str, str]  # (kind, name)
+
+
+@dataclass(frozen=True)
+class Action:
+    verb: str  # "apply" | "delete"
+    kind: str
+    name: str
+    reason: str  # "missing" | "changed" | "drifted" | "orphaned"
+    obj: dict[str, Any] | None = None
+
+
+def key(obj: dict[str, Any]) -> Key:
+    return obj["kind"], obj["metadata"]["name"]
+
+
+def with_applied_hash(obj: dict[str, Any]) -> dict[str, Any]:
+    digest = hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+    meta = obj["metadata"]
+    annotations = {**meta.get("annotations", {}), ANNOTATION_APPLIED_HASH: digest}
+    return {**obj, "metadata": {**meta, "annotations": annotations}}
+
+
+def is_subset(desired: Any, actual: Any) -> bool:
+    """Every field of `desired` has the same value in `actual` (which may have more)."""
+    if isinstance(desired, dict):
+        return isinstance(actual, dict) and all(
+            k in actual and is_subset(v, actual[k]) for k, v in desired.items()
+        )
+    if isinstance(desired, list):
+        return (
+            isinstance(actual, list)
+            and len(desired) == len(actual)
+            and all(is_subset(d, a) for d, a in zip(desired, actual, strict=True))
+        )
+    return desired == actual
+
+
+def apply_reason(desired: dict[str, Any], live: dict[str, Any] | None) -> str | None:
+    if live is None:
+        return "missing"
+    annotations = live["metadata"].get("annotations") or {}
+    wanted = desired["metadata"]["annotations"][ANNOTATION_APPLIED_HASH]
+    if annotations.get(ANNOTATION_APPLIED_HASH) != wanted:
+        return "changed"
+    if not is_subset(desired, live):
+        return "drifted"
+    return None
+
+
+def plan(desired: list[dict[str, Any]], live: list[dict[str, Any]]) -> list[Action]:
+    """Applies in the order given (desired carries its applied hash), then deletions."""
+    live_by_key = {key(obj): obj for obj in live}
+    actions = []
+    for obj in desired:
+        reason = apply_reason(obj, live_by_key.get(key(obj)))
+        if reason is not None:
+            actions.append(Action("apply", obj["kind"], obj["metadata"]["name"], reason, obj))
+    wanted = {key(obj) for obj in desired}
+    for kind, name in sorted(live_by_key.keys() - wanted):
+        actions.append(Action("delete", kind, name, "orphaned"))
+    return actions

@@ -1,0 +1,217 @@
+"""One reconcile pass: read → render → apply what differs → status → events.
+
+Level-triggered: every pass starts from what the API server says now, so a pass can be
+interrupted anywhere (operator killed, leadership lost) and the next one converges.
+Children are keyed by name, so a rerun never duplicates them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+from collections import defaultdict
+from typing import Any
+
+from dsv4_operator.api import API_VERSION, KIND
+from dsv4_operator.api.spec import DSV4DeploymentSpec
+from dsv4_operator.api.status import DSV4DeploymentStatus
+from dsv4_operator.reconcile.kube import ApiError, Kube
+from dsv4_operator.reconcile.plan import Action, plan, with_applied_hash
+from dsv4_operator.reconcile.status import Problem, decide_status, observe_roles
+from dsv4_operator.render import render_all
+from dsv4_operator.render.engine import feature_revision
+from dsv4_operator.render.meta import Owner, instance_selector
+from dsv4_operator.render.placement import GPU_PRODUCT_LABEL
+from dsv4_operator.render.workloads import HostMemory, requested_memory
+from pydantic import ValidationError
+
+log = logging.getLogger("dsv4_operator.reconcile")
+
+CHILD_KINDS = (
+    "ConfigMap",
+    "StatefulSet",
+    "Service",
+    "PodDisruptionBudget",
+    "ServiceAccount",
+    "Role",
+    "RoleBinding",
+    "Deployment",
+)
+
+
+def now_rfc3339() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def first_error(err: ValidationError) -> str:
+    """`spec.prefill.tp: tp must divide …`: the field first, as the API server says it."""
+    first = err.errors()[0]
+    where = ".".join(str(p) for p in ("spec", *first["loc"]))
+    return f"{where}: {first['msg']}"
+
+
+def parse_status(raw: dict[str, Any] | None) -> DSV4DeploymentStatus | None:
+    try:
+        return DSV4DeploymentStatus.model_validate(raw) if raw else None
+    except ValidationError:
+        return None
+
+
+def check_prerequisites(kube: Kube, namespace: str, spec: DSV4DeploymentSpec) -> Problem | None:
+    products = ",".join(spec.placement.gpu_products)
+    if not kube.list("Node", None, f"{GPU_PRODUCT_LABEL} in ({products})"):
+        return Problem(
+            "NoAllowedGPUNodes",
+            f"no node has label {GPU_PRODUCT_LABEL} in spec.placement.gpuProducts [{products}]",
+        )
+    pvc = spec.model.pvc
+    if pvc is not None and kube.get("PersistentVolumeClaim", namespace, pvc.claim_name) is None:
+        return Problem(
+            "PVCNotFound",
+            f"spec.model.pvc.claimName: PersistentVolumeClaim {pvc.claim_name!r} "
+            f"does not exist in namespace {namespace!r}",
+        )
+    return None
+
+
+class Reconciler:
+    """Serialises passes per DSV4Deployment; the blocking client runs in a worker thread."""
+
+    def __init__(self, kube: Kube, host_memory: HostMemory = requested_memory) -> None:
+        self.kube = kube
+        self.host_memory = host_memory
+        self._locks: defaultdict[tuple[str, str], asyncio.Lock] = defaultdict(asyncio.Lock)
+
+    async def reconcile(self, namespace: str, name: str) -> None:
+        async with self._locks[(namespace, name)]:
+            try:
+                await asyncio.to_thread(self.reconcile_now, namespace, name)
+            except ApiError as err:
+                # Retries are exhausted; the next event or resync pass tries again.
+                log.warning("reconcile of %s/%s failed: %s", namespace, name, err)
+
+    def reconcile_now(self, namespace: str, name: str) -> None:
+        obj = self.kube.get(KIND, namespace, name)
+        if obj is None or obj["metadata"].get("deletionTimestamp"):
+            return
+        meta = obj["metadata"]
+        owner = Owner(name=name, namespace=namespace, uid=meta["uid"])
+        previous = parse_status(obj.get("status"))
+        try:
+            spec = DSV4DeploymentSpec.model_validate(obj.get("spec") or {})
+        except ValidationError as err:
+            self._report(obj, owner, previous, Problem("InvalidSpec", first_error(err)), [], [])
+            return
+        problem = check_prerequisites(self.kube, namespace, spec)
+        live = [
+            item
+            for kind in CHILD_KINDS
+            for item in (
+                {**o, "kind": kind}
+                for o in self.kube.list(kind, namespace, instance_selector(owner))
+            )
+        ]
+        actions: list[Action] = []
+        if problem is None:
+            desired = [with_applied_hash(o) for o in render_all(owner, spec, self.host_memory)]
+            actions = plan(desired, live)
+            for action in actions:
+                self._act(namespace, action)
+        workloads = [o for o in live if o["kind"] in ("StatefulSet", "Deployment")]
+        self._report(obj, owner, previous, problem, actions, workloads, spec)
+
+    def _act(self, namespace: str, action: Action) -> None:
+        log.info(
+            "%s %s/%s (%s)",
+            action.verb,
+            action.kind,
+            action.name,
+            action.reason,
+            extra={"namespace": namespace, "verb": action.verb, "reason": action.reason},
+        )
+        if action.verb == "apply":
+            assert action.obj is not None
+            self.kube.apply(action.obj)
+        else:
+            self.kube.delete(action.kind, namespace, action.name)
+
+    def _report(
+        self,
+        obj: dict[str, Any],
+        owner: Owner,
+        previous: DSV4DeploymentStatus | None,
+        problem: Problem | None,
+        actions: list[Action],
+        workloads: list[dict[str, Any]],
+        spec: DSV4DeploymentSpec | None = None,
+    ) -> None:
+        status = decide_status(
+            generation=obj["metadata"].get("generation", 0),
+            features=spec.features if spec else None,
+            revision=feature_revision(spec.features) if spec else None,
+            roles=observe_roles(spec, workloads) if spec else {},
+            problem=problem,
+            applied=bool(actions),
+            previous=previous,
+            now=now_rfc3339(),
+        )
+        if status != previous:
+            body = {
+                "apiVersion": API_VERSION,
+                "kind": KIND,
+                "metadata": {"name": owner.name, "namespace": owner.namespace},
+                "status": status.model_dump(mode="json", by_alias=True, exclude_none=True),
+            }
+            self.kube.apply(body, subresource="status")
+        for event in decision_events(actions, previous, status, problem):
+            self._event(obj, *event)
+
+    def _event(self, obj: dict[str, Any], kind: str, reason: str, message: str) -> None:
+        meta = obj["metadata"]
+        stamp = now_rfc3339()
+        self.kube.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+                "involvedObject": {
+                    "apiVersion": API_VERSION,
+                    "kind": KIND,
+                    "name": meta["name"],
+                    "namespace": meta["namespace"],
+                    "uid": meta["uid"],
+                },
+                "type": kind,
+                "reason": reason,
+                "message": message[:1024],
+                "source": {"component": "dsv4-operator"},
+                "firstTimestamp": stamp,
+                "lastTimestamp": stamp,
+                "count": 1,
+            }
+        )
+
+
+def decision_events(
+    actions: list[Action],
+    previous: DSV4DeploymentStatus | None,
+    status: DSV4DeploymentStatus,
+    problem: Problem | None,
+) -> list[tuple[str, str, str]]:
+    """(type, reason, message) of every decision this pass made; none when nothing changed."""
+    events = [
+        (
+            "Normal",
+            "Applied" if a.verb == "apply" else "Deleted",
+            f"{a.kind} {a.name}: {a.reason}",
+        )
+        for a in actions
+    ]
+    before = previous.phase if previous else None
+    if status.phase != before:
+        kind = "Warning" if problem is not None else "Normal"
+        reason = problem.reason if problem is not None else f"Phase{status.phase}"
+        message = problem.message if problem is not None else f"phase {before} → {status.phase}"
+        events.append((kind, reason, message))
+    return events

@@ -1,0 +1,89 @@
+"""The engine ConfigMap: one `engine.yaml` per role, and the hash that rolls its pods."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from dsv4_engine.engine_config import EngineConfig, MultiNode, dump_engine_yaml
+from dsv4_engine.features import EngineFeatures, HiCacheFeature, Role
+
+from dsv4_operator.api.spec import DSV4DeploymentSpec
+from dsv4_operator.render.meta import Owner, metadata
+
+ENGINE_PORT = 30000
+DIST_INIT_PORT = 5000
+MODEL_MOUNT = "/models"
+
+
+def role_name(owner: Owner, role: Role) -> str:
+    return f"{owner.name}-{role.value}"
+
+
+def config_map_name(owner: Owner) -> str:
+    return f"{owner.name}-engine"
+
+
+def model_path(spec: DSV4DeploymentSpec) -> str:
+    pvc = spec.model.pvc
+    sub = pvc.path.strip("/") if pvc is not None else ""
+    return f"{MODEL_MOUNT}/{sub}" if sub else MODEL_MOUNT
+
+
+def role_features(features: EngineFeatures, role: Role) -> EngineFeatures:
+    """The flags as one role sees them: HiCache off where it does not apply, so turning it
+    on for decode leaves prefill's engine.yaml (and its pods) untouched."""
+    if features.hicache.enabled and role not in features.hicache.roles:
+        return features.model_copy(update={"hicache": HiCacheFeature()})
+    return features
+
+
+def engine_config(owner: Owner, spec: DSV4DeploymentSpec, role: Role) -> EngineConfig:
+    role_spec = spec.prefill if role is Role.PREFILL else spec.decode
+    multinode = None
+    if role_spec.nodes_per_replica > 1:
+        multinode = MultiNode(
+            nnodes=role_spec.nodes_per_replica,
+            leader_stateful_set=role_name(owner, role),
+            headless_service=role_name(owner, role),
+            namespace=owner.namespace,
+            dist_init_port=DIST_INIT_PORT,
+        )
+    return EngineConfig(
+        role=role,
+        model_path=model_path(spec),
+        served_model_name=spec.model.served_model_name,
+        tool_call_parser=spec.model.tool_call_parser,
+        tp=role_spec.tp,
+        dp=role_spec.dp,
+        ep=role_spec.ep,
+        enable_dp_attention=role_spec.enable_dp_attention,
+        multinode=multinode,
+        disaggregation=spec.disaggregation,
+        features=role_features(spec.features, role),
+        extra_args=role_spec.extra_args,
+        port=ENGINE_PORT,
+    )
+
+
+def short_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def feature_revision(features: EngineFeatures) -> str:
+    """The flag revision a pod runs: equal flags, equal revision, whatever the key order."""
+    return short_hash(json.dumps(features.model_dump(mode="json", by_alias=True), sort_keys=True))
+
+
+def engine_yamls(owner: Owner, spec: DSV4DeploymentSpec) -> dict[Role, str]:
+    return {role: dump_engine_yaml(engine_config(owner, spec, role)) for role in Role}
+
+
+def config_map(owner: Owner, yamls: dict[Role, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(owner, config_map_name(owner), "engine-config"),
+        "data": {f"{role.value}.yaml": text for role, text in yamls.items()},
+    }

@@ -1,0 +1,53 @@
+"""Names, labels and owner references shared by every rendered object."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dsv4_operator.api import API_VERSION, KIND
+
+MANAGED_BY = "dsv4-operator"
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_GROUP_ROLE = "inference.dsv4.dev/group-role"
+ANNOTATION_CONFIG_HASH = "inference.dsv4.dev/engine-config-hash"
+ANNOTATION_APPLIED_HASH = "inference.dsv4.dev/applied-hash"
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The DSV4Deployment every child belongs to (garbage-collected with it)."""
+
+    name: str
+    namespace: str
+    uid: str
+
+
+def selector_labels(owner: Owner, component: str) -> dict[str, str]:
+    return {LABEL_NAME: "dsv4", LABEL_INSTANCE: owner.name, LABEL_COMPONENT: component}
+
+
+def instance_selector(owner: Owner) -> str:
+    """Label selector of every child of one DSV4Deployment."""
+    return f"{LABEL_INSTANCE}={owner.name},{LABEL_MANAGED_BY}={MANAGED_BY}"
+
+
+def metadata(owner: Owner, name: str, component: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": owner.namespace,
+        "labels": {**selector_labels(owner, component), LABEL_MANAGED_BY: MANAGED_BY},
+        "ownerReferences": [
+            {
+                "apiVersion": API_VERSION,
+                "kind": KIND,
+                "name": owner.name,
+                "uid": owner.uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ],
+    }

@@ -1,0 +1,197 @@
+"""Per-role engine objects: StatefulSets, the headless Service, the PodDisruptionBudget.
+
+A role with `nodesPerReplica` N > 1 has two StatefulSets: the leaders (node rank 0, one
+pod per replica, the only pods serving HTTP, the ones the router discovers) and the
+workers (ranks 1..N-1).  Both scale with `replicas`, so a replica change touches only the
+role's own objects; `dsv4_engine.engine_config.place_pod` maps a pod's ordinal to its node
+rank and rank-0 address.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from dsv4_engine.engine_config import GroupRole
+from dsv4_engine.features import EngineFeatures, Role
+
+from dsv4_operator.api.spec import DSV4DeploymentSpec, RoleSpec
+from dsv4_operator.render.engine import (
+    DIST_INIT_PORT,
+    ENGINE_PORT,
+    MODEL_MOUNT,
+    config_map_name,
+    role_name,
+)
+from dsv4_operator.render.meta import (
+    ANNOTATION_CONFIG_HASH,
+    LABEL_GROUP_ROLE,
+    Owner,
+    metadata,
+    selector_labels,
+)
+from dsv4_operator.render.placement import GPU_RESOURCE, pod_placement
+
+CONFIG_MOUNT = "/etc/dsv4"
+BOOTSTRAP_PORT_ANNOTATION = "sglang.ai/bootstrap-port"
+
+# Seam for HiCache host-memory sizing: given the role and the flags, the memory a pod
+# needs.  The pool configurator provides the real one; by default the user's request.
+HostMemory = Callable[[Role, RoleSpec, EngineFeatures], str]
+
+
+def requested_memory(role: Role, role_spec: RoleSpec, features: EngineFeatures) -> str:
+    return role_spec.resources.memory
+
+
+def role_spec_of(spec: DSV4DeploymentSpec, role: Role) -> RoleSpec:
+    return spec.prefill if role is Role.PREFILL else spec.decode
+
+
+def _resources(role_spec: RoleSpec, memory: str) -> dict[str, Any]:
+    res = role_spec.resources
+    amounts = {"cpu": res.cpu, "memory": memory, GPU_RESOURCE: str(role_spec.gpus_per_node)}
+    if res.hugepages1_gi is not None:
+        amounts["hugepages-1Gi"] = res.hugepages1_gi
+    if res.rdma is not None:
+        amounts[res.rdma.resource_name] = str(res.rdma.count)
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def _model_volume(spec: DSV4DeploymentSpec) -> dict[str, Any]:
+    if spec.model.pvc is not None:
+        claim = {"claimName": spec.model.pvc.claim_name, "readOnly": True}
+        return {"name": "model", "persistentVolumeClaim": claim}
+    return {"name": "model", "hostPath": {"path": spec.model.host_path, "type": "Directory"}}
+
+
+def _engine_container(
+    spec: DSV4DeploymentSpec, role: Role, group_role: GroupRole, memory: str
+) -> dict[str, Any]:
+    role_spec = role_spec_of(spec, role)
+    env = [{"name": e.name, "value": e.value} for e in role_spec.env]
+    env += [
+        {"name": "DSV4_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "DSV4_GROUP_ROLE", "value": group_role.value},
+    ]
+    ports = [{"name": "dist", "containerPort": DIST_INIT_PORT}]
+    container: dict[str, Any] = {
+        "name": "engine",
+        "image": spec.image.name,
+        "imagePullPolicy": spec.image.pull_policy.value,
+        "command": ["dsv4-engine", "launch", "--config", f"{CONFIG_MOUNT}/engine.yaml"],
+        "env": env,
+        "resources": _resources(role_spec, memory),
+        "volumeMounts": [
+            {"name": "engine-config", "mountPath": CONFIG_MOUNT, "readOnly": True},
+            {"name": "model", "mountPath": MODEL_MOUNT, "readOnly": True},
+            {"name": "shm", "mountPath": "/dev/shm"},
+        ],
+    }
+    if group_role is GroupRole.LEADER:
+        ports.insert(0, {"name": "http", "containerPort": ENGINE_PORT})
+        if role is Role.PREFILL:
+            ports.append({"name": "bootstrap", "containerPort": spec.disaggregation.bootstrap_port})
+        container["readinessProbe"] = {
+            "httpGet": {"path": "/health", "port": "http"},
+            "periodSeconds": 10,
+            "failureThreshold": 3,
+        }
+    container["ports"] = ports
+    return container
+
+
+def _stateful_set(
+    owner: Owner,
+    spec: DSV4DeploymentSpec,
+    role: Role,
+    group_role: GroupRole,
+    config_hash: str,
+    memory: str,
+) -> dict[str, Any]:
+    role_spec = role_spec_of(spec, role)
+    base = role_name(owner, role)
+    name = base if group_role is GroupRole.LEADER else f"{base}-workers"
+    replicas = role_spec.replicas * (
+        1 if group_role is GroupRole.LEADER else role_spec.nodes_per_replica - 1
+    )
+    role_labels = selector_labels(owner, role.value)
+    pod_labels = {**role_labels, LABEL_GROUP_ROLE: group_role.value}
+    annotations = {ANNOTATION_CONFIG_HASH: config_hash}
+    if role is Role.PREFILL and group_role is GroupRole.LEADER:
+        annotations[BOOTSTRAP_PORT_ANNOTATION] = str(spec.disaggregation.bootstrap_port)
+    pod_spec = {
+        "containers": [_engine_container(spec, role, group_role, memory)],
+        "volumes": [
+            {
+                "name": "engine-config",
+                "configMap": {
+                    "name": config_map_name(owner),
+                    "items": [{"key": f"{role.value}.yaml", "path": "engine.yaml"}],
+                },
+            },
+            _model_volume(spec),
+            {"name": "shm", "emptyDir": {"medium": "Memory"}},
+        ],
+        **pod_placement(spec.placement, role_labels),
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": metadata(owner, name, role.value),
+        "spec": {
+            "replicas": replicas,
+            "serviceName": base,
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": pod_labels},
+            "template": {
+                "metadata": {"labels": pod_labels, "annotations": annotations},
+                "spec": pod_spec,
+            },
+        },
+    }
+
+
+def _headless_service(owner: Owner, role: Role) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(owner, role_name(owner, role), role.value),
+        "spec": {
+            "clusterIP": "None",
+            # Rank 0 must be resolvable before it is Ready: the other ranks join it first.
+            "publishNotReadyAddresses": True,
+            "selector": selector_labels(owner, role.value),
+            "ports": [
+                {"name": "http", "port": ENGINE_PORT},
+                {"name": "dist", "port": DIST_INIT_PORT},
+            ],
+        },
+    }
+
+
+def _disruption_budget(owner: Owner, role: Role, role_spec: RoleSpec) -> dict[str, Any]:
+    """At most one replica (all its nodes) of a role disrupted at a time."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": metadata(owner, role_name(owner, role), role.value),
+        "spec": {
+            "maxUnavailable": role_spec.nodes_per_replica,
+            "selector": {"matchLabels": selector_labels(owner, role.value)},
+        },
+    }
+
+
+def role_objects(
+    owner: Owner,
+    spec: DSV4DeploymentSpec,
+    role: Role,
+    config_hash: str,
+    host_memory: HostMemory = requested_memory,
+) -> list[dict[str, Any]]:
+    role_spec = role_spec_of(spec, role)
+    memory = host_memory(role, role_spec, spec.features)
+    groups = [GroupRole.LEADER] + ([GroupRole.WORKER] if role_spec.nodes_per_replica > 1 else [])
+    sets = [_stateful_set(owner, spec, role, g, config_hash, memory) for g in groups]
+    return [*sets, _headless_service(owner, role), _disruption_budget(owner, role, role_spec)]

@@ -1,0 +1,199 @@
+"""`dsv4-operator run`: health endpoints, leader election, then the kopf operator.
+
+Order matters: the health server answers first (liveness is true as soon as the process
+runs; readiness only once this replica leads and kopf has started watching), then the
+Lease is acquired, then kopf runs until leadership is lost or a signal arrives.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import kopf
+from aiohttp import web
+from kubernetes import client, config
+
+from dsv4_operator import leader
+from dsv4_operator.reconcile.handlers import register, resync_forever
+from dsv4_operator.reconcile.kube import Kube
+from dsv4_operator.reconcile.reconciler import Reconciler
+
+log = logging.getLogger("dsv4_operator.runtime")
+_STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, and any `extra=` fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        entry.update(
+            {k: v for k, v in record.__dict__.items() if k not in _STANDARD and _jsonable(v)}
+        )
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+def _jsonable(value: Any) -> bool:
+    return isinstance(value, (str, int, float, bool, type(None), list, dict))
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="dsv4-operator", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="Run the operator (leader-elected).")
+    run.add_argument(
+        "--namespace",
+        "-n",
+        action="append",
+        default=[],
+        help="Watch only this namespace (repeatable); without it, every namespace.",
+    )
+    run.add_argument("--health-port", type=int, default=8080)
+    run.add_argument("--resync-seconds", type=float, default=60.0)
+    run.add_argument("--lease-name", default="dsv4-operator")
+    run.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "default"))
+    run.add_argument("--identity", default=f"{socket.gethostname()}-{os.getpid()}")
+    run.add_argument("--lease-seconds", type=int, default=15)
+    run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    return parser.parse_args(argv)
+
+
+def load_kube_config() -> None:
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+
+
+class Health:
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self.leading = False
+        self.watching = asyncio.Event()
+
+    async def healthz(self, _: web.Request) -> web.Response:
+        return web.json_response({"ok": True})
+
+    async def readyz(self, _: web.Request) -> web.Response:
+        ready = self.leading and self.watching.is_set()
+        body = {"leader": self.leading, "watching": self.watching.is_set()}
+        return web.json_response(body, status=200 if ready else 503)
+
+    async def requests(self, _: web.Request) -> web.Response:
+        """Requests this process sent to the API server, by verb and path (for the tests
+        that show a steady-state reconcile writes nothing)."""
+        counts = [
+            {"verb": verb, "path": path, "count": n}
+            for (verb, path), n in self.kube.requests.items()
+        ]
+        return web.json_response({"requests": counts})
+
+    async def start(self, port: int) -> web.AppRunner:
+        app = web.Application()
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/readyz", self.readyz)
+        app.router.add_get("/debug/requests", self.requests)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "0.0.0.0", port).start()
+        return runner
+
+
+async def serve(args: argparse.Namespace) -> int:
+    load_kube_config()
+    kube = Kube(client.ApiClient())
+    health = Health(kube)
+    runner = await health.start(args.health_port)
+    lease = leader.LeaseConfig(
+        args.lease_name, args.lease_namespace, args.identity, args.lease_seconds
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        acquiring = asyncio.create_task(leader.acquire(kube, lease))
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({acquiring, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if stop.is_set():
+            acquiring.cancel()
+            return 0
+        health.leading = True
+        lost = asyncio.Event()
+        return await _lead(args, kube, health, lease, stop, lost)
+    finally:
+        await runner.cleanup()
+
+
+async def _lead(
+    args: argparse.Namespace,
+    kube: Kube,
+    health: Health,
+    lease: leader.LeaseConfig,
+    stop: asyncio.Event,
+    lost: asyncio.Event,
+) -> int:
+    reconciler = Reconciler(kube)
+    registry = kopf.OperatorRegistry()
+    register(registry, reconciler)
+    settings = kopf.OperatorSettings()
+    settings.posting.enabled = False  # Events are the reconciler's, one per decision.
+    stop_kopf = asyncio.Event()
+    namespaces = list(args.namespace)
+    tasks = [
+        asyncio.create_task(leader.keep(kube, lease, lost)),
+        asyncio.create_task(resync_forever(reconciler, namespaces, args.resync_seconds)),
+        asyncio.create_task(_stop_when(stop_kopf, stop, lost)),
+    ]
+    log.info("operator starting", extra={"namespaces": namespaces or "all"})
+    try:
+        await kopf.operator(
+            registry=registry,
+            settings=settings,
+            standalone=True,
+            clusterwide=not namespaces,
+            namespaces=namespaces,
+            stop_flag=stop_kopf,
+            ready_flag=health.watching,
+        )
+    finally:
+        for task in tasks:
+            task.cancel()
+        with contextlib.suppress(Exception):
+            await asyncio.to_thread(leader.release, kube, lease)
+    return 1 if lost.is_set() else 0
+
+
+async def _stop_when(stop_kopf: asyncio.Event, *events: asyncio.Event) -> None:
+    waits = [asyncio.create_task(e.wait()) for e in events]
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    stop_kopf.set()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    logging.basicConfig(level=args.log_level.upper(), handlers=[handler], force=True)
+    return asyncio.run(serve(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""The rendered arguments against SGLang 0.5.23's own parser (real import, no copy)."""
+
+import argparse
+
+import pytest
+from dsv4_engine.engine_config import (
+    OPERATOR_OWNED_FLAGS,
+    Disaggregation,
+    EngineConfig,
+    GroupRole,
+    MultiNode,
+    place_pod,
+    to_sglang_args,
+)
+from dsv4_engine.features import EngineFeatures, HiCacheFeature, IndexDtype, KvCanary, Role
+
+pytestmark = pytest.mark.sglang
+
+
+@pytest.fixture(scope="module")
+def parser():
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    ServerArgs.add_cli_args(parser)
+    return parser
+
+
+def full_config():
+    return EngineConfig(
+        role=Role.PREFILL,
+        model_path="/models/flash",
+        served_model_name="deepseek-v4-flash",
+        tp=16,
+        dp=4,
+        ep=8,
+        enable_dp_attention=True,
+        multinode=MultiNode(
+            nnodes=2, leader_stateful_set="f-prefill", headless_service="f-prefill", namespace="ns"
+        ),
+        disaggregation=Disaggregation(transfer_backend="nixl", ib_devices=("mlx5_0", "mlx5_1")),
+        features=EngineFeatures(
+            hicache=HiCacheFeature(
+                enabled=True, ratio=2.0, write_policy="write_back", mem_layout="page_first_direct"
+            ),
+            index_dtype=IndexDtype.FP4,
+            kv_canary=KvCanary.RAISE,
+        ),
+        extra_args=("--mem-fraction-static", "0.82"),
+    )
+
+
+def test_every_rendered_flag_parses_to_the_intended_value(parser):
+    cfg = full_config()
+    placement = place_pod(cfg.multinode, GroupRole.WORKER, 0)
+    ns = parser.parse_args(to_sglang_args(cfg, placement.node_rank, placement.dist_init_addr))
+    assert ns.model_path == "/models/flash"
+    assert ns.served_model_name == "deepseek-v4-flash"
+    assert ns.tool_call_parser == "deepseekv4"
+    assert (ns.tp_size, ns.attn_dp_size, ns.ep_size) == (16, 4, 8)
+    assert (ns.nnodes, ns.node_rank) == (2, 1)
+    assert ns.dist_init_addr == "f-prefill-0.f-prefill.ns.svc:5000"
+    assert ns.disaggregation_mode == "prefill"
+    assert ns.disaggregation_transfer_backend == "nixl"
+    assert ns.disaggregation_ib_device == "mlx5_0,mlx5_1"
+    assert ns.disaggregation_bootstrap_port == 8998
+    assert ns.enable_hierarchical_cache is True and ns.hicache_ratio == 2.0
+    assert ns.hicache_write_policy == "write_back"
+    assert ns.hicache_mem_layout == "page_first_direct"
+    assert ns.kv_canary == "raise" and ns.enable_metrics is True
+    assert ns.enable_deepseek_v4_fp4_indexer is True
+    assert (ns.host, ns.port) == ("0.0.0.0", 30000)
+    assert ns.mem_fraction_static == 0.82
+
+
+def test_plain_decode_parses(parser):
+    cfg = EngineConfig(
+        role=Role.DECODE,
+        model_path="/models",
+        served_model_name="m",
+        tp=4,
+        features=EngineFeatures(hicache=HiCacheFeature(enabled=True, size_gb=64)),
+    )
+    ns = parser.parse_args(to_sglang_args(cfg))
+    assert (ns.tp_size, ns.dp_size, ns.disaggregation_mode) == (4, 1, "decode")
+    assert ns.hicache_size == 64 and ns.kv_canary == "none"
+
+
+def test_owned_flags_cover_every_alias_of_what_they_set(parser):
+    actions = parser._option_string_actions
+    for flag in OPERATOR_OWNED_FLAGS:
+        assert flag in actions, f"{flag} is not a SGLang 0.5.23 flag"
+        for alias in actions[flag].option_strings:
+            assert alias in OPERATOR_OWNED_FLAGS, f"{alias} (alias of {flag}) is not owned"

@@ -1,0 +1,85 @@
+"""Status decisions: phase, conditions, replica counts, and no change when nothing changed."""
+
+from dsv4_engine.features import EngineFeatures
+from dsv4_operator.api.status import Phase, RoleStatus
+from dsv4_operator.reconcile.status import Problem, decide_status, role_status
+
+
+def sts(ready, updated, generation=2, observed=2, group="leader"):
+    return {
+        "kind": "StatefulSet",
+        "metadata": {"generation": generation, "labels": {"inference.dsv4.dev/group-role": group}},
+        "status": {
+            "readyReplicas": ready,
+            "updatedReplicas": updated,
+            "observedGeneration": observed,
+        },
+    }
+
+
+def roles(ready=1, desired=1):
+    role = RoleStatus(desired=desired, ready=ready, updated=ready, summary=f"{ready}/{desired}")
+    return {"prefill": role, "decode": role, "router": role}
+
+
+def decide(previous=None, now="2026-01-01T00:00:00Z", **kw):
+    args = dict(
+        generation=3,
+        features=EngineFeatures(),
+        revision="abc",
+        roles=roles(),
+        problem=None,
+        applied=False,
+        previous=previous,
+        now=now,
+    )
+    args.update(kw)
+    return decide_status(**args)
+
+
+def test_ready_when_every_replica_is_ready_and_updated():
+    status = decide()
+    assert status.phase is Phase.READY and status.observed_generation == 3
+    assert {c.type.value: c.status for c in status.conditions} == {
+        "Ready": "True",
+        "Progressing": "False",
+        "Degraded": "False",
+    }
+    assert status.decode.summary == "1/1" and status.feature_revision == "abc"
+
+
+def test_progressing_while_applying_or_waiting():
+    assert decide(applied=True).phase is Phase.PROGRESSING
+    status = decide(roles=roles(ready=0))
+    assert status.phase is Phase.PROGRESSING
+    assert "decode 0/1" in next(c for c in status.conditions if c.type == "Progressing").message
+
+
+def test_degraded_keeps_the_flags_that_run():
+    ready = decide()
+    status = decide(
+        previous=ready,
+        problem=Problem("NoAllowedGPUNodes", "no node …"),
+        revision="new",
+        now="2026-01-02T00:00:00Z",
+    )
+    assert status.phase is Phase.DEGRADED and status.feature_revision == "abc"
+    degraded = next(c for c in status.conditions if c.type == "Degraded")
+    assert (degraded.status, degraded.reason) == ("True", "NoAllowedGPUNodes")
+    assert degraded.last_transition_time == "2026-01-02T00:00:00Z"
+
+
+def test_unchanged_world_gives_an_equal_status_later():
+    first = decide(now="2026-01-01T00:00:00Z")
+    assert decide(previous=first, now="2026-01-01T00:05:00Z") == first
+
+
+def test_role_status_counts_replicas_not_pods():
+    assert role_status(2, 1, [sts(2, 2)]) == RoleStatus(
+        desired=2, ready=2, updated=2, summary="2/2"
+    )
+    multi = role_status(2, 3, [sts(2, 2), sts(3, 4, group="worker")])
+    assert (multi.ready, multi.updated) == (1, 2)
+    stale = role_status(1, 1, [sts(1, 1, generation=3, observed=2)])
+    assert (stale.ready, stale.updated) == (1, 0)
+    assert role_status(1, 1, []).ready == 0
