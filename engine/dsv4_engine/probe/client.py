@@ -1,0 +1,151 @@
+"""The HTTP side of a probe: an OpenAI-compatible client that measures its own concurrency.
+
+Why measure on the client: the seed's corruption needed 60+ requests in flight, so a run
+that never got there proves nothing and must say so.  The meter counts requests between
+send and full response, the peak and the time-weighted mean.
+
+Every failure to get an answer is a `TransportError` with a one-line reason; the probe
+records it as TRANSPORT_ERROR, never as corruption.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+
+class TransportError(Exception):
+    """No answer to judge: connection refused, timeout, HTTP error or a malformed body."""
+
+
+class EndpointMissing(TransportError):
+    """HTTP 404/405: the engine does not implement this endpoint."""
+
+
+@dataclass
+class ConcurrencyMeter:
+    in_flight: int = 0
+    peak: int = 0
+    _area: float = 0.0
+    _last: float = field(default_factory=time.monotonic)
+    _first: float | None = None
+
+    def reset(self) -> None:
+        """Forget what was measured so far (the preflight requests are not the probe)."""
+        self.in_flight, self.peak, self._area, self._first = 0, 0, 0.0, None
+        self._last = time.monotonic()
+
+    def _advance(self) -> None:
+        now = time.monotonic()
+        self._area += self.in_flight * (now - self._last)
+        self._last = now
+
+    def enter(self) -> None:
+        self._advance()
+        if self._first is None:
+            self._first = self._last
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+
+    def leave(self) -> None:
+        self._advance()
+        self.in_flight -= 1
+
+    @property
+    def mean(self) -> float:
+        """Time-weighted mean of requests in flight, from the first send to now."""
+        if self._first is None:
+            return 0.0
+        self._advance()
+        span = self._last - self._first
+        return self._area / span if span > 0 else float(self.in_flight)
+
+
+@dataclass(frozen=True)
+class ChatAnswer:
+    message: dict[str, Any]
+    finish_reason: str | None
+    latency_s: float
+
+    @property
+    def comparable(self) -> str:
+        """Content plus tool calls, as one string: what cold and warm answers must share."""
+        calls = [c.get("function") for c in self.message.get("tool_calls") or []]
+        return json.dumps([self.message.get("content") or "", calls], sort_keys=True)
+
+
+class EngineClient:
+    def __init__(
+        self,
+        base_url: str,
+        session: aiohttp.ClientSession,
+        request_timeout_s: float,
+        connect_timeout_s: float,
+        api_key: str | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.session = session
+        self.meter = ConcurrencyMeter()
+        self._timeout = aiohttp.ClientTimeout(
+            total=request_timeout_s, connect=connect_timeout_s, sock_connect=connect_timeout_s
+        )
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+    async def _request(self, method: str, path: str, body: Any = None) -> Any:
+        url = self.base_url + path
+        self.meter.enter()
+        try:
+            async with self.session.request(
+                method, url, json=body, timeout=self._timeout, headers=self._headers
+            ) as resp:
+                raw = await resp.read()
+                if resp.status in (404, 405):
+                    raise EndpointMissing(f"{method} {path}: HTTP {resp.status}")
+                if resp.status != 200:
+                    text = raw[:200].decode("utf-8", "replace")
+                    raise TransportError(f"{method} {path}: HTTP {resp.status}: {text}")
+        except TimeoutError:
+            raise TransportError(f"{method} {path}: timed out") from None
+        except aiohttp.ClientError as err:
+            raise TransportError(f"{method} {path}: {type(err).__name__}: {err}") from None
+        finally:
+            self.meter.leave()
+        if not raw:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise TransportError(f"{method} {path}: response is not JSON") from None
+
+    async def models(self) -> list[str]:
+        body = await self._request("GET", "/v1/models")
+        try:
+            return [m["id"] for m in body["data"]]
+        except (TypeError, KeyError):
+            raise TransportError("GET /v1/models: expected {'data': [{'id': ...}]}") from None
+
+    async def server_info(self) -> dict[str, Any]:
+        body = await self._request("GET", "/server_info")
+        if not isinstance(body, dict):
+            raise TransportError("GET /server_info: expected a JSON object")
+        return body
+
+    async def offload(self, path: str) -> None:
+        await self._request("POST", path, {})
+
+    async def chat(self, body: dict[str, Any]) -> ChatAnswer:
+        start = time.monotonic()
+        reply = await self._request("POST", "/v1/chat/completions", body)
+        latency = time.monotonic() - start
+        try:
+            choice = reply["choices"][0]
+            message = choice["message"]
+        except (TypeError, KeyError, IndexError):
+            raise TransportError("POST /v1/chat/completions: no choices[0].message") from None
+        if not isinstance(message, dict):
+            raise TransportError("POST /v1/chat/completions: choices[0].message not an object")
+        return ChatAnswer(message, choice.get("finish_reason"), latency)

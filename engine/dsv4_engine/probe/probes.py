@@ -1,0 +1,155 @@
+"""The probes: a workload shape (single request, shared prefix, long context) × a check
+(tool-call echo, or cold-vs-warm consistency).  One sample = one call of `run_sample`.
+
+Each sample draws its randomness from (seed, sample index), so a report's failing sample
+can be replayed alone.  Shared prefixes are generated once per group and reused by
+`sessions_per_prefix` concurrent samples: that is what makes prefix-cache hits and host-tier
+loads happen under load, where the seed's race lived.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from dsv4_engine.probe.client import ChatAnswer, EngineClient, TransportError
+from dsv4_engine.probe.outcome import Judgement, Outcome
+from dsv4_engine.probe.settings import ProbeName, ProbeSettings
+from dsv4_engine.probe.tools import Echo, tool_validators
+from dsv4_engine.probe.validate import classify_chat_message
+from dsv4_engine.probe.workload import ECHO_TOOL, document, echo_instruction, filler, random_echo
+
+EXCERPT_CHARS = 400
+_SINGLE_PROMPT_WORDS = 256
+_ECHO_VALIDATORS = tool_validators([ECHO_TOOL])
+
+
+@dataclass(frozen=True)
+class Sample:
+    index: int
+    probe: ProbeName
+    outcome: Outcome
+    detail: str
+    latency_s: float | None
+    """Latency of the last judged request (None when no answer came back)."""
+    excerpt: str = ""
+
+
+@dataclass
+class ProbeContext:
+    client: EngineClient
+    settings: ProbeSettings
+    model: str
+    offload_path: str | None
+    _prefixes: dict[int, str] = field(default_factory=dict)
+
+    def shared_prefix(self, index: int) -> str:
+        groups = max(1, self.settings.concurrency // self.settings.sessions_per_prefix)
+        group = index % groups
+        if group not in self._prefixes:
+            rng = random.Random(f"{self.settings.seed}:prefix:{group}")
+            self._prefixes[group] = document(rng, self.settings.prefix_words, f"P{group}")
+        return self._prefixes[group]
+
+    def body(self, messages: list[dict[str, Any]], max_tokens: int, tools: bool) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "stream": False,
+        }
+        if tools:
+            # "auto", never "required": forcing the call turns on constrained decoding,
+            # which would hide exactly the malformed output we are looking for.
+            body["tools"], body["tool_choice"] = [ECHO_TOOL], "auto"
+        return body
+
+
+def excerpt(answer: ChatAnswer) -> str:
+    text = answer.message.get("content") or ""
+    if answer.message.get("tool_calls"):
+        text += " tool_calls=" + json.dumps(answer.message["tool_calls"], ensure_ascii=False)
+    return text[:EXCERPT_CHARS]
+
+
+async def run_sample(probe: ProbeName, index: int, ctx: ProbeContext) -> Sample:
+    rng = random.Random(f"{ctx.settings.seed}:{index}")
+    try:
+        if probe.needs_determinism:
+            judgement, answer = await _consistency(probe, index, rng, ctx)
+        else:
+            judgement, answer = await _echo(probe, index, rng, ctx)
+    except TransportError as err:
+        return Sample(index, probe, Outcome.TRANSPORT_ERROR, str(err), None)
+    return Sample(
+        index, probe, judgement.outcome, judgement.detail, answer.latency_s, excerpt(answer)
+    )
+
+
+async def _echo(
+    probe: ProbeName, index: int, rng: random.Random, ctx: ProbeContext
+) -> tuple[Judgement, ChatAnswer]:
+    messages: list[dict[str, Any]] = []
+    if probe is ProbeName.TOOLCALL_ECHO_PREFIX_REUSE:
+        messages.append({"role": "system", "content": ctx.shared_prefix(index)})
+    elif probe is ProbeName.TOOLCALL_ECHO_LONG_CONTEXT:
+        doc = document(rng, ctx.settings.long_context_words, f"L{index}")
+        messages.append({"role": "system", "content": doc})
+    turns = 2 if probe is ProbeName.TOOLCALL_ECHO_PREFIX_REUSE else 1
+    for turn in range(turns):
+        echo = random_echo(rng)
+        messages.append({"role": "user", "content": echo_instruction(echo)})
+        answer = await ctx.client.chat(ctx.body(messages, ctx.settings.max_tokens, tools=True))
+        judgement = classify_chat_message(
+            answer.message, answer.finish_reason, ctx.settings.format, _ECHO_VALIDATORS, echo
+        )
+        if not judgement.valid:
+            return judgement, answer
+        messages.extend(_requested_turn(echo, f"call_{index}_{turn}"))
+    return judgement, answer
+
+
+def _requested_turn(echo: Echo, call_id: str) -> list[dict[str, Any]]:
+    """The history of a correct turn: the call as requested and the tool's reply, so the
+    next turn's prompt extends a prefix the engine has already cached."""
+    call = {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": echo.tool, "arguments": json.dumps(echo.args)},
+    }
+    return [
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call_id, "content": "stored"},
+    ]
+
+
+async def _consistency(
+    probe: ProbeName, index: int, rng: random.Random, ctx: ProbeContext
+) -> tuple[Judgement, ChatAnswer]:
+    if probe is ProbeName.CACHE_CONSISTENCY_PREFIX_REUSE:
+        system = ctx.shared_prefix(index)
+    elif probe is ProbeName.CACHE_CONSISTENCY_LONG_CONTEXT:
+        system = document(rng, ctx.settings.long_context_words, f"L{index}")
+    else:
+        system = document(rng, _SINGLE_PROMPT_WORDS, f"S{index}")
+    question = f"Request {index}: continue the text. {filler(rng, 24)}"
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
+    body = ctx.body(messages, ctx.settings.consistency_max_tokens, tools=False)
+    cold = await ctx.client.chat(body)
+    if ctx.offload_path is not None:
+        await ctx.client.offload(ctx.offload_path)
+    warm = await ctx.client.chat(body)
+    if cold.comparable == warm.comparable:
+        return Judgement(Outcome.VALID), warm
+    return Judgement(Outcome.CACHE_MISMATCH, _first_difference(cold, warm)), warm
+
+
+def _first_difference(cold: ChatAnswer, warm: ChatAnswer) -> str:
+    a, b = cold.comparable, warm.comparable
+    at = next(
+        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+    )
+    return f"warm answer differs from cold at char {at}: {a[at : at + 40]!r} vs {b[at : at + 40]!r}"

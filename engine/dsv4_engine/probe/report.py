@@ -1,0 +1,166 @@
+"""The versioned JSON report of a probe run, and its plain-text summary.
+
+The report is data first: the HTML page and the summary table are both rendered from the
+JSON alone, so a report saved by the canary can be re-rendered later.  The schema lives in
+`report_schema.json`; bump REPORT_SCHEMA_VERSION with any incompatible change.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from typing import Any
+
+from dsv4_engine.probe.outcome import Outcome
+from dsv4_engine.probe.probes import EXCERPT_CHARS
+from dsv4_engine.probe.runner import ProbeResult
+from dsv4_engine.probe.stats import fail_boundary_lower, upper_bound
+
+REPORT_SCHEMA_VERSION = 1
+EXAMPLES_PER_CLASS = 3
+SERIES_POINTS = 400
+LATENCY_BINS = 30
+
+
+def report_schema() -> dict[str, Any]:
+    text = resources.files("dsv4_engine.probe").joinpath("report_schema.json").read_text()
+    return json.loads(text)
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile: an actual observed latency, never an interpolation."""
+    rank = max(1, -(-len(sorted_values) * q // 100))
+    return sorted_values[int(rank) - 1]
+
+
+def _latency(latencies: list[float]) -> dict[str, Any]:
+    if not latencies:
+        return {"count": 0, "histogram": []}
+    values = sorted(latencies)
+    lo, hi = values[0], values[-1]
+    width = (hi - lo) / LATENCY_BINS or 1e-9
+    counts = [0] * LATENCY_BINS
+    for v in values:
+        counts[min(LATENCY_BINS - 1, int((v - lo) / width))] += 1
+    return {
+        "count": len(values),
+        "mean_ms": 1000 * sum(values) / len(values),
+        **{f"p{q}_ms": 1000 * _percentile(values, q) for q in (50, 90, 99)},
+        "max_ms": 1000 * hi,
+        "histogram": [
+            {"from_ms": 1000 * (lo + i * width), "to_ms": 1000 * (lo + (i + 1) * width), "count": c}
+            for i, c in enumerate(counts)
+        ],
+    }
+
+
+def _series(flags: list[bool], confidence: float) -> list[dict[str, float]]:
+    """The running rate with its bounds at up to SERIES_POINTS judged-sample counts."""
+    step = max(1, -(-len(flags) // SERIES_POINTS))
+    points, corrupt = [], 0
+    for n, bad in enumerate(flags, start=1):
+        corrupt += bad
+        if n % step == 0 or n == len(flags):
+            points.append(
+                {
+                    "n": n,
+                    "corrupt": corrupt,
+                    "rate": corrupt / n,
+                    "upper": upper_bound(corrupt, n, confidence),
+                    "fail_lower": fail_boundary_lower(corrupt, n, confidence),
+                }
+            )
+    return points
+
+
+def build_report(result: ProbeResult) -> dict[str, Any]:
+    tally, s = result.tally, result.settings
+    counts = {o.value: 0 for o in Outcome if o is not Outcome.NOT_APPLICABLE}
+    examples: dict[str, list[dict[str, Any]]] = {}
+    per_probe: dict[str, dict[str, int]] = {p.value: {} for p in result.applicable}
+    for sample in tally.samples:
+        counts[sample.outcome.value] += 1
+        probe_counts = per_probe[sample.probe.value]
+        probe_counts[sample.outcome.value] = probe_counts.get(sample.outcome.value, 0) + 1
+        if sample.outcome is not Outcome.VALID:
+            shown = examples.setdefault(sample.outcome.value, [])
+            if len(shown) < EXAMPLES_PER_CLASS:
+                shown.append(
+                    {
+                        "sample": sample.index,
+                        "probe": sample.probe.value,
+                        "detail": sample.detail[:EXCERPT_CHARS],
+                        "excerpt": sample.excerpt[:EXCERPT_CHARS],
+                    }
+                )
+    latencies = [x.latency_s for x in tally.samples if x.latency_s is not None]
+    return {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "kind": "dsv4-probe-report",
+        "settings": s.model_dump(mode="json", exclude={"api_key"}),
+        "model": result.model,
+        "started_at": result.started_at.isoformat(),
+        "finished_at": result.finished_at.isoformat(),
+        "duration_s": result.duration_s,
+        "verdict": result.verdict.value,
+        "reasons": list(result.reasons),
+        "threshold": s.max_corruption_rate,
+        "confidence": s.confidence,
+        "samples": {
+            "budget": tally.budget,
+            "attempted": len(tally.samples),
+            "judged": tally.judged,
+            "corrupt": tally.corrupt,
+            "transport_errors": tally.transport_errors,
+            "fail_at": tally.fail_at,
+            "stopped_because": tally.stopped_because,
+        },
+        "rate": result.rate,
+        "upper_bound": result.upper_bound,
+        "counts": counts,
+        "probes": {
+            "applicable": per_probe,
+            "not_applicable": {p.value: why for p, why in result.not_applicable.items()},
+        },
+        "examples": examples,
+        "concurrency": {
+            "target": s.concurrency,
+            "peak": result.peak_concurrency,
+            "mean": result.mean_concurrency,
+        },
+        "latency": _latency(latencies),
+        "series": _series(tally.corrupt_flags, s.confidence),
+    }
+
+
+def summary_table(report: dict[str, Any]) -> str:
+    """What a person reads at the end of `dsv4ctl probe`."""
+    smp, conc, lat = report["samples"], report["concurrency"], report["latency"]
+    rows = [
+        ("verdict", report["verdict"]),
+        ("model", report["model"]),
+        (
+            "judged samples",
+            f"{smp['judged']} (of {smp['attempted']} attempted, budget {smp['budget']})",
+        ),
+        ("corrupt", f"{smp['corrupt']}  rate {report['rate']:.3%}"),
+        (
+            f"upper bound ({report['confidence']:.0%})",
+            f"{report['upper_bound']:.3%}  threshold {report['threshold']:.3%}",
+        ),
+        ("transport errors", str(smp["transport_errors"])),
+        ("concurrency", f"peak {conc['peak']}, mean {conc['mean']:.1f}, target {conc['target']}"),
+    ]
+    if lat["count"]:
+        rows.append(
+            (
+                "latency",
+                f"p50 {lat['p50_ms']:.0f} ms, p90 {lat['p90_ms']:.0f} ms, p99 {lat['p99_ms']:.0f} ms",
+            )
+        )
+    rows += [(f"  {name}", str(n)) for name, n in report["counts"].items() if n]
+    rows += [(f"  n/a {name}", why) for name, why in report["probes"]["not_applicable"].items()]
+    width = max(len(k) for k, _ in rows)
+    lines = [f"{k.ljust(width)}  {v}" for k, v in rows]
+    lines += [f"- {reason}" for reason in report["reasons"]]
+    return "\n".join(lines)

@@ -1,0 +1,227 @@
+"""Run a probe set against an engine: preflight, concurrent workers, sequential stopping.
+
+`concurrency` workers each run one sample at a time, so requests in flight never exceed the
+setting and reach it whenever the engine keeps up.  Every finished sample goes through one
+`Tally` (single-threaded event loop, no locks), which applies the FAIL rule after each judged
+sample and stops new samples as soon as it fires; samples already in flight still finish
+and are counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import aiohttp
+
+from dsv4_engine.probe.client import EndpointMissing, EngineClient, TransportError
+from dsv4_engine.probe.outcome import Outcome
+from dsv4_engine.probe.probes import ProbeContext, Sample, run_sample
+from dsv4_engine.probe.settings import Determinism, ProbeName, ProbeSettings
+from dsv4_engine.probe.stats import fail_now, upper_bound
+from dsv4_engine.probe.verdict import Evidence, Verdict, decide
+
+
+class ProbeConnectionError(Exception):
+    """The engine cannot be reached or does not speak the OpenAI API (exit code 3)."""
+
+
+@dataclass
+class Tally:
+    settings: ProbeSettings
+    budget: int
+    samples: list[Sample] = field(default_factory=list)
+    judged: int = 0
+    corrupt: int = 0
+    transport_errors: int = 0
+    fail_at: int | None = None
+    corrupt_flags: list[bool] = field(default_factory=list)
+    """One entry per judged sample, in completion order: the running rate's data."""
+    stopped_because: str | None = None
+
+    def add(self, sample: Sample) -> None:
+        self.samples.append(sample)
+        if sample.outcome is Outcome.TRANSPORT_ERROR:
+            self.transport_errors += 1
+            if self.transport_errors > self.settings.max_transport_error_rate * self.budget:
+                self.stop("transport errors above the limit")
+            return
+        self.judged += 1
+        bad = sample.outcome.is_corruption
+        self.corrupt += bad
+        self.corrupt_flags.append(bad)
+        s = self.settings
+        if self.fail_at is None and fail_now(
+            self.corrupt, self.judged, s.max_corruption_rate, s.confidence
+        ):
+            self.fail_at = self.judged
+            self.stop("sequential FAIL rule fired")
+
+    def stop(self, why: str) -> None:
+        if self.stopped_because is None:
+            self.stopped_because = why
+
+    @property
+    def upper_bound(self) -> float:
+        return upper_bound(self.corrupt, self.judged, self.settings.confidence)
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What a run found.  `verdict`, `rate`, `upper_bound` and `judged` are what a canary
+    gate reads; `report()` (see `report.build_report`) is the versioned JSON."""
+
+    settings: ProbeSettings
+    model: str
+    verdict: Verdict
+    reasons: tuple[str, ...]
+    tally: Tally
+    not_applicable: dict[ProbeName, str]
+    applicable: tuple[ProbeName, ...]
+    peak_concurrency: int
+    mean_concurrency: float
+    started_at: datetime
+    finished_at: datetime
+    duration_s: float
+
+    @property
+    def judged(self) -> int:
+        return self.tally.judged
+
+    @property
+    def corrupt(self) -> int:
+        return self.tally.corrupt
+
+    @property
+    def rate(self) -> float:
+        return self.tally.corrupt / self.tally.judged if self.tally.judged else 0.0
+
+    @property
+    def upper_bound(self) -> float:
+        return self.tally.upper_bound
+
+    @property
+    def exit_code(self) -> int:
+        return self.verdict.exit_code
+
+
+ProgressFn = Callable[[Tally], None]
+
+
+async def run_probes(settings: ProbeSettings, progress: ProgressFn | None = None) -> ProbeResult:
+    """Probe `settings.base_url`; raises ProbeConnectionError when it cannot even start."""
+    started_at, t0 = datetime.now(UTC), time.monotonic()
+    connector = aiohttp.TCPConnector(limit=settings.concurrency + 4)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        client = EngineClient(
+            settings.base_url,
+            session,
+            settings.request_timeout_s,
+            settings.connect_timeout_s,
+            settings.api_key,
+        )
+        model = await _model(client, settings)
+        not_applicable = await _inapplicable(client, settings)
+        applicable = tuple(p for p in settings.probe_set if p not in not_applicable)
+        client.meter.reset()
+        ctx = ProbeContext(client, settings, model, settings.offload_path)
+        tally = Tally(settings, settings.sample_budget)
+        if applicable:
+            await _drive(ctx, applicable, tally, progress)
+        meter = client.meter
+    evidence = Evidence(
+        judged=tally.judged,
+        corrupt=tally.corrupt,
+        transport_errors=tally.transport_errors,
+        fail_at=tally.fail_at,
+        peak_concurrency=meter.peak,
+        target_concurrency=settings.concurrency,
+        threshold=settings.max_corruption_rate,
+        confidence=settings.confidence,
+        max_transport_error_rate=settings.max_transport_error_rate,
+        applicable_probes=len(applicable),
+    )
+    verdict, reasons = decide(evidence)
+    return ProbeResult(
+        settings=settings,
+        model=model,
+        verdict=verdict,
+        reasons=reasons,
+        tally=tally,
+        not_applicable=not_applicable,
+        applicable=applicable,
+        peak_concurrency=meter.peak,
+        mean_concurrency=meter.mean,
+        started_at=started_at,
+        finished_at=datetime.now(UTC),
+        duration_s=time.monotonic() - t0,
+    )
+
+
+def probe(settings: ProbeSettings, progress: ProgressFn | None = None) -> ProbeResult:
+    """Blocking form of `run_probes`, for callers without an event loop."""
+    return asyncio.run(run_probes(settings, progress))
+
+
+async def _drive(
+    ctx: ProbeContext, applicable: tuple[ProbeName, ...], tally: Tally, progress: ProgressFn | None
+) -> None:
+    next_index = 0
+
+    async def worker() -> None:
+        nonlocal next_index
+        while tally.stopped_because is None and next_index < tally.budget:
+            index, next_index = next_index, next_index + 1
+            sample = await run_sample(applicable[index % len(applicable)], index, ctx)
+            tally.add(sample)
+            if progress is not None:
+                progress(tally)
+
+    workers = [asyncio.create_task(worker()) for _ in range(ctx.settings.concurrency)]
+    await asyncio.gather(*workers)
+
+
+async def _model(client: EngineClient, settings: ProbeSettings) -> str:
+    try:
+        models = await client.models()
+    except TransportError as err:
+        raise ProbeConnectionError(f"{settings.base_url} is not an OpenAI API: {err}") from None
+    if settings.model is not None:
+        return settings.model
+    if not models:
+        raise ProbeConnectionError(f"{settings.base_url}/v1/models lists no model; pass --model")
+    return models[0]
+
+
+async def _inapplicable(client: EngineClient, settings: ProbeSettings) -> dict[ProbeName, str]:
+    """Checks that cannot judge this engine, with the reason: reported, never counted."""
+    consistency = [p for p in settings.probe_set if p.needs_determinism]
+    if not consistency:
+        return {}
+    reason = await _determinism_problem(client, settings)
+    if reason is None and settings.offload_path is not None:
+        try:
+            await client.offload(settings.offload_path)
+        except EndpointMissing:
+            reason = f"engine has no POST {settings.offload_path} (host-tier offload)"
+        except TransportError as err:
+            reason = f"host-tier offload failed: {err}"
+    return dict.fromkeys(consistency, reason) if reason else {}
+
+
+async def _determinism_problem(client: EngineClient, settings: ProbeSettings) -> str | None:
+    if settings.deterministic is Determinism.YES:
+        return None
+    if settings.deterministic is Determinism.NO:
+        return "engine declared non-deterministic (--deterministic no)"
+    try:
+        info = await client.server_info()
+    except TransportError as err:
+        return f"cannot tell whether the engine is deterministic ({err}); pass --deterministic"
+    args = info.get("server_args") if isinstance(info.get("server_args"), dict) else info
+    if info.get("deterministic") is True or args.get("enable_deterministic_inference") is True:
+        return None
+    return "engine is not deterministic (GET /server_info: no deterministic / enable_deterministic_inference)"

@@ -1,0 +1,151 @@
+"""ScriptedCompletionServer: a loopback OpenAI-compatible server with scripted answers.
+
+It stands in for an LLM — which cannot run on the CPU machines of CI — in the probe
+client's tests and benchmark: it answers what a perfect model would (the requested echo call
+in DSML, the same greedy text for the same prompt) and then damages a configured, seeded
+fraction of answers, so the client's concurrency, error handling and statistics can be
+checked against a known truth.  It is not an engine and judges nothing.
+
+Which answers are damaged depends only on (seed, request content), never on arrival order,
+so a test's outcome does not depend on scheduling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from dsv4_engine.probe.dsml import EOS, MARKER, DsmlFormat
+
+
+def render_dsml(fmt: DsmlFormat, name: str, args: dict[str, Any]) -> str:
+    """One call as DeepSeek's encoder renders it (strings raw, everything else JSON)."""
+    s = " " if fmt.spaced else ""
+    params = "".join(
+        f'<{MARKER}{s}parameter name="{k}" string="{"true" if isinstance(v, str) else "false"}">'
+        f"{v if isinstance(v, str) else json.dumps(v)}</{MARKER}{s}parameter>\n"
+        for k, v in args.items()
+    )
+    envelope = f"{MARKER}{s}{fmt.envelope}"
+    return (
+        f'\n\n<{envelope}>\n<{MARKER}{s}invoke name="{name}">\n{params}'
+        f"</{MARKER}{s}invoke>\n</{envelope}>"
+    )
+
+
+def _chance(*key: object) -> float:
+    digest = hashlib.sha256(":".join(map(str, key)).encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+@dataclass
+class ScriptedCompletionServer:
+    corruption_rate: float = 0.0
+    transport_error_rate: float = 0.0
+    latency_s: float = 0.0
+    seed: int = 0
+    fmt: DsmlFormat = DsmlFormat.V4
+    parsed_tool_calls: bool = False
+    """True: answer like SGLang with --tool-call-parser (OpenAI tool_calls); False: raw DSML."""
+    deterministic: bool = True
+    offload_endpoint: bool = True
+    model: str = "scripted-model"
+    in_flight: int = 0
+    max_in_flight: int = 0
+    chat_requests: int = 0
+    offloads: int = 0
+    _seen: set[str] = field(default_factory=set)
+    _runner: web.AppRunner | None = None
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/server_info", self._server_info)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        if self.offload_endpoint:
+            app.router.add_post("/admin/hicache/offload", self._offload)
+        return app
+
+    async def start(self, port: int = 0) -> str:
+        self._runner = web.AppRunner(self.app(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", port, backlog=1024)
+        await site.start()
+        bound = self._runner.addresses[0][1]
+        return f"http://127.0.0.1:{bound}"
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _models(self, _: web.Request) -> web.Response:
+        return web.json_response(
+            {"object": "list", "data": [{"id": self.model, "object": "model"}]}
+        )
+
+    async def _server_info(self, _: web.Request) -> web.Response:
+        return web.json_response({"deterministic": self.deterministic})
+
+    async def _offload(self, _: web.Request) -> web.Response:
+        self.offloads += 1
+        return web.json_response({"offloaded_tokens": 0})
+
+    async def _chat(self, request: web.Request) -> web.Response:
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            body = await request.json()
+            self.chat_requests += 1
+            if self.latency_s:
+                await asyncio.sleep(self.latency_s)
+            key = json.dumps(body["messages"], sort_keys=True)
+            if _chance(self.seed, "transport", key, self.chat_requests) < self.transport_error_rate:
+                return web.Response(status=500, text="scripted internal error")
+            if body.get("tools"):
+                message = self._echo_answer(body["messages"][-1]["content"], key)
+            else:
+                message = {"role": "assistant", "content": self._greedy_answer(key)}
+            return web.json_response(
+                {
+                    "id": "x",
+                    "object": "chat.completion",
+                    "model": self.model,
+                    "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                }
+            )
+        finally:
+            self.in_flight -= 1
+
+    def _echo_answer(self, instruction: str, key: str) -> dict[str, Any]:
+        args, _ = json.JSONDecoder().raw_decode(instruction[instruction.index("{") :])
+        name = instruction.split("Call the tool ", 1)[1].split(" ", 1)[0]
+        damaged = _chance(self.seed, "corrupt", key) < self.corruption_rate
+        if damaged:
+            args = dict(
+                args,
+                record_id=args["record_id"][:-1] + ("X" if args["record_id"][-1] != "X" else "Y"),
+            )
+        if self.parsed_tool_calls:
+            call = {
+                "id": "call_0",
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(args)},
+            }
+            return {"role": "assistant", "content": None, "tool_calls": [call]}
+        return {"role": "assistant", "content": render_dsml(self.fmt, name, args) + EOS}
+
+    def _greedy_answer(self, key: str) -> str:
+        """The same words for the same prompt; a repeat is damaged at `corruption_rate`."""
+        words = hashlib.sha256(key.encode()).hexdigest()
+        if not self.deterministic:
+            words += f" {self.chat_requests}"
+        warm = key in self._seen
+        self._seen.add(key)
+        if warm and _chance(self.seed, "corrupt", key) < self.corruption_rate:
+            return words[::-1]
+        return words

@@ -1,0 +1,127 @@
+"""What a probe run is asked to do: one typed model, shared by the CLI, the canary and the
+report (which records it verbatim, so a report says exactly what was measured)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from dsv4_engine.engine_config import Backend
+from dsv4_engine.probe.dsml import DsmlFormat
+from dsv4_engine.probe.stats import samples_to_pass
+
+
+class ProbeName(StrEnum):
+    """Workload shape × check."""
+
+    TOOLCALL_ECHO = "toolcall-echo"
+    """Single request: call a tool echoing random IDs and values exactly."""
+    TOOLCALL_ECHO_PREFIX_REUSE = "toolcall-echo-prefix-reuse"
+    """Multi-turn sessions over a long shared prefix, echoing at every turn."""
+    TOOLCALL_ECHO_LONG_CONTEXT = "toolcall-echo-long-context"
+    """Echo after a prompt long enough that the indexer's top-k really selects."""
+    CACHE_CONSISTENCY = "cache-consistency"
+    """Single request: greedy answer cold, then again after its prefix went to the host tier."""
+    CACHE_CONSISTENCY_PREFIX_REUSE = "prefix-reuse"
+    """Consistency with many sessions sharing each long prefix (cache hits under load)."""
+    CACHE_CONSISTENCY_LONG_CONTEXT = "long-context"
+    """Consistency on prompts longer than index_topk × compression ratio."""
+
+    @property
+    def needs_determinism(self) -> bool:
+        return self in CONSISTENCY_PROBES
+
+
+CONSISTENCY_PROBES = frozenset(
+    {
+        ProbeName.CACHE_CONSISTENCY,
+        ProbeName.CACHE_CONSISTENCY_PREFIX_REUSE,
+        ProbeName.CACHE_CONSISTENCY_LONG_CONTEXT,
+    }
+)
+
+# A real model (sglang) follows instructions, so tool-call echo carries the verdict; the
+# reference engine has random weights, so only its consistency checks mean anything.
+DEFAULT_PROBES: dict[Backend, tuple[ProbeName, ...]] = {
+    Backend.SGLANG: (
+        ProbeName.TOOLCALL_ECHO,
+        ProbeName.TOOLCALL_ECHO_PREFIX_REUSE,
+        ProbeName.TOOLCALL_ECHO_LONG_CONTEXT,
+        ProbeName.CACHE_CONSISTENCY_PREFIX_REUSE,
+    ),
+    Backend.REFERENCE: (
+        ProbeName.CACHE_CONSISTENCY,
+        ProbeName.CACHE_CONSISTENCY_PREFIX_REUSE,
+        ProbeName.CACHE_CONSISTENCY_LONG_CONTEXT,
+    ),
+}
+
+DEFAULT_ADMIN_OFFLOAD_PATH: dict[Backend, str | None] = {
+    Backend.REFERENCE: "/admin/hicache/offload",
+    # SGLang 0.5.23 has no "move this prefix to host" call; its /flush_cache drops the whole
+    # radix cache and refuses while requests run, so under load the warm answer comes from
+    # the same request repeated (a prefix hit on device or host, as eviction decides).
+    Backend.SGLANG: None,
+}
+
+
+class Determinism(StrEnum):
+    AUTO = "auto"
+    """Ask GET /server_info (SGLang `enable_deterministic_inference`, reference `deterministic`)."""
+    YES = "yes"
+    NO = "no"
+
+
+class ProbeSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    base_url: str = Field(
+        pattern=r"^https?://", description="Engine or router, e.g. http://host:30000"
+    )
+    backend: Backend = Backend.SGLANG
+    model: str | None = Field(default=None, description="None: the first of GET /v1/models")
+    probes: tuple[ProbeName, ...] = ()
+    """Empty: the backend's default set."""
+    format: DsmlFormat = DsmlFormat.V4
+    concurrency: int = Field(default=64, ge=1, le=4096)
+    requests: int | None = Field(default=None, ge=1)
+    """Samples to judge at most; None: enough to PASS with one corrupt sample seen."""
+    max_corruption_rate: float = Field(default=0.005, gt=0, lt=1)
+    confidence: float = Field(default=0.95, gt=0.5, lt=1)
+    max_transport_error_rate: float = Field(default=0.02, ge=0, lt=1)
+    max_tokens: int = Field(default=256, ge=1)
+    consistency_max_tokens: int = Field(default=32, ge=1)
+    request_timeout_s: float = Field(default=120.0, gt=0)
+    connect_timeout_s: float = Field(default=10.0, gt=0)
+    seed: int = 0
+    deterministic: Determinism = Determinism.AUTO
+    admin_offload_path: str | None = "default"
+    """POST path that pushes cached prefixes to the host tier; "default" picks the backend's."""
+    prefix_words: int = Field(default=1024, ge=16)
+    long_context_words: int = Field(default=4096, ge=64)
+    sessions_per_prefix: int = Field(default=8, ge=1)
+    api_key: str | None = None
+
+    @model_validator(mode="after")
+    def _valid_paths(self) -> ProbeSettings:
+        path = self.admin_offload_path
+        if path not in (None, "default") and not path.startswith("/"):
+            raise ValueError(f"admin_offload_path must start with '/', got {path!r}")
+        return self
+
+    @property
+    def probe_set(self) -> tuple[ProbeName, ...]:
+        return self.probes or DEFAULT_PROBES[self.backend]
+
+    @property
+    def offload_path(self) -> str | None:
+        if self.admin_offload_path == "default":
+            return DEFAULT_ADMIN_OFFLOAD_PATH[self.backend]
+        return self.admin_offload_path
+
+    @property
+    def sample_budget(self) -> int:
+        if self.requests is not None:
+            return self.requests
+        return samples_to_pass(self.max_corruption_rate, self.confidence, failures=1)

@@ -1,0 +1,168 @@
+"""`dsv4ctl validate` and `dsv4ctl probe` as a user runs them: output, exit codes, errors."""
+
+import asyncio
+import json
+import threading
+from pathlib import Path
+
+import jsonschema
+import pytest
+from dsv4_engine.probe import report_schema
+from dsv4_engine.probe.scripted_server import ScriptedCompletionServer
+from dsv4_operator.cli.main import main
+
+CORPUS = Path(__file__).parents[2] / "data" / "dsml_corpus"
+
+
+def test_validate_json_output_is_one_object_per_line(capsys):
+    path = CORPUS / "corpus_v41.jsonl"
+    code = main(["validate", "--format", "v41", str(path), "--output", "json"])
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert code == 1  # the corpus holds corrupt completions
+    assert [o["id"] for o in out] == [r["id"] for r in rows]
+    assert all(set(o) == {"id", "valid", "class"} for o in out)
+    assert all(o["valid"] == (o["class"] == "VALID") for o in out)
+
+
+def test_validate_all_valid_exits_zero(tmp_path, capsys):
+    valid = [
+        line
+        for line in (CORPUS / "corpus_v4.jsonl").read_text().splitlines()
+        if json.loads(line)["label"] == "VALID"
+    ]
+    (tmp_path / "ok.jsonl").write_text("\n".join(valid) + "\n\n")
+    assert main(["validate", "--format", "v4", str(tmp_path / "ok.jsonl")]) == 0
+    assert f"# VALID: {len(valid)}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("not json", "bad.jsonl:2: not a JSON object"),
+        ('{"text": "hi"}', "bad.jsonl:2: field 'id' (string) is missing"),
+        ('{"id": "a"}', "bad.jsonl:2: field 'text'"),
+        ('{"id": "a", "text": "x", "echo": {"tool": 1}}', "bad.jsonl:2: echo must be"),
+        (
+            '{"id": "a", "text": "x", "tools": [{"function": {"name": "f", "parameters": {"type": 5}}}]}',
+            "bad.jsonl:2: tools[0] (f): parameters is not a JSON schema",
+        ),
+    ],
+)
+def test_validate_bad_input_names_line_and_field(tmp_path, capsys, line, message):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"id": "ok", "text": "fine"}\n' + line + "\n")
+    assert main(["validate", "--format", "v4", str(path)]) == 3
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_validate_missing_file(capsys):
+    assert main(["validate", "--format", "v4", "/nonexistent.jsonl"]) == 3
+    assert "cannot read /nonexistent.jsonl" in capsys.readouterr().err
+
+
+class _ServerThread:
+    """The scripted server on its own loop and thread: the CLI runs its own asyncio.run."""
+
+    def __init__(self, **kwargs) -> None:
+        self.server = ScriptedCompletionServer(**kwargs)
+        self.loop = asyncio.new_event_loop()
+        started = threading.Event()
+
+        def serve() -> None:
+            asyncio.set_event_loop(self.loop)
+            self.url = self.loop.run_until_complete(self.server.start())
+            started.set()
+            self.loop.run_forever()
+
+        self.thread = threading.Thread(target=serve, daemon=True)
+        self.thread.start()
+        assert started.wait(10)
+
+    def close(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+@pytest.fixture
+def server_thread():
+    made = []
+
+    def start(**kwargs) -> _ServerThread:
+        made.append(_ServerThread(**kwargs))
+        return made[-1]
+
+    yield start
+    for s in made:
+        s.close()
+
+
+def test_probe_fail_exit_code_report_and_html(server_thread, tmp_path, capsys):
+    srv = server_thread(corruption_rate=0.12, seed=4)
+    report_path, html_path = tmp_path / "r.json", tmp_path / "r.html"
+    code = main(
+        [
+            "probe",
+            srv.url,
+            "--probes",
+            "toolcall-echo",
+            "--concurrency",
+            "8",
+            "--requests",
+            "1000",
+            "--report",
+            str(report_path),
+            "--html",
+            str(html_path),
+        ]
+    )
+    out = capsys.readouterr()
+    assert code == 1
+    assert out.out.startswith("verdict") and "FAIL" in out.out.splitlines()[0]
+    assert "\r[" not in out.err, "no progress bar when stderr is not a terminal"
+    report = json.loads(report_path.read_text())
+    jsonschema.Draft202012Validator(report_schema()).validate(report)
+    assert report["verdict"] == "FAIL" and report["rate"] > 0
+    assert "<svg" in html_path.read_text()
+
+
+def test_probe_inconclusive_json_output(server_thread, capsys):
+    srv = server_thread()
+    code = main(
+        [
+            "probe",
+            srv.url,
+            "--probes",
+            "toolcall-echo",
+            "--concurrency",
+            "4",
+            "--requests",
+            "50",
+            "--output",
+            "json",
+        ]
+    )
+    report = json.loads(capsys.readouterr().out)
+    assert code == 2 and report["verdict"] == "INCONCLUSIVE"
+    assert report["samples"]["judged"] == 50
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--probes", "toolcall-echo,nope"], "--probes: unknown probe 'nope'"),
+        (["--concurrency", "0"], "--concurrency: Input should be greater than or equal to 1"),
+        (["--max-corruption-rate", "2"], "--max-corruption-rate: Input should be less than 1"),
+        (["--admin-offload-path", "admin"], "admin_offload_path must start with '/'"),
+    ],
+)
+def test_probe_usage_errors_exit_3(capsys, argv, message):
+    assert main(["probe", "http://127.0.0.1:9", *argv]) == 3
+    assert message in capsys.readouterr().err
+
+
+def test_probe_unreachable_engine_exits_3(capsys, unused_tcp_port):
+    assert main(["probe", f"http://127.0.0.1:{unused_tcp_port}", "--requests", "5"]) == 3
+    assert "is not an OpenAI API" in capsys.readouterr().err

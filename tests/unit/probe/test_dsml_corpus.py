@@ -1,0 +1,63 @@
+"""The strict validator against the labelled corpus (tests/data/dsml_corpus, see make_corpus.py).
+
+Accuracy must be ≥ 99%; any mistake is printed with its id, label and the validator's
+reason, so a regression shows exactly which completion it misjudges.
+"""
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from dsv4_engine.probe.dsml import DsmlFormat
+from dsv4_engine.probe.outcome import VALIDATOR_OUTCOMES
+from dsv4_engine.probe.validate import classify_records
+
+CORPUS = Path(__file__).parents[2] / "data" / "dsml_corpus"
+FORMATS = [f.value for f in DsmlFormat]
+
+
+def _load(fmt: str) -> list[dict]:
+    return [json.loads(line) for line in (CORPUS / f"corpus_{fmt}.jsonl").read_text().splitlines()]
+
+
+def _judge(fmt: str) -> list[tuple[dict, str, str]]:
+    path = CORPUS / f"corpus_{fmt}.jsonl"
+    results = classify_records(path.read_text().splitlines(), DsmlFormat(fmt), path.name)
+    return [
+        (row, j.outcome.value, j.detail) for row, (_, j) in zip(_load(fmt), results, strict=True)
+    ]
+
+
+def test_corpus_is_large_and_covers_every_class_in_every_format():
+    rows = [row for fmt in FORMATS for row in _load(fmt)]
+    assert len(rows) >= 100
+    for fmt in FORMATS:
+        labels = Counter(row["label"] for row in _load(fmt))
+        assert set(labels) == {o.value for o in VALIDATOR_OUTCOMES}, fmt
+        assert labels["VALID"] >= 5
+
+
+def test_validator_accuracy_on_the_corpus():
+    judged = [item for fmt in FORMATS for item in _judge(fmt)]
+    mistakes = [
+        f"{row['id']}: labelled {row['label']}, judged {got} ({detail})"
+        for row, got, detail in judged
+        if got != row["label"]
+    ]
+    accuracy = 1 - len(mistakes) / len(judged)
+    print(f"accuracy {accuracy:.2%} on {len(judged)} completions; mistakes:", *mistakes, sep="\n  ")
+    assert accuracy >= 0.99, "\n".join(mistakes)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_valid_completion_of_one_format_is_an_envelope_mismatch_in_the_others(fmt):
+    """The three formats differ only in tag spelling; the validator must not confuse them."""
+    valid = [row for row in _load(fmt) if row["label"] == "VALID" and "DSML" in row["text"]]
+    for other in FORMATS:
+        if other == fmt:
+            continue
+        path = f"corpus_{fmt}.jsonl as {other}"
+        lines = [json.dumps(row) for row in valid]
+        outcomes = {j.outcome.value for _, j in classify_records(lines, DsmlFormat(other), path)}
+        assert outcomes == {"ENVELOPE_MISMATCH"}, (fmt, other, outcomes)

@@ -1,0 +1,173 @@
+"""The probe client against ScriptedCompletionServer, a loopback stand-in for an LLM (which
+cannot run here) with a seeded, configurable corruption rate: concurrency achieved,
+transport errors kept apart from corruption, sequential FAIL speed, PASS only with enough
+evidence, and inapplicable checks reported rather than counted."""
+
+import jsonschema
+import pytest
+import pytest_asyncio
+from dsv4_engine.probe import (
+    Backend,
+    Outcome,
+    ProbeConnectionError,
+    ProbeName,
+    ProbeSettings,
+    Verdict,
+    build_report,
+    report_schema,
+    run_probes,
+)
+from dsv4_engine.probe.dsml import DsmlFormat
+from dsv4_engine.probe.scripted_server import ScriptedCompletionServer
+
+
+@pytest_asyncio.fixture
+async def serve():
+    servers = []
+
+    async def start(**kwargs) -> tuple[ScriptedCompletionServer, str]:
+        server = ScriptedCompletionServer(**kwargs)
+        servers.append(server)
+        return server, await server.start()
+
+    yield start
+    for server in servers:
+        await server.stop()
+
+
+def _settings(url: str, **kwargs) -> ProbeSettings:
+    defaults = {"probes": (ProbeName.TOOLCALL_ECHO,), "concurrency": 16, "request_timeout_s": 10}
+    return ProbeSettings(base_url=url, **{**defaults, **kwargs})
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("fmt", list(DsmlFormat))
+async def test_clean_engine_passes_with_exact_bound(serve, fmt):
+    server, url = await serve(fmt=fmt)
+    result = await run_probes(_settings(url, format=fmt, requests=600))
+    assert result.verdict is Verdict.PASS, result.reasons
+    assert result.judged == 600 and result.corrupt == 0
+    assert result.upper_bound < 0.005
+    assert server.chat_requests == 600
+
+
+@pytest.mark.asyncio
+async def test_twelve_percent_corruption_fails_within_tens_of_samples(serve):
+    _, url = await serve(corruption_rate=0.12, seed=3)
+    result = await run_probes(_settings(url, requests=2000))
+    assert result.verdict is Verdict.FAIL
+    assert result.tally.fail_at is not None and result.tally.fail_at <= 100
+    assert len(result.tally.samples) < 200, "stops soon after FAIL, does not run the budget"
+    report = build_report(result)
+    assert report["counts"]["ARG_CORRUPTION"] == result.corrupt > 0
+    assert 0.02 < report["rate"] < 0.4
+    assert report["examples"]["ARG_CORRUPTION"][0]["detail"].startswith("echoed")
+
+
+@pytest.mark.asyncio
+async def test_corruption_is_found_in_server_parsed_tool_calls_too(serve):
+    _, url = await serve(corruption_rate=0.12, parsed_tool_calls=True, seed=5)
+    result = await run_probes(_settings(url, requests=2000))
+    assert result.verdict is Verdict.FAIL
+    assert {s.outcome for s in result.tally.samples} == {Outcome.VALID, Outcome.ARG_CORRUPTION}
+
+
+@pytest.mark.asyncio
+async def test_achieved_concurrency_is_measured(serve):
+    server, url = await serve(latency_s=0.05)
+    result = await run_probes(_settings(url, concurrency=32, requests=128))
+    assert server.max_in_flight == 32
+    assert result.peak_concurrency == 32
+    assert 16 < result.mean_concurrency <= 32
+    # 128 samples cannot bound a 0.5% rate: never PASS by default.
+    assert result.verdict is Verdict.INCONCLUSIVE
+
+
+@pytest.mark.asyncio
+async def test_unreached_concurrency_is_inconclusive(serve):
+    _, url = await serve()
+    result = await run_probes(_settings(url, concurrency=64, requests=20, max_corruption_rate=0.9))
+    assert result.peak_concurrency <= 20
+    assert result.verdict is Verdict.INCONCLUSIVE
+    assert any("target 64" in r for r in result.reasons)
+
+
+@pytest.mark.asyncio
+async def test_transport_errors_are_not_corruption(serve):
+    _, url = await serve(transport_error_rate=0.1, seed=1)
+    result = await run_probes(_settings(url, requests=300, max_corruption_rate=0.05))
+    assert result.corrupt == 0
+    assert result.tally.transport_errors > 0
+    assert result.verdict is Verdict.INCONCLUSIVE
+    assert any("got no answer" in r for r in result.reasons)
+    errors = [s for s in result.tally.samples if s.outcome is Outcome.TRANSPORT_ERROR]
+    assert "HTTP 500" in errors[0].detail
+
+
+@pytest.mark.asyncio
+async def test_unreachable_engine_is_a_connection_error(unused_tcp_port):
+    with pytest.raises(ProbeConnectionError, match="not an OpenAI API"):
+        await run_probes(_settings(f"http://127.0.0.1:{unused_tcp_port}", connect_timeout_s=2))
+
+
+@pytest.mark.asyncio
+async def test_reference_backend_consistency_catches_changed_warm_answers(serve):
+    server, url = await serve(corruption_rate=0.12, seed=2)
+    settings = ProbeSettings(
+        base_url=url,
+        backend=Backend.REFERENCE,
+        concurrency=8,
+        requests=1000,
+        prefix_words=64,
+        long_context_words=256,
+    )
+    result = await run_probes(settings)
+    assert result.applicable == settings.probe_set
+    assert result.verdict is Verdict.FAIL
+    assert result.tally.fail_at <= 100
+    assert server.offloads >= result.judged  # one offload between every cold and warm answer
+    assert {s.outcome for s in result.tally.samples} <= {Outcome.VALID, Outcome.CACHE_MISMATCH}
+
+
+@pytest.mark.asyncio
+async def test_consistency_on_a_nondeterministic_engine_is_not_applicable(serve):
+    server, url = await serve(deterministic=False)
+    settings = ProbeSettings(base_url=url, backend=Backend.REFERENCE, requests=50)
+    result = await run_probes(settings)
+    assert result.verdict is Verdict.INCONCLUSIVE
+    assert set(result.not_applicable) == set(settings.probe_set)
+    assert "not deterministic" in next(iter(result.not_applicable.values()))
+    assert result.judged == 0 and server.chat_requests == 0
+
+
+@pytest.mark.asyncio
+async def test_missing_offload_endpoint_makes_consistency_not_applicable_only(serve):
+    _, url = await serve(offload_endpoint=False)
+    probes = (ProbeName.TOOLCALL_ECHO, ProbeName.CACHE_CONSISTENCY)
+    settings = ProbeSettings(
+        base_url=url, backend=Backend.REFERENCE, probes=probes, concurrency=4, requests=40
+    )
+    result = await run_probes(settings)
+    assert result.not_applicable == {
+        ProbeName.CACHE_CONSISTENCY: "engine has no POST /admin/hicache/offload (host-tier offload)"
+    }
+    assert result.applicable == (ProbeName.TOOLCALL_ECHO,)
+    assert result.judged == 40 and result.corrupt == 0
+
+
+@pytest.mark.asyncio
+async def test_report_follows_its_schema(serve):
+    _, url = await serve(corruption_rate=0.05, seed=9)
+    probes = (
+        ProbeName.TOOLCALL_ECHO,
+        ProbeName.TOOLCALL_ECHO_PREFIX_REUSE,
+        ProbeName.TOOLCALL_ECHO_LONG_CONTEXT,
+        ProbeName.CACHE_CONSISTENCY_PREFIX_REUSE,
+    )
+    settings = _settings(url, probes=probes, requests=200, prefix_words=64, long_context_words=200)
+    report = build_report(await run_probes(settings))
+    jsonschema.Draft202012Validator(report_schema()).validate(report)
+    assert set(report["probes"]["applicable"]) == {p.value for p in probes}
+    assert report["concurrency"]["peak"] == 16
+    assert report["latency"]["count"] == report["samples"]["judged"]
+    assert report["series"][-1]["n"] == report["samples"]["judged"]
