@@ -86,9 +86,17 @@ def structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         out["items"] = structural(node["items"], defs)
     default = node.get("default")
     if default is not None:
-        # An object default of {} lets the API server fill the nested defaults itself.
-        out["default"] = {} if isinstance(default, dict) else default
+        # Spelled out in full: the API server checks a default against the CEL rules
+        # before it would fill in nested defaults, so `{}` would fail `hicache.enabled`.
+        out["default"] = _without_nulls(default)
     return out
+
+
+def _without_nulls(value: Any) -> Any:
+    """Unset optional fields are absent, not null, in a Kubernetes object."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    return value
 
 
 def _schema_of(model: type) -> dict[str, Any]:

@@ -163,8 +163,11 @@ class Kube:
     def list(
         self, kind: str, namespace: str | None, selector: str | None = None
     ) -> list[dict[str, Any]]:
+        """Items as full objects: a list response leaves apiVersion and kind off its items."""
         query = [("labelSelector", selector)] if selector else []
-        return self.request("GET", path(kind, namespace), query=query)["items"]
+        listed = self.request("GET", path(kind, namespace), query=query)
+        typed = {"apiVersion": listed["apiVersion"], "kind": kind}
+        return [{**item, **typed} for item in listed["items"]]
 
     def apply(self, obj: dict[str, Any], subresource: str | None = None) -> dict[str, Any]:
         """Server-side apply under the operator's one field manager (conflicts forced)."""

@@ -104,14 +104,8 @@ class Reconciler:
             self._report(obj, owner, previous, Problem("InvalidSpec", first_error(err)), [], [])
             return
         problem = check_prerequisites(self.kube, namespace, spec)
-        live = [
-            item
-            for kind in CHILD_KINDS
-            for item in (
-                {**o, "kind": kind}
-                for o in self.kube.list(kind, namespace, instance_selector(owner))
-            )
-        ]
+        selector = instance_selector(owner)
+        live = [item for kind in CHILD_KINDS for item in self.kube.list(kind, namespace, selector)]
         actions: list[Action] = []
         if problem is None:
             desired = [with_applied_hash(o) for o in render_all(owner, spec, self.host_memory)]

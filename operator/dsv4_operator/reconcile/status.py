@@ -139,7 +139,10 @@ def decide_status(
             now,
         ),
     )
-    keep_features = problem is not None and previous is not None
+    if problem is not None:
+        # Degraded: the children still run what they ran before (nothing, the first time).
+        revision = previous.feature_revision if previous else None
+        features = previous.active_features if previous else None
     return DSV4DeploymentStatus(
         observed_generation=generation,
         phase=phase,
@@ -147,7 +150,7 @@ def decide_status(
         prefill=roles.get("prefill"),
         decode=roles.get("decode"),
         router=roles.get("router"),
-        feature_revision=previous.feature_revision if keep_features else revision,
-        active_features=previous.active_features if keep_features else features,
+        feature_revision=revision,
+        active_features=features,
         rollout=previous.rollout if previous else None,
     )
