@@ -71,6 +71,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     run.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "default"))
     run.add_argument("--identity", default=f"{socket.gethostname()}-{os.getpid()}")
     run.add_argument("--lease-seconds", type=int, default=15)
+    run.add_argument(
+        "--crash-after-writes",
+        type=int,
+        default=None,
+        help="Fault injection for tests: exit abruptly (like SIGKILL) after N writes.",
+    )
     run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return parser.parse_args(argv)
 
@@ -103,7 +109,7 @@ class Health:
             {"verb": verb, "path": path, "count": n}
             for (verb, path), n in self.kube.requests.items()
         ]
-        return web.json_response({"requests": counts})
+        return web.json_response({"writes": self.kube.writes(), "requests": counts})
 
     async def start(self, port: int) -> web.AppRunner:
         app = web.Application()
@@ -118,7 +124,7 @@ class Health:
 
 async def serve(args: argparse.Namespace) -> int:
     load_kube_config()
-    kube = Kube(client.ApiClient())
+    kube = Kube(client.ApiClient(), crash_after_writes=args.crash_after_writes)
     health = Health(kube)
     runner = await health.start(args.health_port)
     lease = leader.LeaseConfig(

@@ -9,6 +9,7 @@ zero writes.
 from __future__ import annotations
 
 import json
+import os
 import random
 import threading
 import time
@@ -107,18 +108,23 @@ class Kube:
         api: client.ApiClient,
         backoff: Backoff = Backoff(),
         rng: random.Random | None = None,
+        crash_after_writes: int | None = None,
     ) -> None:
         self._api = api
         self._backoff = backoff
         self._rng = rng or random.Random()
         self._lock = threading.Lock()
         self.requests: Counter[tuple[str, str]] = Counter()
+        self.crash_after_writes = crash_after_writes
 
     def _once(
         self, method: str, url_path: str, body: Any, content_type: str, query: list[tuple[str, str]]
     ) -> Any:
         with self._lock:
             self.requests[(method, url_path)] += 1
+            if self.crash_after_writes is not None and self.writes() > self.crash_after_writes:
+                # Fault injection (tests): die like SIGKILL before the next write is sent.
+                os._exit(137)
         serialized = self._api.param_serialize(
             method=method,
             resource_path=url_path,
@@ -198,8 +204,12 @@ class Kube:
                 raise
 
     def writes(self) -> int:
-        with self._lock:
-            return sum(n for (verb, _), n in self.requests.items() if verb in WRITE_VERBS)
+        """Writes for DSV4Deployments and their children (leader-election renewals excluded)."""
+        return sum(
+            n
+            for (verb, url), n in self.requests.items()
+            if verb in WRITE_VERBS and "/leases" not in url
+        )
 
 
 def _message(data: bytes) -> str:

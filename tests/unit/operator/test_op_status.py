@@ -83,3 +83,8 @@ def test_role_status_counts_replicas_not_pods():
     stale = role_status(1, 1, [sts(1, 1, generation=3, observed=2)])
     assert (stale.ready, stale.updated) == (1, 0)
     assert role_status(1, 1, []).ready == 0
+
+
+def test_degraded_before_anything_ran_claims_no_flags():
+    status = decide(problem=Problem("PVCNotFound", "spec.model.pvc.claimName: …"))
+    assert status.active_features is None and status.feature_revision is None

@@ -1,0 +1,377 @@
+"""The operator end to end on the real local cluster (API server, controllers, KWOK B200 nodes).
+
+`dsv4-operator run` runs as a real subprocess with the cluster's KUBECONFIG; every wait is
+bounded.  Tests run in file order on one namespace: the sample is created, changed, then
+deleted, as a user would.
+"""
+
+import json
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from dsv4_operator.api.crd import CRD_PATH
+from dsv4_operator.api.samples import load_sample, merge_patch
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+NS = "dsv4-e2e"
+CHILD_KINDS = "configmaps,statefulsets,services,poddisruptionbudgets,deployments,serviceaccounts,roles,rolebindings"
+WRITE_VERBS = ("POST", "PUT", "PATCH", "APPLY", "DELETE")
+
+
+def expected_children(name):
+    return {
+        ("ConfigMap", f"{name}-engine"),
+        ("StatefulSet", f"{name}-prefill"),
+        ("StatefulSet", f"{name}-decode"),
+        ("Service", f"{name}-prefill"),
+        ("Service", f"{name}-decode"),
+        ("PodDisruptionBudget", f"{name}-prefill"),
+        ("PodDisruptionBudget", f"{name}-decode"),
+        ("Deployment", f"{name}-router"),
+        ("Service", f"{name}-router"),
+        ("ServiceAccount", f"{name}-router"),
+        ("Role", f"{name}-router"),
+        ("RoleBinding", f"{name}-router"),
+    }
+
+
+def wait_until(check, timeout, what, interval=0.5):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Operator:
+    """`dsv4-operator run` as a subprocess, with its health and request-count endpoints."""
+
+    def __init__(self, cluster, identity, log_dir, *extra):
+        self.port = free_port()
+        self.log = log_dir / f"operator-{identity}-{self.port}.log"
+        command = [
+            str(Path(sys.executable).with_name("dsv4-operator")),
+            "run",
+            "--namespace", NS,
+            "--lease-namespace", NS,
+            "--lease-seconds", "6",
+            "--resync-seconds", "2",
+            "--health-port", str(self.port),
+            "--identity", identity,
+            *extra,
+        ]  # fmt: skip
+        with self.log.open("w") as out:
+            self.proc = subprocess.Popen(
+                command, env=cluster.env, stdout=out, stderr=subprocess.STDOUT
+            )
+
+    def get(self, path):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read())
+        except OSError:
+            return None, None
+
+    def ready(self):
+        return self.get("/readyz")[0] == 200
+
+    def counts(self):
+        status, body = self.get("/debug/requests")
+        assert status == 200, f"operator not answering: {self.tail()}"
+        return body
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+    def tail(self):
+        return self.log.read_text()[-3000:]
+
+
+def kget(cluster, *args):
+    return json.loads(cluster.kubectl("get", "-n", NS, "-o", "json", *args).stdout)
+
+
+def apply(cluster, obj):
+    cluster.kubectl("apply", "-n", NS, "-f", "-", input=json.dumps(obj))
+
+
+def patch(cluster, name, spec_patch):
+    cluster.kubectl(
+        "patch", "dsv4", name, "-n", NS, "--type=merge", "-p", json.dumps({"spec": spec_patch})
+    )
+
+
+def sample(name, spec_patch=None):
+    return merge_patch(load_sample(), {"metadata": {"name": name}, "spec": spec_patch or {}})
+
+
+def status(cluster, name):
+    return kget(cluster, "dsv4", name).get("status") or {}
+
+
+def children(cluster, name):
+    items = kget(cluster, CHILD_KINDS, "-l", f"app.kubernetes.io/instance={name}")["items"]
+    return {(o["kind"], o["metadata"]["name"]): o for o in items}
+
+
+def pods(cluster, name, component=None):
+    selector = f"app.kubernetes.io/instance={name}"
+    if component:
+        selector += f",app.kubernetes.io/component={component}"
+    return kget(cluster, "pods", "-l", selector)["items"]
+
+
+def pod_ready(pod):
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def wait_phase(cluster, name, phase, timeout=180):
+    return wait_until(
+        lambda: (
+            (s := status(cluster, name)).get("phase") == phase
+            and s.get("observedGeneration") == kget(cluster, "dsv4", name)["metadata"]["generation"]
+            and s
+        ),
+        timeout,
+        f"{name} phase {phase}",
+    )
+
+
+def versions(objs):
+    """What changes when an object's spec changes: generation if it has one, else the RV."""
+    return {
+        k: o["metadata"].get("generation") or o["metadata"]["resourceVersion"]
+        for k, o in objs.items()
+    }
+
+
+def write_paths(before, after):
+    """Write requests the operator sent between two /debug/requests snapshots."""
+    old = Counter({(r["verb"], r["path"]): r["count"] for r in before["requests"]})
+    new = Counter({(r["verb"], r["path"]): r["count"] for r in after["requests"]})
+    return {k: n for k, n in (new - old).items() if k[0] in WRITE_VERBS and "/leases" not in k[1]}
+
+
+def apiserver_writes(cluster, resource):
+    """Write requests the API server itself counted for one resource (any client)."""
+    total = 0.0
+    for line in cluster.kubectl("get", "--raw", "/metrics").stdout.splitlines():
+        if line.startswith("apiserver_request_total{") and f'resource="{resource}"' in line:
+            verb = re.search(r'verb="([A-Z]+)"', line).group(1)
+            if verb in WRITE_VERBS:
+                total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+@pytest.fixture(scope="module")
+def ns(cluster):
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_PATH))
+    cluster.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s",
+        "crd/dsv4deployments.inference.dsv4.dev",
+    )  # fmt: skip
+    cluster.kubectl("create", "namespace", NS, check=False)
+    yield cluster
+    cluster.kubectl("delete", "namespace", NS, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="module")
+def operator(ns, tmp_path_factory):
+    log_dir = tmp_path_factory.mktemp("operator-logs")
+    handle = {"op": Operator(ns, "e2e-main", log_dir), "log_dir": log_dir}
+    wait_until(lambda: handle["op"].ready(), 90, "operator ready")
+    yield handle
+    handle["op"].stop()
+
+
+def test_sample_creates_every_child_and_becomes_ready_on_b200(ns, operator):
+    apply(ns, sample("flash"))
+    st = wait_phase(ns, "flash", "Ready")
+    assert set(children(ns, "flash")) == expected_children("flash")
+    engine = pods(ns, "flash", "prefill") + pods(ns, "flash", "decode")
+    assert len(engine) == 2 and all(pod_ready(p) for p in engine)
+    assert {p["spec"]["nodeName"] for p in engine} <= set(ns.gpu_nodes)
+    assert all(
+        p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4" for p in engine
+    )
+    assert all(pod_ready(p) for p in pods(ns, "flash", "router"))
+    conditions = {c["type"]: c["status"] for c in st["conditions"]}
+    assert conditions == {"Ready": "True", "Progressing": "False", "Degraded": "False"}
+
+    table = ns.kubectl("get", "dsv4", "flash", "-n", NS).stdout.splitlines()
+    assert table[0].split() == [
+        "NAME", "PHASE", "PREFILL", "DECODE", "HICACHE", "INDEXDTYPE", "CANARY", "AGE",
+    ]  # fmt: skip
+    assert table[1].split()[:6] == ["flash", "Ready", "1/1", "1/1", "false", "fp8"]
+    reasons = {
+        e["reason"]
+        for e in kget(ns, "events", "--field-selector", "involvedObject.name=flash")["items"]
+    }
+    assert {"Applied", "PhaseReady"} <= reasons
+
+
+def test_steady_state_reconcile_makes_zero_writes(ns, operator):
+    op = operator["op"]
+    wait_phase(ns, "flash", "Ready")
+    time.sleep(3)  # let the last status events of the controllers pass
+    before, api_before = op.counts(), apiserver_writes(ns, "dsv4deployments")
+    reads_before = sum(
+        r["count"] for r in before["requests"] if r["path"].endswith("/dsv4deployments/flash")
+    )
+    time.sleep(10)  # five resync passes at --resync-seconds 2
+    after, api_after = op.counts(), apiserver_writes(ns, "dsv4deployments")
+    reads_after = sum(
+        r["count"] for r in after["requests"] if r["path"].endswith("/dsv4deployments/flash")
+    )
+    passes = reads_after - reads_before
+    writes = write_paths(before, after)
+    print(
+        f"\nsteady state: {passes} reconcile passes, operator writes {writes or 0}, "
+        f"API-server-counted dsv4deployments writes {api_after - api_before:.0f}"
+    )
+    assert passes >= 4, "the resync loop did not reconcile"
+    assert writes == {} and after["writes"] == before["writes"]
+    assert api_after == api_before
+
+
+def test_decode_replicas_change_touches_only_decode_objects(ns, operator):
+    op = operator["op"]
+    wait_phase(ns, "flash", "Ready")
+    before_objs, before = versions(children(ns, "flash")), op.counts()
+    patch(ns, "flash", {"decode": {"replicas": 2}})
+    wait_until(
+        lambda: status(ns, "flash").get("decode", {}).get("summary") == "2/2", 120, "decode 2/2"
+    )
+    wait_phase(ns, "flash", "Ready")
+    after_objs = versions(children(ns, "flash"))
+    changed = {k for k in before_objs if before_objs[k] != after_objs.get(k)}
+    assert changed == {("StatefulSet", "flash-decode")}
+    touched = {path for (verb, path) in write_paths(before, op.counts()) if verb != "POST"}
+    assert touched == {
+        f"/apis/apps/v1/namespaces/{NS}/statefulsets/flash-decode",
+        f"/apis/inference.dsv4.dev/v1alpha1/namespaces/{NS}/dsv4deployments/flash/status",
+    }
+    decode = pods(ns, "flash", "decode")
+    assert len(decode) == 2 and len({p["spec"]["nodeName"] for p in decode}) == 2
+
+
+def test_feature_flag_change_changes_the_hash_and_rolls_affected_pods(ns, operator):
+    wait_phase(ns, "flash", "Ready")
+    hash_key = "inference.dsv4.dev/engine-config-hash"
+    before = {
+        p["metadata"]["uid"]: p for p in pods(ns, "flash", "prefill") + pods(ns, "flash", "decode")
+    }
+    old_revision = status(ns, "flash")["featureRevision"]
+    patch(
+        ns, "flash", {"features": {"hicache": {"enabled": True, "ratio": 2.0, "roles": ["decode"]}}}
+    )
+
+    def rolled():
+        decode = pods(ns, "flash", "decode")
+        return (
+            len(decode) == 2
+            and all(p["metadata"]["uid"] not in before and pod_ready(p) for p in decode)
+            and decode
+        )
+
+    decode = wait_until(rolled, 180, "decode pods replaced")
+    st = wait_phase(ns, "flash", "Ready")
+    prefill = pods(ns, "flash", "prefill")
+    assert [p["metadata"]["uid"] for p in prefill] == [
+        uid
+        for uid, p in before.items()
+        if p["metadata"]["labels"]["app.kubernetes.io/component"] == "prefill"
+    ], "prefill does not use HiCache here and must not roll"
+    old_decode_hash = next(
+        p["metadata"]["annotations"][hash_key] for p in before.values()
+        if p["metadata"]["labels"]["app.kubernetes.io/component"] == "decode"
+    )  # fmt: skip
+    assert {p["metadata"]["annotations"][hash_key] for p in decode} != {old_decode_hash}
+    data = kget(ns, "configmap", "flash-engine")["data"]
+    assert "enabled: true" in data["decode.yaml"] and "enabled: false" in data["prefill.yaml"]
+    assert st["featureRevision"] != old_revision and st["activeFeatures"]["hicache"]["enabled"]
+    assert ns.kubectl("get", "dsv4", "flash", "-n", NS).stdout.splitlines()[1].split()[4] == "true"
+
+
+def test_missing_prerequisites_set_degraded_without_crashing(ns, operator):
+    apply(ns, sample("nogpu", {"placement": {"gpuProducts": ["NVIDIA-H100"]}}))
+    apply(ns, sample("nopvc", {"model": {"hostPath": None, "pvc": {"claimName": "no-such-claim"}}}))
+    for name, reason, field in (
+        ("nogpu", "NoAllowedGPUNodes", "spec.placement.gpuProducts"),
+        ("nopvc", "PVCNotFound", "spec.model.pvc.claimName"),
+    ):
+        st = wait_phase(ns, name, "Degraded", timeout=60)
+        degraded = next(c for c in st["conditions"] if c["type"] == "Degraded")
+        assert degraded["status"] == "True" and degraded["reason"] == reason
+        assert field in degraded["message"]
+        assert children(ns, name) == {}
+    assert operator["op"].proc.poll() is None and operator["op"].ready()
+    ns.kubectl("delete", "dsv4", "nogpu", "nopvc", "-n", NS)
+
+
+def test_a_standby_replica_never_acts(ns, operator):
+    standby = Operator(ns, "e2e-standby", operator["log_dir"])
+    try:
+        wait_until(lambda: standby.get("/healthz")[0] == 200, 60, "standby alive")
+        patch(ns, "flash", {"router": {"replicas": 2}})
+        wait_until(
+            lambda: status(ns, "flash").get("router", {}).get("summary") == "2/2", 120, "router 2/2"
+        )
+        assert standby.get("/readyz")[0] == 503
+        assert standby.counts()["writes"] == 0
+    finally:
+        standby.stop()
+
+
+def test_killed_mid_reconcile_then_restarted_converges_without_duplicates(ns, operator):
+    operator["op"].stop()  # hands the Lease over
+    crasher = Operator(ns, "e2e-crash", operator["log_dir"], "--crash-after-writes", "4")
+    apply(ns, sample("kill"))
+    assert crasher.proc.wait(90) == 137, crasher.tail()
+    partial = children(ns, "kill")
+    assert 0 < len(partial) < len(expected_children("kill")), "the crash was not mid-reconcile"
+
+    operator["op"] = Operator(ns, "e2e-main", operator["log_dir"])  # waits out the dead Lease
+    wait_phase(ns, "kill", "Ready")
+    assert set(children(ns, "kill")) == expected_children("kill")
+    engine = pods(ns, "kill", "prefill") + pods(ns, "kill", "decode")
+    assert len(engine) == 2 and len({p["metadata"]["name"] for p in engine}) == 2
+    kinds = Counter(kind for kind, _ in children(ns, "kill"))
+    assert kinds["StatefulSet"] == 2 and kinds["ConfigMap"] == 1 and kinds["Deployment"] == 1
+
+
+def test_deleting_the_resource_removes_every_child(ns, operator):
+    ns.kubectl("delete", "dsv4", "flash", "kill", "-n", NS)
+    for name in ("flash", "kill"):
+        wait_until(
+            lambda n=name: not children(ns, n) and not pods(ns, n), 120, f"{name} children gone"
+        )
+    assert kget(ns, "dsv4")["items"] == []
