@@ -11,30 +11,89 @@ simulation of the sequential rule).
 from __future__ import annotations
 
 import asyncio
+import json
 import multiprocessing as mp
+import os
 import random
 import statistics
 import time
 
 from dsv4_engine.probe import ProbeName, ProbeSettings, Verdict, run_probes
-from dsv4_engine.probe.scripted_server import ScriptedCompletionServer
+from dsv4_engine.probe.dsml import EOS, DsmlFormat
+from dsv4_engine.probe.scripted_server import ScriptedCompletionServer, render_dsml
 from dsv4_engine.probe.stats import fail_now, samples_to_pass
 
 THRESHOLD, CONFIDENCE, CONCURRENCY = 0.005, 0.95, 64
 
 
-def _serve(queue: mp.Queue, corruption_rate: float, seed: int) -> None:
+class TrivialEchoServer(asyncio.Protocol):
+    """A bare HTTP/1.1 keep-alive loopback server that answers every chat request with the
+    requested echo call: as cheap as a server can be, so the number measured is the
+    client's.  (ScriptedCompletionServer, built on aiohttp.web, costs more per request than
+    the probe client on a 2-core machine and would measure itself.)"""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport, self.buffer = transport, b""
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while (end := self.buffer.find(b"\r\n\r\n")) != -1:
+            head = self.buffer[:end].decode("latin-1")
+            length = int(
+                next(
+                    (
+                        ln.split(":")[1]
+                        for ln in head.split("\r\n")
+                        if ln.lower().startswith("content-length:")
+                    ),
+                    "0",
+                )
+            )
+            if len(self.buffer) < end + 4 + length:
+                return
+            body, self.buffer = (
+                self.buffer[end + 4 : end + 4 + length],
+                self.buffer[end + 4 + length :],
+            )
+            self.transport.write(self._respond(head.split(" ", 2)[1], body))
+
+    @staticmethod
+    def _respond(path: str, body: bytes) -> bytes:
+        if path == "/v1/models":
+            payload: dict = {"data": [{"id": "trivial"}]}
+        else:
+            instruction = json.loads(body)["messages"][-1]["content"]
+            args, _ = json.JSONDecoder().raw_decode(instruction[instruction.index("{") :])
+            text = render_dsml(DsmlFormat.V4, "record_echo", args) + EOS
+            payload = {"choices": [{"message": {"content": text}, "finish_reason": "stop"}]}
+        raw = json.dumps(payload).encode()
+        return (
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+            + str(len(raw)).encode()
+            + b"\r\n\r\n"
+            + raw
+        )
+
+
+def _serve(queue: mp.Queue, corruption_rate: float, seed: int, trivial: bool) -> None:
     async def main() -> None:
-        server = ScriptedCompletionServer(corruption_rate=corruption_rate, seed=seed)
-        queue.put(await server.start())
+        if trivial:
+            loop = asyncio.get_running_loop()
+            server = await loop.create_server(TrivialEchoServer, "127.0.0.1", 0, backlog=1024)
+            queue.put(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+        else:
+            scripted = ScriptedCompletionServer(corruption_rate=corruption_rate, seed=seed)
+            queue.put(await scripted.start())
         await asyncio.Event().wait()
 
     asyncio.run(main())
 
 
-def _server(corruption_rate: float = 0.0, seed: int = 0) -> tuple[mp.Process, str]:
+def _server(
+    corruption_rate: float = 0.0, seed: int = 0, trivial: bool = False
+) -> tuple[mp.Process, str]:
     queue: mp.Queue = mp.Queue()
-    proc = mp.Process(target=_serve, args=(queue, corruption_rate, seed), daemon=True)
+    proc = mp.Process(target=_serve, args=(queue, corruption_rate, seed, trivial), daemon=True)
     proc.start()
     return proc, queue.get(timeout=30)
 
@@ -51,7 +110,7 @@ def _settings(url: str, requests: int) -> ProbeSettings:
 
 
 def throughput() -> None:
-    proc, url = _server()
+    proc, url = _server(trivial=True)
     try:
         asyncio.run(run_probes(_settings(url, 500)))  # warm-up
         start, cpu = time.perf_counter(), time.process_time()
@@ -68,7 +127,8 @@ def throughput() -> None:
     print(
         f"throughput: {result.judged} samples in {elapsed:.2f} s = {rate:.0f} samples/s "
         f"(peak {result.peak_concurrency}, mean {result.mean_concurrency:.1f} in flight; "
-        f"goal >= 500/s) {'OK' if rate >= 500 else 'BELOW GOAL'}"
+        f"goal >= 500/s) {'OK' if rate >= 500 else 'BELOW GOAL'}; "
+        f"machine load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
     )
 
 
