@@ -27,7 +27,9 @@ missing=()
 for c in "${COMPONENTS[@]}"; do
   [[ -x "$BIN_DIR/$c" ]] || missing+=("$c")
 done
+link_current() { ln -sfn "$BIN_DIR" "$CACHE_DIR/bin/current"; }
 if [[ ${#missing[@]} -eq 0 ]]; then
+  link_current
   echo "control plane: cached in $BIN_DIR"
   exit 0
 fi
@@ -110,4 +112,5 @@ for c in kwok kwokctl; do
   fi
 done
 
+link_current
 echo "control plane: ready in $BIN_DIR ($(( $(date +%s) - start ))s)"

@@ -18,6 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
 from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.samples import load_sample, merge_patch
 

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.samples import load_sample, merge_patch
 

@@ -1,0 +1,113 @@
+"""`dsv4ctl cluster up|down|status|kubeconfig`: the local control plane with fake GPU nodes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from dsv4_engine.cliutil import CommandError
+from dsv4_operator.cluster.binaries import MissingBinaryError, cache_dir
+from dsv4_operator.cluster.local import ClusterError, LocalCluster
+from dsv4_operator.cluster.nodes import default_pools
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "cluster",
+        help="local Kubernetes control plane with fake Blackwell GPU nodes",
+        description="A real kube-apiserver, controller-manager, scheduler and etcd (built by "
+        "`make control-plane`) with KWOK nodes labelled and sized like Blackwell GPU nodes.",
+    )
+    parser.add_argument("--name", default="dsv4", help="cluster name (default: dsv4)")
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        help="where cluster state lives (default: $DSV4_CACHE_DIR/kwok)",
+    )
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    up = actions.add_parser("up", help="start the cluster (idempotent)")
+    up.add_argument("--gpu-nodes", type=_non_negative, default=4, help="GPU nodes (default 4)")
+    up.add_argument("--cpu-nodes", type=_non_negative, default=2, help="CPU nodes (default 2)")
+    up.add_argument("--gpu-product", default="NVIDIA-B200", help="nvidia.com/gpu.product label")
+    up.add_argument("--gpus-per-node", type=_positive, default=8, help="GPUs per node (default 8)")
+    up.add_argument("--port", type=_port, default=None, help="kube-apiserver port (default: free)")
+    actions.add_parser("down", help="stop every process the cluster started and remove it")
+    status = actions.add_parser("status", help="show whether the cluster runs, and its nodes")
+    status.add_argument("--output", choices=("table", "json"), default="table")
+    actions.add_parser("kubeconfig", help="print the kubeconfig path")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    cluster = LocalCluster(name=args.name, workdir=args.workdir or cache_dir() / "kwok")
+    try:
+        if args.action == "up":
+            cluster.pools = default_pools(
+                gpu_nodes=args.gpu_nodes,
+                gpu_product=args.gpu_product,
+                gpus_per_node=args.gpus_per_node,
+                cpu_nodes=args.cpu_nodes,
+            )
+            cluster.apiserver_port = args.port
+            cluster.up(log=_log)
+        elif args.action == "down":
+            cluster.down(log=_log)
+        elif args.action == "kubeconfig":
+            if not cluster.exists():
+                raise CommandError(f"cluster {args.name} does not exist; run `dsv4ctl cluster up`")
+            print(cluster.kubeconfig)
+        else:
+            return _print_status(cluster.status(), args.output)
+    except (ClusterError, MissingBinaryError) as err:
+        raise CommandError(str(err), exit_code=1) from None
+    return 0
+
+
+def _print_status(info: dict, output: str) -> int:
+    if output == "json":
+        print(json.dumps(info, indent=2))
+    elif not info["exists"]:
+        print(f"cluster {info['name']}: not created")
+    else:
+        state = "running" if info["reachable"] else "created but not reachable"
+        print(f"cluster {info['name']}: {state}; kubeconfig {info['kubeconfig']}")
+        for node in info["nodes"]:
+            ready = "Ready" if node["ready"] else "NotReady"
+            product = node["gpuProduct"] or "-"
+            print(f"  {node['name']:<16} {ready:<9} {product:<14} gpus={node['gpus']}")
+    return 0 if info["reachable"] else 1
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def _non_negative(text: str) -> int:
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = _int(text)
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port 1-65535, got {text}")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None

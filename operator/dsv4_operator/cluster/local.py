@@ -1,0 +1,263 @@
+"""Drive a local cluster through kwokctl's binary runtime (no containers needed).
+
+kwokctl starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and the KWOK
+controller as plain processes from the binaries we built; we then register the fake
+Blackwell nodes.  Every operation is idempotent so `up` can be re-run after a crash and
+`down` can be run on a half-started cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dsv4_operator.cluster.binaries import (
+    CONTROL_PLANE,
+    cache_dir,
+    control_plane_binary,
+    kubectl,
+)
+from dsv4_operator.cluster.nodes import (
+    GPU_PRODUCT_LABEL,
+    KWOK_ANNOTATION,
+    NodePool,
+    default_pools,
+    node_manifests,
+)
+
+READY_TIMEOUT_S = 120.0
+
+
+class ClusterError(RuntimeError):
+    """A cluster operation failed; the message says what and where to look."""
+
+
+@dataclass
+class LocalCluster:
+    name: str = "dsv4"
+    workdir: Path = field(default_factory=lambda: cache_dir() / "kwok")
+    pools: list[NodePool] = field(default_factory=default_pools)
+    apiserver_port: int | None = None
+
+    # -- paths -------------------------------------------------------------------------
+    @property
+    def cluster_dir(self) -> Path:
+        return self.workdir / "clusters" / self.name
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        return self.cluster_dir / "kubeconfig.yaml"
+
+    @property
+    def kubeconfig(self) -> str:
+        return str(self.kubeconfig_path)
+
+    @property
+    def gpu_nodes(self) -> list[str]:
+        """Names of the fake GPU nodes, in the order `up` registers them."""
+        return [
+            n["metadata"]["name"]
+            for n in node_manifests(self.pools)
+            if GPU_PRODUCT_LABEL in n["metadata"]["labels"]
+        ]
+
+    @property
+    def audit_log(self) -> Path:
+        """Every API request, one JSON line each: how tests count an operator's writes."""
+        return self.cluster_dir / "logs" / "audit.log"
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "KUBECONFIG": self.kubeconfig}
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def up(self, log: Any = print) -> None:
+        """Start the cluster (or finish starting it) and register the fake nodes."""
+        binaries = {name: control_plane_binary(name).resolve() for name in CONTROL_PLANE}
+        if self.exists() and self.reachable():
+            log(f"cluster {self.name}: already running")
+        else:
+            if self.exists():
+                log(f"cluster {self.name}: found stopped or broken, recreating")
+                self._kwokctl("delete", "cluster")
+            self._check_port_free()
+            log(f"cluster {self.name}: starting control plane")
+            self._create(binaries)
+        self._register_nodes()
+        self._wait_nodes_ready()
+        log(f"cluster {self.name}: ready, kubeconfig {self.kubeconfig}")
+
+    def down(self, log: Any = print) -> None:
+        """Stop every process the cluster started and remove its state."""
+        if self.exists():
+            self._kwokctl("delete", "cluster")
+            log(f"cluster {self.name}: deleted")
+        else:
+            log(f"cluster {self.name}: not running")
+        for pid in self.leftover_pids():
+            os.kill(pid, signal.SIGKILL)
+            log(f"cluster {self.name}: killed leftover process {pid}")
+
+    def exists(self) -> bool:
+        return (self.cluster_dir / "kwok.yaml").exists()
+
+    def reachable(self) -> bool:
+        if not self.kubeconfig_path.exists():
+            return False
+        result = self.kubectl("get", "--raw", "/readyz", check=False, timeout=10)
+        return result.returncode == 0 and result.stdout.strip() == "ok"
+
+    def leftover_pids(self) -> list[int]:
+        """Processes still running from this cluster's folder (none after a clean `down`)."""
+        marker = str(self.cluster_dir)
+        pids = []
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit() or int(proc.name) == os.getpid():
+                continue
+            try:
+                cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if marker in cmdline:
+                pids.append(int(proc.name))
+        return pids
+
+    def status(self) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "name": self.name,
+            "kubeconfig": self.kubeconfig,
+            "exists": self.exists(),
+            "reachable": False,
+            "nodes": [],
+        }
+        if info["exists"] and self.reachable():
+            info["reachable"] = True
+            nodes = json.loads(self.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+            info["nodes"] = [
+                {
+                    "name": n["metadata"]["name"],
+                    "ready": _node_ready(n),
+                    "gpuProduct": n["metadata"].get("labels", {}).get("nvidia.com/gpu.product"),
+                    "gpus": n["status"].get("allocatable", {}).get("nvidia.com/gpu", "0"),
+                }
+                for n in nodes
+            ]
+        return info
+
+    # -- kubectl -------------------------------------------------------------------------
+    def kubectl(
+        self,
+        *args: str,
+        check: bool = True,
+        input: str | None = None,  # noqa: A002 - mirrors subprocess.run
+        timeout: float = 60,
+    ) -> subprocess.CompletedProcess[str]:
+        cmd = [str(kubectl()), "--kubeconfig", self.kubeconfig, *args]
+        result = subprocess.run(
+            cmd, capture_output=True, text=True, input=input, timeout=timeout, check=False
+        )
+        if check and result.returncode != 0:
+            raise ClusterError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
+        return result
+
+    # -- internals -----------------------------------------------------------------------
+    def _kwokctl(self, *args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [str(control_plane_binary("kwokctl")), "--name", self.name, *args]
+        env = {**os.environ, "KWOK_WORKDIR": str(self.workdir)}
+        result = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+        if result.returncode != 0:
+            raise ClusterError(
+                f"kwokctl {' '.join(args)} failed (exit {result.returncode}); "
+                f"component logs are in {self.cluster_dir / 'logs'}:\n{_last_lines(result.stderr)}"
+            )
+        return result
+
+    def _create(self, binaries: dict[str, Path]) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        policy = self.workdir / "audit-policy.yaml"
+        policy.write_text(
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n  omitStages: [RequestReceived]\n"
+        )
+        args = [
+            "create",
+            "cluster",
+            "--runtime=binary",
+            f"--kube-apiserver-binary={binaries['kube-apiserver']}",
+            f"--kube-controller-manager-binary={binaries['kube-controller-manager']}",
+            f"--kube-scheduler-binary={binaries['kube-scheduler']}",
+            f"--etcd-binary={binaries['etcd']}",
+            f"--kwok-controller-binary={binaries['kwok']}",
+            f"--kubeconfig={self.workdir / 'kubeconfig-all.yaml'}",
+            f"--kube-audit-policy={policy}",
+            "--wait=2m",
+        ]
+        if self.apiserver_port:
+            args.append(f"--kube-apiserver-port={self.apiserver_port}")
+        try:
+            self._kwokctl(*args)
+        except ClusterError:
+            # Leave nothing half-started behind: a failed `up` is followed by a clean slate.
+            subprocess.run(
+                [str(control_plane_binary("kwokctl")), "--name", self.name, "delete", "cluster"],
+                capture_output=True,
+                env={**os.environ, "KWOK_WORKDIR": str(self.workdir)},
+                check=False,
+            )
+            raise
+
+    def _check_port_free(self) -> None:
+        if not self.apiserver_port:
+            return
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", self.apiserver_port))
+            except OSError as err:
+                raise ClusterError(
+                    f"port {self.apiserver_port} for kube-apiserver is already in use "
+                    f"({err.strerror}); choose another with --port or stop what holds it"
+                ) from None
+
+    def _register_nodes(self) -> None:
+        desired = node_manifests(self.pools)
+        doc = json.dumps({"apiVersion": "v1", "kind": "List", "items": desired})
+        self.kubectl("apply", "-f", "-", input=doc)
+        wanted = {n["metadata"]["name"] for n in desired}
+        existing = json.loads(self.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+        stale = [
+            n["metadata"]["name"]
+            for n in existing
+            if n["metadata"].get("annotations", {}).get(KWOK_ANNOTATION) == "fake"
+            and n["metadata"]["name"] not in wanted
+        ]
+        if stale:
+            self.kubectl("delete", "node", *stale)
+
+    def _wait_nodes_ready(self) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while True:
+            nodes = json.loads(self.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+            not_ready = [n["metadata"]["name"] for n in nodes if not _node_ready(n)]
+            if not not_ready and nodes:
+                return
+            if time.monotonic() > deadline:
+                raise ClusterError(
+                    f"nodes not Ready after {READY_TIMEOUT_S:.0f}s: {', '.join(not_ready)}; "
+                    f"see {self.cluster_dir / 'logs' / 'kwok-controller.log'}"
+                )
+            time.sleep(0.5)
+
+
+def _node_ready(node: dict[str, Any]) -> bool:
+    conditions = node.get("status", {}).get("conditions", [])
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def _last_lines(text: str, count: int = 15) -> str:
+    return "\n".join(text.strip().splitlines()[-count:])

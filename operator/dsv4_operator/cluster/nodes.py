@@ -1,0 +1,89 @@
+"""Fake node manifests for the local cluster (pure data, no I/O).
+
+KWOK manages every Node annotated ``kwok.x-k8s.io/node: fake``: it marks it Ready and runs
+the pods bound to it through their lifecycle, so the scheduler places real pods on nodes
+that look exactly like GPU nodes to it — labels, extended resources and taints included.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_COUNT_LABEL = "nvidia.com/gpu.count"
+GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
+KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+
+
+@dataclass(frozen=True)
+class NodePool:
+    """A set of identical nodes; ``gpus == 0`` makes ordinary CPU nodes."""
+
+    prefix: str
+    count: int
+    cpus: int
+    memory: str
+    gpus: int = 0
+    gpu_product: str = ""
+    pods: int = 110
+
+
+def default_pools(
+    gpu_nodes: int = 4, gpu_product: str = "NVIDIA-B200", gpus_per_node: int = 8, cpu_nodes: int = 2
+) -> list[NodePool]:
+    """The shape of a small Blackwell cluster: GPU workers (224 CPUs, 2 TiB) plus CPU nodes."""
+    if gpu_nodes < 0 or cpu_nodes < 0:
+        raise ValueError("node counts must be >= 0")
+    if gpus_per_node < 1:
+        raise ValueError("gpus per node must be >= 1")
+    slug = gpu_product.lower().removeprefix("nvidia-")
+    return [
+        NodePool(
+            prefix=f"gpu-{slug}",
+            count=gpu_nodes,
+            cpus=224,
+            memory="2Ti",
+            gpus=gpus_per_node,
+            gpu_product=gpu_product,
+        ),
+        NodePool(prefix="cpu", count=cpu_nodes, cpus=32, memory="128Gi"),
+    ]
+
+
+def node_manifest(pool: NodePool, index: int) -> dict[str, Any]:
+    name = f"{pool.prefix}-{index}"
+    labels = {
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "type": "kwok",
+    }
+    capacity: dict[str, str] = {
+        "cpu": str(pool.cpus),
+        "memory": pool.memory,
+        "pods": str(pool.pods),
+        "ephemeral-storage": "4Ti",
+    }
+    spec: dict[str, Any] = {}
+    if pool.gpus:
+        labels[GPU_PRODUCT_LABEL] = pool.gpu_product
+        labels[GPU_COUNT_LABEL] = str(pool.gpus)
+        capacity[GPU_RESOURCE] = str(pool.gpus)
+        spec["taints"] = [dict(GPU_TAINT)]
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": labels,
+            "annotations": {KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+        },
+        "spec": spec,
+        "status": {"capacity": capacity, "allocatable": dict(capacity)},
+    }
+
+
+def node_manifests(pools: list[NodePool]) -> list[dict[str, Any]]:
+    return [node_manifest(pool, i) for pool in pools for i in range(pool.count)]

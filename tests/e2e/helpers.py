@@ -1,0 +1,32 @@
+"""Bounded waits on real API objects, shared by the end-to-end tests."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from dsv4_operator.cluster.local import LocalCluster
+
+
+def wait_for(
+    what: str, probe: Callable[[], Any], timeout: float = 60.0, interval: float = 0.5
+) -> Any:
+    """Polls ``probe`` until it returns something truthy; fails with ``what`` on timeout."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+def get_json(cluster: LocalCluster, *args: str) -> dict[str, Any]:
+    return json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
+
+
+def apply(cluster: LocalCluster, manifest: dict[str, Any], namespace: str = "default") -> None:
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(manifest))
