@@ -74,6 +74,8 @@ def _rate_chart(report: dict[str, Any]) -> str:
         f'stroke-dasharray="5,4"/><text x="{_W - _PAD}" y="{ty - 4:.1f}" text-anchor="end" '
         f'fill="#b3261e">threshold {threshold:.2%}</text>'
         f'<text x="{_W - _PAD}" y="{_H - _PAD + 14}" text-anchor="end">{n}</text>'
+        f'<text x="{_PAD + 8}" y="{_PAD + 12}">line: corruption rate; band: FAIL lower bound '
+        f"to PASS upper bound ({report['confidence']:.0%}); dashed: threshold</text>"
     )
     return _frame(
         "Running corruption rate with its confidence band (FAIL lower bound to PASS upper bound)",
@@ -95,6 +97,13 @@ def _bars(items: list[tuple[str, int]], title: str, x_label: str, chart_id: str,
             f'<rect x="{x + 1:.1f}" y="{y:.1f}" width="{max(1.0, width - 2):.1f}" '
             f'height="{_H - _PAD - y:.1f}" fill="{color}"><title>{escape(label)}: {count}</title></rect>'
         )
+        if len(items) > 12 and i in (0, len(items) - 1):
+            anchor = "start" if i == 0 else "end"
+            edge = x if i == 0 else x + width
+            bars.append(
+                f'<text x="{edge:.1f}" y="{_H - _PAD + 14}" text-anchor="{anchor}">'
+                f"{escape(label)}</text>"
+            )
         if len(items) <= 12:
             bars.append(
                 f'<text x="{x + width / 2:.1f}" y="{_H - _PAD + 14}" text-anchor="middle">'

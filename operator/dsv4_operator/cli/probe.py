@@ -8,14 +8,16 @@ import json
 import sys
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from dsv4_engine.cliutil import CommandError
 from dsv4_engine.engine_config import Backend
 from dsv4_engine.probe.dsml import DsmlFormat
+from dsv4_engine.probe.exitcodes import usage_error_exit_3
 from dsv4_engine.probe.html_report import render_html
 from dsv4_engine.probe.report import build_report, summary_table
 from dsv4_engine.probe.runner import ProbeConnectionError, Tally, run_probes
 from dsv4_engine.probe.settings import Determinism, ProbeName, ProbeSettings
-from pydantic import ValidationError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -53,6 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--report", type=Path, help="write the JSON report here")
     p.add_argument("--html", type=Path, help="write a self-contained HTML report here")
     p.add_argument("--output", choices=["table", "json"], default="table")
+    p.error = usage_error_exit_3(p)
     p.set_defaults(func=run)
 
 

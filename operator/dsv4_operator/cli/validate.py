@@ -9,6 +9,7 @@ from pathlib import Path
 
 from dsv4_engine.cliutil import CommandError
 from dsv4_engine.probe.dsml import DsmlFormat
+from dsv4_engine.probe.exitcodes import usage_error_exit_3
 from dsv4_engine.probe.validate import classify_records
 
 
@@ -25,6 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--format", required=True, choices=[f.value for f in DsmlFormat])
     parser.add_argument("file", type=Path, help="JSONL file, or - for stdin")
     parser.add_argument("--output", choices=["table", "json"], default="table")
+    parser.error = usage_error_exit_3(parser)
     parser.set_defaults(func=run)
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+
 from dsv4_engine.probe import report_schema
 from dsv4_engine.probe.scripted_server import ScriptedCompletionServer
 from dsv4_operator.cli.main import main
@@ -166,3 +167,20 @@ def test_probe_usage_errors_exit_3(capsys, argv, message):
 def test_probe_unreachable_engine_exits_3(capsys, unused_tcp_port):
     assert main(["probe", f"http://127.0.0.1:{unused_tcp_port}", "--requests", "5"]) == 3
     assert "is not an OpenAI API" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["probe", "http://x", "--concurrency", "many"],
+        ["probe"],
+        ["validate", "file.jsonl"],
+        ["validate", "--format", "v5", "file.jsonl"],
+    ],
+)
+def test_argparse_usage_errors_exit_3_not_2(argv, capsys):
+    """2 means INCONCLUSIVE to a script gating on `dsv4ctl probe`; a typo must not read so."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 3
+    assert "error:" in capsys.readouterr().err

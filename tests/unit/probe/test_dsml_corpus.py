@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
 from dsv4_engine.probe.dsml import DsmlFormat
 from dsv4_engine.probe.outcome import VALIDATOR_OUTCOMES
 from dsv4_engine.probe.validate import classify_records

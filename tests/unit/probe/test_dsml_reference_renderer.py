@@ -8,6 +8,7 @@ import string
 
 import deepseek_recipe as dr
 import pytest
+
 from dsv4_engine.probe.dsml import EOS, DsmlFormat, parse, split_reasoning
 from dsv4_engine.probe.validate import classify_completion
 

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 
 import pytest
+
 from dsv4_engine.probe import ProbeName, ProbeSettings, build_report, run_probes
 from dsv4_engine.probe.html_report import render_html
 from dsv4_engine.probe.scripted_server import ScriptedCompletionServer

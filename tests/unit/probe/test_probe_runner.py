@@ -6,6 +6,7 @@ evidence, and inapplicable checks reported rather than counted."""
 import jsonschema
 import pytest
 import pytest_asyncio
+
 from dsv4_engine.probe import (
     Backend,
     Outcome,

@@ -5,9 +5,10 @@ import math
 import random
 
 import pytest
-from dsv4_engine.probe import stats
 from scipy import special
 from scipy import stats as sp
+
+from dsv4_engine.probe import stats
 
 
 @pytest.mark.parametrize("a", [0.5, 1, 3, 40, 900])

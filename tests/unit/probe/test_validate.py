@@ -5,6 +5,7 @@ import json
 import random
 
 import pytest
+
 from dsv4_engine.probe.dsml import EOS, DsmlFormat
 from dsv4_engine.probe.outcome import Outcome
 from dsv4_engine.probe.tools import Echo, tool_validators

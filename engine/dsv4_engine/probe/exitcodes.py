@@ -1,0 +1,25 @@
+"""Exit codes of `dsv4ctl probe` and `dsv4ctl validate`.
+
+argparse exits with 2 on a usage error, which `dsv4ctl probe` uses for INCONCLUSIVE; a
+script gating a rollout on the exit code must not read a typo as "not enough evidence".
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import NoReturn
+
+USAGE_OR_CONNECTION_ERROR = 3
+
+
+def usage_error_exit_3(parser: argparse.ArgumentParser) -> Callable[[str], NoReturn]:
+    """A replacement for `parser.error` that exits with 3 instead of argparse's 2."""
+
+    def error(message: str) -> NoReturn:
+        parser.print_usage(sys.stderr)
+        print(f"{parser.prog}: error: {message}", file=sys.stderr)
+        sys.exit(USAGE_OR_CONNECTION_ERROR)
+
+    return error
