@@ -170,10 +170,15 @@ async def _drive(
     ctx: ProbeContext, applicable: tuple[ProbeName, ...], tally: Tally, progress: ProgressFn | None
 ) -> None:
     next_index = 0
+    limit = ctx.settings.max_duration_s
+    deadline = None if limit is None else time.monotonic() + limit
 
     async def worker() -> None:
         nonlocal next_index
         while tally.stopped_because is None and next_index < tally.budget:
+            if deadline is not None and time.monotonic() > deadline:
+                tally.stop(f"time limit of {limit:g} s reached")
+                break
             index, next_index = next_index, next_index + 1
             sample = await run_sample(applicable[index % len(applicable)], index, ctx)
             tally.add(sample)
@@ -221,7 +226,21 @@ async def _determinism_problem(client: EngineClient, settings: ProbeSettings) ->
         info = await client.server_info()
     except TransportError as err:
         return f"cannot tell whether the engine is deterministic ({err}); pass --deterministic"
-    args = info.get("server_args") if isinstance(info.get("server_args"), dict) else info
-    if info.get("deterministic") is True or args.get("enable_deterministic_inference") is True:
+    if info.get("deterministic") is True or _nested_flag(info, "enable_deterministic_inference"):
         return None
     return "engine is not deterministic (GET /server_info: no deterministic / enable_deterministic_inference)"
+
+
+def _nested_flag(value: object, key: str, depth: int = 4) -> bool:
+    """True when `key` is set to true anywhere in `value`: SGLang's /server_info serializes
+    its server args with nested records expanded (0.5.23 reads this flag as
+    `exec.deterministic.enable_deterministic_inference`), older versions flat."""
+    if depth < 0:
+        return False
+    if isinstance(value, dict):
+        if value.get(key) is True:
+            return True
+        return any(_nested_flag(v, key, depth - 1) for v in value.values())
+    if isinstance(value, list):
+        return any(_nested_flag(v, key, depth - 1) for v in value)
+    return False

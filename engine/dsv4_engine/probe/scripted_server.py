@@ -54,6 +54,8 @@ class ScriptedCompletionServer:
     """True: answer like SGLang with --tool-call-parser (OpenAI tool_calls); False: raw DSML."""
     deterministic: bool = True
     offload_endpoint: bool = True
+    server_info: dict[str, Any] | None = None
+    """GET /server_info body; None: {"deterministic": <deterministic>}."""
     model: str = "scripted-model"
     in_flight: int = 0
     max_in_flight: int = 0
@@ -89,7 +91,7 @@ class ScriptedCompletionServer:
         )
 
     async def _server_info(self, _: web.Request) -> web.Response:
-        return web.json_response({"deterministic": self.deterministic})
+        return web.json_response(self.server_info or {"deterministic": self.deterministic})
 
     async def _offload(self, _: web.Request) -> web.Response:
         self.offloads += 1

@@ -90,6 +90,8 @@ class ProbeSettings(BaseModel):
     max_corruption_rate: float = Field(default=0.005, gt=0, lt=1)
     confidence: float = Field(default=0.95, gt=0.5, lt=1)
     max_transport_error_rate: float = Field(default=0.02, ge=0, lt=1)
+    max_duration_s: float | None = Field(default=None, gt=0)
+    """Stop starting samples after this long (a canary step has a deadline); None: no limit."""
     max_tokens: int = Field(default=256, ge=1)
     consistency_max_tokens: int = Field(default=32, ge=1)
     request_timeout_s: float = Field(default=120.0, gt=0)

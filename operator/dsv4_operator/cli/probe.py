@@ -45,6 +45,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-transport-error-rate", type=float, default=0.02)
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per request")
+    p.add_argument("--max-duration", type=float, help="seconds; stop starting samples after")
+    p.add_argument("--prefix-words", type=int, default=1024, help="shared prefix length")
+    p.add_argument("--sessions-per-prefix", type=int, default=8)
+    p.add_argument(
+        "--long-context-words",
+        type=int,
+        default=4096,
+        help="long-context prompt length (> index_topk x compress ratio tokens)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--deterministic", choices=[d.value for d in Determinism], default="auto")
     p.add_argument(
@@ -82,6 +91,10 @@ def _settings(args: argparse.Namespace) -> ProbeSettings:
             max_tokens=args.max_tokens,
             request_timeout_s=args.timeout,
             seed=args.seed,
+            max_duration_s=args.max_duration,
+            prefix_words=args.prefix_words,
+            sessions_per_prefix=args.sessions_per_prefix,
+            long_context_words=args.long_context_words,
             deterministic=args.deterministic,
             admin_offload_path=None
             if args.admin_offload_path == "none"
@@ -90,7 +103,12 @@ def _settings(args: argparse.Namespace) -> ProbeSettings:
     except ValidationError as err:
         first = err.errors()[0]
         field = ".".join(map(str, first["loc"])) or "settings"
-        option = {"base_url": "url", "request_timeout_s": "timeout"}.get(field, field)
+        renamed = {
+            "base_url": "url",
+            "request_timeout_s": "timeout",
+            "max_duration_s": "max-duration",
+        }
+        option = renamed.get(field, field)
         raise CommandError(f"--{option.replace('_', '-')}: {first['msg']}", 3) from None
 
 

@@ -142,6 +142,24 @@ async def test_consistency_on_a_nondeterministic_engine_is_not_applicable(serve)
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("info", "applies"),
+    [
+        ({"exec": {"deterministic": {"enable_deterministic_inference": True}}}, True),
+        ({"enable_deterministic_inference": True, "tp_size": 8}, True),
+        ({"exec": {"deterministic": {"enable_deterministic_inference": False}}}, False),
+        ({"version": "0.5.23"}, False),
+    ],
+)
+async def test_sglang_determinism_is_read_from_server_info(serve, info, applies):
+    _, url = await serve(server_info=info)
+    settings = _settings(url, probes=(ProbeName.CACHE_CONSISTENCY,), concurrency=2, requests=4)
+    result = await run_probes(settings)
+    assert (result.applicable == (ProbeName.CACHE_CONSISTENCY,)) is applies
+    assert (result.judged == 4) is applies
+
+
+@pytest.mark.asyncio
 async def test_missing_offload_endpoint_makes_consistency_not_applicable_only(serve):
     _, url = await serve(offload_endpoint=False)
     probes = (ProbeName.TOOLCALL_ECHO, ProbeName.CACHE_CONSISTENCY)
@@ -172,3 +190,12 @@ async def test_report_follows_its_schema(serve):
     assert report["concurrency"]["peak"] == 16
     assert report["latency"]["count"] == report["samples"]["judged"]
     assert report["series"][-1]["n"] == report["samples"]["judged"]
+
+
+@pytest.mark.asyncio
+async def test_time_limit_stops_the_run_inconclusive(serve):
+    _, url = await serve(latency_s=0.02)
+    result = await run_probes(_settings(url, concurrency=4, requests=10_000, max_duration_s=0.5))
+    assert result.tally.stopped_because == "time limit of 0.5 s reached"
+    assert 0 < len(result.tally.samples) < 200
+    assert result.verdict is Verdict.INCONCLUSIVE
