@@ -76,14 +76,6 @@ class ToolCall:
     args: dict[str, Any]
 
 
-@dataclass(frozen=True)
-class ParsedCompletion:
-    prose: str
-    """Everything outside the block and the reasoning: what the user would read."""
-    calls: tuple[ToolCall, ...]
-    has_block: bool
-
-
 class _State(Enum):
     OUTSIDE = "outside the block"
     ENVELOPE = "inside the envelope"
@@ -96,7 +88,6 @@ class _State(Enum):
 class _Parser:
     fmt: DsmlFormat
     state: _State = _State.OUTSIDE
-    prose: list[str] = field(default_factory=list)
     calls: list[ToolCall] = field(default_factory=list)
     invoke_name: str = ""
     invoke_args: dict[str, Any] = field(default_factory=dict)
@@ -104,21 +95,14 @@ class _Parser:
     param_name: str = ""
     param_is_string: bool = True
     param_value: list[str] = field(default_factory=list)
-    has_block: bool = False
 
     def text(self, chunk: str) -> None:
-        if not chunk:
-            return
-        if self.state in (_State.OUTSIDE, _State.DONE):
-            self.prose.append(chunk)
-        elif self.state is _State.ENVELOPE:
-            if chunk.strip():
-                raise DsmlError(
-                    Outcome.UNBALANCED, f"stray text inside the envelope: {chunk!r:.60}"
-                )
-        elif self.state is _State.INVOKE:
+        """Text between tags; prose outside the block is left to `degenerate`."""
+        if self.state is _State.ENVELOPE and chunk.strip():
+            raise DsmlError(Outcome.UNBALANCED, f"stray text inside the envelope: {chunk!r:.60}")
+        if self.state is _State.INVOKE:
             self.invoke_body.append(chunk)
-        else:
+        elif self.state is _State.PARAM:
             self.param_value.append(chunk)
 
     def tag(self, m: re.Match[str]) -> None:
@@ -141,15 +125,17 @@ class _Parser:
             )
         attrs = dict(_ATTR.findall(m["attrs"]))
         if name in ENVELOPE_NAMES:
-            self._envelope(close, m[0])
+            self._envelope(close, selfclose, m[0])
         elif name == "invoke":
             self._invoke(close, selfclose, attrs, m[0])
         else:
             self._param(close, selfclose, attrs, m[0])
 
-    def _envelope(self, close: bool, raw: str) -> None:
+    def _envelope(self, close: bool, selfclose: bool, raw: str) -> None:
+        if selfclose:
+            raise DsmlError(Outcome.UNBALANCED, f"self-closing envelope {raw!r}")
         if not close and self.state is _State.OUTSIDE:
-            self.state, self.has_block = _State.ENVELOPE, True
+            self.state = _State.ENVELOPE
         elif close and self.state is _State.ENVELOPE:
             if not self.calls:
                 raise DsmlError(Outcome.UNBALANCED, "tool-call block without an invoke")
@@ -235,8 +221,9 @@ def split_reasoning(text: str) -> tuple[str, str]:
     return (head, tail) if sep else ("", text)
 
 
-def parse(text: str, fmt: DsmlFormat) -> ParsedCompletion:
-    """Parse an answer (reasoning already split off); raise `DsmlError` on any deviation."""
+def parse(text: str, fmt: DsmlFormat) -> tuple[ToolCall, ...]:
+    """The calls of an answer (reasoning already split off); `DsmlError` on any deviation.
+    Prose around the block is allowed and not returned: `degenerate` judges it."""
     body = text.removesuffix(EOS)
     parser = _Parser(fmt)
     pos = 0
@@ -254,7 +241,7 @@ def parse(text: str, fmt: DsmlFormat) -> ParsedCompletion:
     if _ends_with_partial_marker(tail):
         raise DsmlError(Outcome.TRUNCATED, f"text ends inside a DSML tag: {tail[-12:]!r}")
     parser.text(tail)
-    return ParsedCompletion("".join(parser.prose), tuple(parser.calls), parser.has_block)
+    return tuple(parser.calls)
 
 
 def _bad_marker(body: str, start: int, state: _State) -> None:

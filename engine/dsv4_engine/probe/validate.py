@@ -31,10 +31,10 @@ def classify_completion(
     if why := degeneracy(answer):
         return Judgement(Outcome.DEGENERATE_TEXT, why)
     try:
-        parsed = parse(answer, fmt)
+        calls = parse(answer, fmt)
     except DsmlError as err:
         return Judgement(err.outcome, err.detail)
-    return check_calls(parsed.calls, validators, echo)
+    return check_calls(calls, validators, echo)
 
 
 def classify_chat_message(

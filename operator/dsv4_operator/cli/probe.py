@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 from pathlib import Path
@@ -16,7 +15,7 @@ from dsv4_engine.probe.dsml import DsmlFormat
 from dsv4_engine.probe.exitcodes import usage_error_exit_3
 from dsv4_engine.probe.html_report import render_html
 from dsv4_engine.probe.report import build_report, summary_table
-from dsv4_engine.probe.runner import ProbeConnectionError, Tally, run_probes
+from dsv4_engine.probe.runner import ProbeConnectionError, Tally, probe
 from dsv4_engine.probe.settings import Determinism, ProbeName, ProbeSettings
 
 
@@ -126,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     settings = _settings(args)
     tty = sys.stderr.isatty()
     try:
-        result = asyncio.run(run_probes(settings, _progress_bar if tty else None))
+        result = probe(settings, _progress_bar if tty else None)
     except ProbeConnectionError as err:
         raise CommandError(str(err), 3) from None
     finally:

@@ -64,4 +64,4 @@ def test_parser_accepts_what_deepseeks_encoder_renders(fmt):
         text = _render(fmt, calls, prose, thinking=case % 3 == 0)
         assert classify_completion(text, fmt).valid, (case, text)
         parsed = parse(split_reasoning(text)[1], fmt)
-        assert [(c.name, c.args) for c in parsed.calls] == calls, text
+        assert [(c.name, c.args) for c in parsed] == calls, text
