@@ -23,6 +23,8 @@ from dsv4_engine.configurator.settings import EngineSettings
 from dsv4_engine.features import IndexDtype
 
 DEFAULT_SWA_RATIO = 0.1
+# SGLang's DeepSeek-V4 hook sets --max-running-requests to this when it is not given.
+DEFAULT_MAX_RUNNING_REQUESTS = 256
 SWA_EVICTION_INTERVAL = 128  # SGLANG_SWA_EVICTION_INTERVAL
 STATE_ELEMENT_BYTES = {"float32": 4, "bfloat16": 2}
 FP8_SCALE_TILE = 64  # the v4 layout keeps one ue8m0 scale per 64 nope values, plus a pad byte
@@ -116,10 +118,11 @@ def _request_cap_tokens(model: ModelSpec, settings: EngineSettings, mrr: int) ->
 
 
 def _uses_cap_mode(settings: EngineSettings) -> bool:
-    return (
-        settings.swa_full_tokens_ratio is None
-        and settings.max_running_requests is not None
-        and (settings.disaggregation_mode == "decode" or settings.chunked_prefill_size > 0)
+    """SGLang sizes SWA from the request cap only when no ratio was given.  Its V4 model
+    override sets the ratio to 0.1 for ``deepseek_v4`` configs, so this is the path of
+    configs that leave it unset (``deepseek_v41``) or of callers passing ``None``."""
+    return settings.swa_full_tokens_ratio is None and (
+        settings.disaggregation_mode == "decode" or settings.chunked_prefill_size > 0
     )
 
 
@@ -163,9 +166,8 @@ def dsv4_geometry(model: ModelSpec, settings: EngineSettings) -> Dsv4Geometry:
         4: 1 / 4 * paged_c4 + 1 / 4 * index_budget,
         128: 1 / 128 * paged_c128,
     }
-    cap_mode = _uses_cap_mode(settings)
-    mrr = settings.max_running_requests_per_worker
-    swa_cap = _request_cap_tokens(model, settings, mrr) if cap_mode and mrr is not None else None
+    mrr = settings.max_running_requests_per_worker or DEFAULT_MAX_RUNNING_REQUESTS
+    swa_cap = _request_cap_tokens(model, settings, mrr) if _uses_cap_mode(settings) else None
     ratio = (
         settings.swa_full_tokens_ratio
         if settings.swa_full_tokens_ratio is not None
@@ -222,23 +224,10 @@ def _c128_state_rows(geo: Dsv4Geometry, settings: EngineSettings, mrr: int) -> t
     return used, -(-(used + geo.ring128 + 1) // 128) * 128
 
 
-def _estimate_max_running_requests(
-    model: ModelSpec, settings: EngineSettings, geo: Dsv4Geometry, kv_budget: int
-) -> int:
-    """SGLang's estimate when --max-running-requests is not given (an over-estimate is
-    safe: it only makes the fixed bytes larger)."""
-    full = int(kv_budget / geo.bytes_per_full_token)
-    context = settings.context_length or model.context_len
-    estimated = max(min(int(full / context * 512), 4096), 2048)
-    return min(estimated, full // 2)
-
-
 def plan_dsv4(model: ModelSpec, settings: EngineSettings, kv_budget_bytes: int) -> PoolPlan:
     geo = dsv4_geometry(model, settings)
     page = geo.page_size
-    mrr = settings.max_running_requests_per_worker
-    if mrr is None:
-        mrr = _estimate_max_running_requests(model, settings, geo, kv_budget_bytes)
+    mrr = settings.max_running_requests_per_worker or DEFAULT_MAX_RUNNING_REQUESTS
     c128_rows, c128_alloc_rows = _c128_state_rows(geo, settings, mrr)
     c128_fixed = c128_alloc_rows * geo.c128_state_row_bytes
     swa_fixed = 0 if geo.swa_cap_tokens is None else geo.swa_cap_tokens * geo.bytes_per_swa_token

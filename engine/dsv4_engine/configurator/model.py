@@ -42,7 +42,6 @@ class ModelSpec:
     num_layers: int
     qk_rope_head_dim: int
     index_head_dim: int
-    context_len: int
     # DeepSeek-V4 only.
     qk_nope_head_dim: int = 0
     sliding_window: int = 0
@@ -114,7 +113,6 @@ def _common(cfg: Mapping[str, Any]) -> dict[str, Any]:
         "num_layers": _int(cfg, "num_hidden_layers"),
         "qk_rope_head_dim": _int(cfg, "qk_rope_head_dim"),
         "index_head_dim": _int(cfg, "index_head_dim"),
-        "context_len": _int(cfg, "max_position_embeddings"),
         "hidden_size": _int(cfg, "hidden_size", 0),
         "vocab_size": _int(cfg, "vocab_size", 0),
         "num_attention_heads": _int(cfg, "num_attention_heads", 0),

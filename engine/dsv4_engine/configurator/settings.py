@@ -32,9 +32,9 @@ class EngineSettings:
     # Attention data-parallel size (--dp with --enable-dp-attention): max running
     # requests are divided over this many workers.
     dp_size: int = 1
-    # --swa-full-tokens-ratio; None = not given: SGLang then sizes SWA from the request
-    # cap when max_running_requests is known, else from the model default 0.1.
+    # --swa-full-tokens-ratio (SGLang's V4 default 0.1); None sizes SWA from the request cap.
     swa_full_tokens_ratio: float | None = 0.1
+    # None: SGLang's default for the model (256 for DeepSeek-V4).
     max_running_requests: int | None = None
     chunked_prefill_size: int = 8192
     # Speculative decoding (MTP/EAGLE, top-k 1); 0 draft tokens = off.
@@ -45,7 +45,6 @@ class EngineSettings:
     disaggregation_decode_extra_slots: int = 0
     disable_radix_cache: bool = False
     swa_prefix_tails: int | None = None
-    context_length: int | None = None
     # DSA models only: the MLA latent's dtype (DeepSeek-V4's FlashMLA layout is fixed).
     kv_cache_dtype: Literal["fp8_e4m3", "bfloat16"] = "fp8_e4m3"
     fp4_budget: Fp4Budget = "fp8"
@@ -73,8 +72,6 @@ class EngineSettings:
             raise ConfigError(f"swa_full_tokens_ratio: expected a value in (0, 1], got {ratio}")
         if self.max_running_requests is not None:
             _positive("max_running_requests", self.max_running_requests)
-        if self.context_length is not None:
-            _positive("context_length", self.context_length)
         _positive(
             "speculative_num_draft_tokens", self.speculative_num_draft_tokens, allow_zero=True
         )

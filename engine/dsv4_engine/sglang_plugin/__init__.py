@@ -8,7 +8,7 @@ bytes, so the coefficient SGLang sizes its pools with is the configurator's:
 - ``DefaultPoolConfigurator._compute_dsa_indexer_cell_size`` (DSA models): SGLang prices
   each key with the fp8 formula times the element size of the index-K buffer dtype; a
   bf16 buffer thus costs 2 x 132 B instead of 256 B (the seed's legacy bug).
-- ``DSV4PoolConfigurator`` (DeepSeek-V4): SGLang prices each key at the fp8 size
+- ``DSV4PoolConfigurator._get_bytes_per_full_token`` (DeepSeek-V4): SGLang prices each key at the fp8 size
   whatever the buffer holds, so a bf16 index-K (256 B) would be under-budgeted.
 
 The index-K dtype comes from ``DSV4_INDEX_K_DTYPE`` (fp8 | bf16 | fp4, default fp8), set
@@ -31,7 +31,7 @@ from dsv4_engine.features import IndexDtype
 ENV_INDEX_DTYPE = "DSV4_INDEX_K_DTYPE"
 _CONFIGURATORS = "sglang.srt.model_executor.pool_configurator"
 DSA_TARGET = f"{_CONFIGURATORS}.DefaultPoolConfigurator._compute_dsa_indexer_cell_size"
-DSV4_TARGET = f"{_CONFIGURATORS}.DSV4PoolConfigurator.__init__"
+DSV4_TARGET = f"{_CONFIGURATORS}.DSV4PoolConfigurator._get_bytes_per_full_token"
 
 logger = logging.getLogger(__name__)
 
@@ -67,18 +67,18 @@ def dsa_indexer_cell_size(original: Callable[..., int], self: Any, **kwargs: Any
     return size // sglang_price * bf16_price
 
 
-def dsv4_configurator_init(_result: None, self: Any, *args: Any, **kwargs: Any) -> None:
-    """AFTER hook on ``DSV4PoolConfigurator.__init__``: reprice index-K, redo the coefficient."""
-    if configured_index_dtype() is not IndexDtype.BF16:
-        return None
-    self.indexer_bytes_per_token = index_k_bytes_per_token(self.indexer_head_dim, IndexDtype.BF16)
-    self.bytes_per_full_token = self._get_bytes_per_full_token() * self._spec_infl
-    logger.info(
-        "dsv4 plugin: bf16 index-K priced at %d B per compressed token; bytes_per_full_token=%.2f",
-        self.indexer_bytes_per_token,
-        self.bytes_per_full_token,
-    )
-    return None
+def dsv4_bytes_per_full_token(original: Callable[..., float], self: Any) -> float:
+    """AROUND hook: price index-K at the bf16 size before SGLang sums the coefficient, so
+    its own speculative-decoding inflation and sizing apply unchanged afterwards."""
+    if configured_index_dtype() is IndexDtype.BF16:
+        self.indexer_bytes_per_token = index_k_bytes_per_token(
+            self.indexer_head_dim, IndexDtype.BF16
+        )
+        logger.info(
+            "dsv4 plugin: bf16 index-K priced at %d B per compressed token",
+            self.indexer_bytes_per_token,
+        )
+    return original(self)
 
 
 def register() -> None:
@@ -88,4 +88,4 @@ def register() -> None:
 
     configured_index_dtype()  # fail at startup, not at sizing time, on a bad value
     HookRegistry.register(DSA_TARGET, dsa_indexer_cell_size, HookType.AROUND)
-    HookRegistry.register(DSV4_TARGET, dsv4_configurator_init, HookType.AFTER)
+    HookRegistry.register(DSV4_TARGET, dsv4_bytes_per_full_token, HookType.AROUND)

@@ -68,15 +68,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="fp8",
         help="index-K storage",
     )
-    p.add_argument("--page-size", type=int, default=256, help="tokens per page (default 256)")
+    p.add_argument(
+        "--page-size",
+        type=int,
+        default=256,
+        help="tokens per page (SGLang forces 256 for V4 on CUDA)",
+    )
     p.add_argument(
         "--swa-ratio",
         type=float,
-        default=None,
-        help="--swa-full-tokens-ratio; unset: request-cap sizing when --max-running-requests "
-        "is given, else 0.1",
+        default=0.1,
+        help="--swa-full-tokens-ratio: SWA slots per full token (SGLang's V4 default 0.1)",
     )
-    p.add_argument("--max-running-requests", type=int, default=None)
+    p.add_argument(
+        "--max-running-requests", type=int, default=None, help="default: SGLang's (256 for V4)"
+    )
     p.add_argument("--mem-fraction-static", type=float, default=DEFAULT_MEM_FRACTION_STATIC)
     p.add_argument(
         "--weights-memory",
@@ -219,7 +225,7 @@ def render_table(
     legacy: LegacyComparison | None,
     fp4_exact: PoolPlan | None,
 ) -> str:
-    mrr_note = "" if settings.max_running_requests else " (SGLang's estimate)"
+    mrr_note = "" if settings.max_running_requests else " (SGLang's V4 default)"
     weights_note = " (estimated from config)" if budget.weights_estimated else ""
     lines = [
         f"model     {model.architecture} ({model.kind.value}), {_layers(model)}",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from dsv4_operator.cli.main import main
 
 DONE_WHEN = [
@@ -92,7 +93,7 @@ def test_model_config_file_works_like_the_preset(capsys, tmp_path):
             "page_size: DeepSeek-V4 compressed attention needs a multiple of 128",
         ),
         (["--gpu-memory", "180"], "--gpu-memory: expected a size with a unit"),
-        (["--gpu-memory", "40GiB"], "no memory is left for the KV pools"),
+        (["--gpu-memory", "30GiB"], "no memory is left for the KV pools"),
         (["--gpu-memory", "40GiB", "--weights-memory", "35.99GiB"], "too small for one request"),
         (["--hicache-ratio", "0.5"], "hicache ratio: expected a value greater than 1"),
     ],

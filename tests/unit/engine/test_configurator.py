@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+
 from dsv4_engine.configurator import (
     ConfigError,
     EngineSettings,
