@@ -1,0 +1,240 @@
+"""Installing from manifests/ on the real local cluster, as a platform team would.
+
+Each kustomize overlay renders, and the API server accepts every rendered object in a
+server-side dry run (with stand-ins for the Prometheus Operator CRDs).  Then `base` is
+installed for real and the operator runs with nothing but its ServiceAccount's token: it
+must reconcile a sample to Ready without a single RBAC denial (the audit log records every
+request with the user who made it and the status it got).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dsv4_operator.cluster.local import LocalCluster
+from tests.e2e.helpers import get_json, wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+MANIFESTS = ROOT / "manifests"
+OVERLAYS = ("base", "monitoring", "samples")
+MONITORING_CRDS = ROOT / "tests" / "data" / "monitoring-crds.yaml"
+OPERATOR_NS = "dsv4-system"
+OPERATOR_SA = f"system:serviceaccount:{OPERATOR_NS}:dsv4-operator"
+SAMPLE_NS = "dsv4-install-e2e"
+
+
+def render(cluster: LocalCluster, overlay: str) -> list[dict[str, Any]]:
+    out = cluster.kubectl("kustomize", str(MANIFESTS / overlay)).stdout
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+def as_list(objects: list[dict[str, Any]]) -> str:
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
+
+
+def dry_run(cluster: LocalCluster, objects: list[dict[str, Any]], *args: str) -> str:
+    result = cluster.kubectl(
+        "apply", "--dry-run=server", *args, "-f", "-", input=as_list(objects), check=False
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def establish(cluster: LocalCluster, *crds: str) -> None:
+    for crd in crds:
+        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd}")
+
+
+@pytest.fixture(scope="module")
+def prepared(cluster: LocalCluster) -> LocalCluster:
+    """The cluster before a dry-run install: the namespaces and CRDs the dry run of the
+    namespaced objects needs (a dry run creates nothing, so it cannot provide them)."""
+    base = render(cluster, "base")
+    firsts = [o for o in base if o["kind"] in ("Namespace", "CustomResourceDefinition")]
+    cluster.kubectl(
+        "apply", "--server-side", "--force-conflicts", "-f", "-", input=as_list(firsts)
+    )
+    cluster.kubectl("apply", "--server-side", "-f", str(MONITORING_CRDS))
+    cluster.kubectl("create", "namespace", SAMPLE_NS)
+    establish(
+        cluster,
+        "dsv4deployments.inference.dsv4.dev",
+        "servicemonitors.monitoring.coreos.com",
+        "prometheusrules.monitoring.coreos.com",
+    )
+    return cluster
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_each_overlay_passes_a_server_side_dry_run(prepared, overlay):
+    objects = render(prepared, overlay)
+    args = ("-n", SAMPLE_NS) if overlay == "samples" else ()
+    out = dry_run(prepared, objects, *args)
+    # kubectl names every object it sent; none may be missing from the server's answer.
+    assert out.count("(server dry run)") == len(objects), out
+
+
+def test_monitoring_adds_only_prometheus_objects_to_base(prepared):
+    kinds = {o["kind"] for o in render(prepared, "monitoring")}
+    base = {o["kind"] for o in render(prepared, "base")}
+    assert kinds - base == {"ServiceMonitor", "PrometheusRule"}
+
+
+def test_a_bad_sample_is_refused_in_the_dry_run(prepared):
+    """The dry run is a real check: the API server applies the CRD's rules to samples."""
+    flash = next(o for o in render(prepared, "samples") if o["metadata"]["name"] == "flash")
+    flash["spec"]["decode"]["tp"] = 3
+    result = prepared.kubectl(
+        "apply", "--dry-run=server", "-n", SAMPLE_NS, "-f", "-",
+        input=json.dumps(flash), check=False,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "tp must divide" in result.stderr
+
+
+# -- the operator, installed from base, with its ServiceAccount's token -------------------
+
+
+def token_kubeconfig(cluster: LocalCluster, path: Path) -> Path:
+    """A kubeconfig whose only credential is a fresh token of the operator's ServiceAccount."""
+    admin = json.loads(cluster.kubectl("config", "view", "--raw", "--minify", "-o", "json").stdout)
+    token = cluster.kubectl(
+        "create", "token", "dsv4-operator", "-n", OPERATOR_NS, "--duration=1h"
+    ).stdout.strip()
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "local", "cluster": admin["clusters"][0]["cluster"]}],
+        "users": [{"name": "dsv4-operator", "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "local", "user": "dsv4-operator"}}],
+        "current-context": "sa",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def deployed_args(base: list[dict[str, Any]]) -> list[str]:
+    """The operator's arguments exactly as the base Deployment runs them."""
+    deployment = next(o for o in base if o["kind"] == "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return container["args"]
+
+
+def with_port(args: list[str], port: int) -> list[str]:
+    at = args.index("--health-port")
+    return [*args[: at + 1], str(port), *args[at + 2 :]]
+
+
+def audit_events(cluster: LocalCluster, offset: int) -> list[dict[str, Any]]:
+    with cluster.audit_log.open("rb") as log:
+        log.seek(offset)
+        lines = log.read().decode(errors="replace").splitlines()
+    events = []
+    for line in lines:
+        with contextlib.suppress(ValueError):
+            events.append(json.loads(line))
+    # A watch is logged when its response starts; it completes only when it ends.
+    return [e for e in events if e.get("stage") in ("ResponseStarted", "ResponseComplete")]
+
+
+@pytest.fixture(scope="module")
+def installed(prepared: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    base = render(prepared, "base")
+    prepared.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=as_list(base))
+    workdir = tmp_path_factory.mktemp("install")
+    kubeconfig = token_kubeconfig(prepared, workdir / "sa-kubeconfig.yaml")
+    port = free_port()
+    log = workdir / "operator.log"
+    offset = prepared.audit_log.stat().st_size
+    command = [
+        str(Path(sys.executable).with_name("dsv4-operator")),
+        *with_port(deployed_args(base), port),
+        "--resync-seconds", "5",
+    ]  # fmt: skip
+    env = {**prepared.env, "KUBECONFIG": str(kubeconfig), "POD_NAMESPACE": OPERATOR_NS}
+    with log.open("w") as out:
+        proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        yield prepared, proc, log, offset
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+def test_the_operator_reconciles_a_sample_with_only_its_own_rbac(installed):
+    cluster, proc, log, offset = installed
+    flash = next(o for o in render(cluster, "samples") if o["metadata"]["name"] == "flash")
+    cluster.kubectl("apply", "-n", SAMPLE_NS, "-f", "-", input=json.dumps(flash))
+
+    def ready() -> dict[str, Any] | None:
+        assert proc.poll() is None, f"operator exited: {log.read_text()[-3000:]}"
+        status = get_json(cluster, "dsv4", "flash", "-n", SAMPLE_NS).get("status") or {}
+        return status if status.get("phase") == "Ready" else None
+
+    status = wait_for("sample flash Ready under the ServiceAccount's RBAC", ready, timeout=180)
+    assert {c["type"]: c["status"] for c in status["conditions"]}["Ready"] == "True"
+
+    ours = [e for e in audit_events(cluster, offset) if e["user"]["username"] == OPERATOR_SA]
+    denied = sorted(
+        {
+            (e["verb"], e.get("objectRef", {}).get("resource", e["requestURI"]))
+            for e in ours
+            if e.get("responseStatus", {}).get("code") == 403
+        }
+    )
+    assert not denied, f"RBAC denied the operator: {denied}"
+    verbs = {(e["verb"], e.get("objectRef", {}).get("resource", "")) for e in ours}
+    # Not vacuous: the token did the work (server-side applies of children, the status, the
+    # Lease, the watches), and nothing in its log says it was refused.
+    for needed in [
+        ("patch", "statefulsets"),
+        ("patch", "dsv4deployments"),
+        ("watch", "dsv4deployments"),
+        ("create", "leases"),
+        ("patch", "roles"),  # the router Role: allowed only to a holder of its rules
+    ]:
+        assert needed in verbs, f"{needed} not among the operator's requests: {sorted(verbs)}"
+    text = log.read_text()
+    assert "403" not in text and "Forbidden" not in text, text[-3000:]
+
+
+@pytest.mark.parametrize(
+    "verb, resource",
+    [
+        ("get", "secrets"),
+        ("delete", "nodes"),
+        ("create", "pods"),
+        ("delete", "dsv4deployments.inference.dsv4.dev"),
+        ("update", "clusterroles"),
+        ("create", "leases.coordination.k8s.io"),  # in another namespace than its own
+    ],
+)
+def test_the_operator_cannot_do_what_it_does_not_need(installed, verb, resource):
+    cluster = installed[0]
+    result = cluster.kubectl(
+        "auth", "can-i", verb, resource, "-n", SAMPLE_NS, f"--as={OPERATOR_SA}", check=False
+    )
+    assert result.stdout.strip() == "no", (verb, resource, result.stdout, result.stderr)
