@@ -153,6 +153,13 @@ class PoolLayout:
         return sum(s.page_bytes for s in self.segments)
 
 
+# DSV4-shaped and tiny (a sliding-window layer, then c4 / c128 / c4) with the real index
+# head: what tests, the race reproduction and a CPU reference engine run on.
+TINY_SHAPE = ModelShape(
+    compress_ratios=(0, 4, 128, 4), kv_dim=32, index_head_dim=128, index_n_heads=16, page_size=128
+)
+
+
 def pool_layout(shape: ModelShape, index_dtype: IndexDtype) -> PoolLayout:
     fmt = index_key_format(index_dtype, shape.index_head_dim)
     segments: list[Segment] = []

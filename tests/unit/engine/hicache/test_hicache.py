@@ -4,21 +4,21 @@ import time
 
 import pytest
 import torch
+
 from dsv4_engine.features import HiCacheFeature, HiCacheMemLayout, HiCacheWritePolicy, IndexDtype
 from dsv4_engine.hicache.cache import HiCache
 from dsv4_engine.hicache.host_pool import HostPool, HostPoolFull, host_capacity_pages
 from dsv4_engine.hicache.transfer import TransferController, TransferFault
 from dsv4_engine.pools.device_pool import DevicePool
 from dsv4_engine.pools.gate import TransferFailed
-from dsv4_engine.pools.layout import BufferKind, ModelShape, pool_layout
+from dsv4_engine.pools.layout import TINY_SHAPE, BufferKind, pool_layout
 
-SMALL = ModelShape((0, 4, 128, 4), kv_dim=32, index_head_dim=128, index_n_heads=16, page_size=128)
 ALL_DTYPES = [IndexDtype.FP8, IndexDtype.BF16, IndexDtype.FP4]
 
 
 def _hicache(dtype=IndexDtype.FP8, layout=HiCacheMemLayout.PAGE_FIRST, policy="write_through",
              bandwidth=None, host_pages=8, device_pages=8, verify=True):  # fmt: skip
-    pool = DevicePool(SMALL, device_pages, dtype, ungated_index_k=False)
+    pool = DevicePool(TINY_SHAPE, device_pages, dtype, ungated_index_k=False)
     host = HostPool(pool.layout, host_pages, layout)
     controller = TransferController(
         pool, host, bandwidth_bytes_per_s=bandwidth, verify_checksums=verify
@@ -30,13 +30,13 @@ def _fill(pool, pages, seed):
     """Write every paged buffer of `pages`; returns what a reader should get back."""
     gen = torch.Generator().manual_seed(seed)
     want = {}
-    for layer in range(SMALL.num_layers):
+    for layer in range(TINY_SHAPE.num_layers):
         locs = pool.entry_locs(layer, pages)
-        kv = torch.randn(len(locs), SMALL.kv_dim, generator=gen)
+        kv = torch.randn(len(locs), TINY_SHAPE.kv_dim, generator=gen)
         pool.store_kv(layer, locs, kv)
         want[(layer, BufferKind.KV)] = pool.read_kv(layer, locs).clone()
-        if SMALL.compress_ratios[layer] == 4:
-            keys = torch.randn(len(locs), SMALL.index_head_dim, generator=gen)
+        if TINY_SHAPE.compress_ratios[layer] == 4:
+            keys = torch.randn(len(locs), TINY_SHAPE.index_head_dim, generator=gen)
             pool.store_index_k(layer, locs, keys)
             want[(layer, BufferKind.INDEX_K)] = pool.read_index_k(layer, locs)
     return want
@@ -44,10 +44,10 @@ def _fill(pool, pages, seed):
 
 def _read(pool, pages):
     got = {}
-    for layer in range(SMALL.num_layers):
+    for layer in range(TINY_SHAPE.num_layers):
         locs = pool.entry_locs(layer, pages)
         got[(layer, BufferKind.KV)] = pool.read_kv(layer, locs)
-        if SMALL.compress_ratios[layer] == 4:
+        if TINY_SHAPE.compress_ratios[layer] == 4:
             got[(layer, BufferKind.INDEX_K)] = pool.read_index_k(layer, locs)
     return got
 
@@ -76,7 +76,7 @@ def test_evict_then_load_back_restores_every_byte(dtype, layout):
 
 
 def test_host_layouts_place_pages_and_layers_as_named():
-    layout = pool_layout(SMALL, IndexDtype.FP8)
+    layout = pool_layout(TINY_SHAPE, IndexDtype.FP8)
     page_first = HostPool(layout, 4, HiCacheMemLayout.PAGE_FIRST)
     layer_first = HostPool(layout, 4, HiCacheMemLayout.LAYER_FIRST)
     # page_first: one page is one row of every layer; layer_first: one layer is one block.
@@ -86,7 +86,7 @@ def test_host_layouts_place_pages_and_layers_as_named():
 
 
 def test_capacity_from_ratio_or_size():
-    layout = pool_layout(SMALL, IndexDtype.BF16)
+    layout = pool_layout(TINY_SHAPE, IndexDtype.BF16)
     assert host_capacity_pages(layout, 10, ratio=2.5) == 25
     assert host_capacity_pages(layout, 10, ratio=2.0, size_bytes=7 * layout.page_bytes + 1) == 7
     with pytest.raises(ValueError, match=r"hicache ratio=1\.0: expected a number > 1"):
@@ -96,7 +96,7 @@ def test_capacity_from_ratio_or_size():
 
 
 def test_build_from_the_shared_feature_flags():
-    pool = DevicePool(SMALL, 4, IndexDtype.FP8, ungated_index_k=False)
+    pool = DevicePool(TINY_SHAPE, 4, IndexDtype.FP8, ungated_index_k=False)
     feature = HiCacheFeature(
         enabled=True, ratio=3, write_policy="write_back", mem_layout="layer_first"
     )
@@ -109,7 +109,7 @@ def test_build_from_the_shared_feature_flags():
 
 def test_lru_evicts_the_least_recently_used_unpinned_pages():
     evicted = []
-    host = HostPool(pool_layout(SMALL, IndexDtype.FP8), 4, on_evict=evicted.extend)
+    host = HostPool(pool_layout(TINY_SHAPE, IndexDtype.FP8), 4, on_evict=evicted.extend)
     a = host.allocate(2)
     b = host.allocate(2)
     host.touch(a)

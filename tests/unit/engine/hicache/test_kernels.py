@@ -11,6 +11,7 @@ import sys
 
 import pytest
 import torch
+
 from dsv4_engine.features import IndexDtype
 from dsv4_engine.kernels import get_ops
 from dsv4_engine.kernels.indexer_ref import topk_entries

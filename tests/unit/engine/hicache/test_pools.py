@@ -4,11 +4,13 @@ import importlib
 
 import pytest
 import torch
+
 from dsv4_engine.features import IndexDtype
 from dsv4_engine.kernels.index_k_ref import FP8_MAX
 from dsv4_engine.pools.allocator import OutOfPages, PageAllocator
 from dsv4_engine.pools.device_pool import DevicePool
 from dsv4_engine.pools.layout import (
+    TINY_SHAPE,
     BufferKind,
     ModelShape,
     index_k_bytes_per_token,
@@ -23,7 +25,6 @@ FLASH_CONFIG = {
     "index_head_dim": 128,
     "index_n_heads": 64,
 }
-SMALL = ModelShape((0, 4, 128, 4), kv_dim=32, index_head_dim=128, index_n_heads=16, page_size=128)
 ALL_DTYPES = [IndexDtype.FP8, IndexDtype.BF16, IndexDtype.FP4]
 
 
@@ -99,7 +100,7 @@ def test_allocator_reuses_the_last_freed_page_first():
 
 
 def test_a_fresh_page_holds_the_previous_owners_index_k():
-    pool = DevicePool(SMALL, 4, IndexDtype.BF16)
+    pool = DevicePool(TINY_SHAPE, 4, IndexDtype.BF16)
     old = pool.allocator.allocate(1)
     locs = pool.entry_locs(1, old)
     keys = torch.randn(len(locs), 128).to(torch.bfloat16).float()
@@ -111,7 +112,7 @@ def test_a_fresh_page_holds_the_previous_owners_index_k():
 
 
 def test_bf16_index_k_round_trips_exactly():
-    pool = DevicePool(SMALL, 3, IndexDtype.BF16)
+    pool = DevicePool(TINY_SHAPE, 3, IndexDtype.BF16)
     locs = pool.entry_locs(3, pool.allocator.allocate(2))
     keys = (torch.randn(len(locs), 128) * 5).to(torch.bfloat16).float()
     pool.store_index_k(3, locs, keys)
@@ -119,7 +120,7 @@ def test_bf16_index_k_round_trips_exactly():
 
 
 def test_fp8_index_k_round_trips_within_fp8_error():
-    pool = DevicePool(SMALL, 3, IndexDtype.FP8)
+    pool = DevicePool(TINY_SHAPE, 3, IndexDtype.FP8)
     locs = pool.entry_locs(1, pool.allocator.allocate(2))
     keys = torch.randn(len(locs), 128) * torch.logspace(-3, 2, len(locs))[:, None]
     pool.store_index_k(1, locs, keys)
@@ -132,7 +133,7 @@ def test_fp8_index_k_round_trips_within_fp8_error():
 
 
 def test_fp4_index_k_round_trips_within_fp4_error():
-    pool = DevicePool(SMALL, 2, IndexDtype.FP4)
+    pool = DevicePool(TINY_SHAPE, 2, IndexDtype.FP4)
     locs = pool.entry_locs(1, pool.allocator.allocate(1))
     keys = torch.randn(len(locs), 128)
     pool.store_index_k(1, locs, keys)
@@ -143,7 +144,7 @@ def test_fp4_index_k_round_trips_within_fp4_error():
 
 
 def test_fp8_page_holds_all_keys_then_all_scales():
-    pool = DevicePool(SMALL, 2, IndexDtype.FP8)
+    pool = DevicePool(TINY_SHAPE, 2, IndexDtype.FP8)
     page = pool.allocator.allocate(2)[1]
     slot = 5
     key = torch.randn(1, 128)

@@ -5,12 +5,12 @@ import threading
 
 import pytest
 import torch
+
 from dsv4_engine.features import IndexDtype
 from dsv4_engine.pools.device_pool import UNGATED_INDEX_K_ENV, DevicePool
 from dsv4_engine.pools.gate import LayerLoad, TransferFailed, TransferTimeout
-from dsv4_engine.pools.layout import BufferKind, ModelShape
+from dsv4_engine.pools.layout import TINY_SHAPE, BufferKind
 
-SMALL = ModelShape((0, 4, 128, 4), kv_dim=32, index_head_dim=128, index_n_heads=16, page_size=128)
 SETTLE_S = 0.05  # long enough for an unblocked read to finish on a busy machine
 
 
@@ -26,14 +26,14 @@ def _read_in_thread(pool, layer, kind):
 
 
 def _pool(**kwargs):
-    return DevicePool(SMALL, 2, IndexDtype.FP8, ungated_index_k=False, **kwargs)
+    return DevicePool(TINY_SHAPE, 2, IndexDtype.FP8, ungated_index_k=False, **kwargs)
 
 
 @pytest.mark.parametrize("key", _pool().buffer_kinds(), ids=lambda k: f"layer{k[0]}-{k[1].value}")
 def test_every_buffer_waits_for_its_layer(key):
     layer, kind = key
     pool = _pool()
-    load = LayerLoad(SMALL.num_layers)
+    load = LayerLoad(TINY_SHAPE.num_layers)
     pool.gate.register(load)
     for done_layer in range(layer):
         load.layer_done(done_layer)
@@ -57,11 +57,11 @@ def test_the_pool_exposes_no_buffer_outside_the_gate():
 def test_injection_skips_the_gate_for_index_k_only(monkeypatch, caplog):
     monkeypatch.setenv(UNGATED_INDEX_K_ENV, "1")
     with caplog.at_level(logging.WARNING):
-        pool = DevicePool(SMALL, 2, IndexDtype.BF16)
+        pool = DevicePool(TINY_SHAPE, 2, IndexDtype.BF16)
     assert any(
         r.levelno == logging.WARNING and "FAULT INJECTION" in r.getMessage() for r in caplog.records
     )
-    pool.gate.register(LayerLoad(SMALL.num_layers))
+    pool.gate.register(LayerLoad(TINY_SHAPE.num_layers))
     assert _read_in_thread(pool, 1, BufferKind.INDEX_K).wait(5)
     assert not _read_in_thread(pool, 1, BufferKind.KV).wait(SETTLE_S)
     assert not _read_in_thread(pool, 1, BufferKind.COMPRESS_STATE).wait(SETTLE_S)
@@ -70,26 +70,26 @@ def test_injection_skips_the_gate_for_index_k_only(monkeypatch, caplog):
 def test_injection_is_off_unless_asked(monkeypatch, caplog):
     monkeypatch.delenv(UNGATED_INDEX_K_ENV, raising=False)
     with caplog.at_level(logging.WARNING):
-        pool = DevicePool(SMALL, 2, IndexDtype.BF16)
+        pool = DevicePool(TINY_SHAPE, 2, IndexDtype.BF16)
     assert not pool.ungated_index_k and not caplog.records
 
 
 def test_a_bad_injection_value_is_rejected(monkeypatch):
     monkeypatch.setenv(UNGATED_INDEX_K_ENV, "yes")
     with pytest.raises(ValueError, match=f"{UNGATED_INDEX_K_ENV}='yes': expected 0 or 1"):
-        DevicePool(SMALL, 2, IndexDtype.BF16)
+        DevicePool(TINY_SHAPE, 2, IndexDtype.BF16)
 
 
 def test_a_stuck_load_times_out_instead_of_hanging():
     pool = _pool(gate_timeout_s=0.2)
-    pool.gate.register(LayerLoad(SMALL.num_layers))
+    pool.gate.register(LayerLoad(TINY_SHAPE.num_layers))
     with pytest.raises(TransferTimeout, match=r"layer 0 not loaded after 0.2s \(0/4 layers done\)"):
         pool.buffer(0, BufferKind.KV)
 
 
 def test_a_failed_layer_fails_its_readers_and_spares_earlier_layers():
     pool = _pool()
-    load = LayerLoad(SMALL.num_layers)
+    load = LayerLoad(TINY_SHAPE.num_layers)
     pool.gate.register(load)
     load.layer_done(0)
     load.fail(TransferFailed("layer 1 index_k: host pages [3] arrived with a wrong checksum"))
