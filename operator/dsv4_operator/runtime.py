@@ -29,6 +29,7 @@ from dsv4_operator.reconcile.kube import Kube
 from dsv4_operator.reconcile.reconciler import Reconciler
 
 log = logging.getLogger("dsv4_operator.runtime")
+USER_AGENT = "dsv4-operator"
 _STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
 
 
@@ -124,7 +125,9 @@ class Health:
 
 async def serve(args: argparse.Namespace) -> int:
     load_kube_config()
-    kube = Kube(client.ApiClient(), crash_after_writes=args.crash_after_writes)
+    api = client.ApiClient()
+    api.user_agent = USER_AGENT  # so the API server's audit log tells the operator's requests
+    kube = Kube(api, crash_after_writes=args.crash_after_writes)
     health = Health(kube)
     runner = await health.start(args.health_port)
     lease = leader.LeaseConfig(

@@ -12,9 +12,10 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any
 
+from pydantic import ConfigDict, Field, StringConstraints, model_validator
+
 from dsv4_engine.engine_config import OPERATOR_OWNED_FLAGS, Disaggregation, owned_flag_in
 from dsv4_engine.features import CamelModel, EngineFeatures
-from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
 DEFAULT_GPU_PRODUCTS = ("NVIDIA-B200", "NVIDIA-GB200")
 QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$"

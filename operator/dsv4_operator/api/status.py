@@ -5,8 +5,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Literal
 
-from dsv4_engine.features import CamelModel, EngineFeatures
 from pydantic import Field
+
+from dsv4_engine.features import CamelModel, EngineFeatures
 
 
 class Phase(StrEnum):

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import kopf
+
 from dsv4_operator.api import GROUP, KIND, PLURAL, VERSION
 from dsv4_operator.reconcile.reconciler import Reconciler
 from dsv4_operator.render.meta import LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY
@@ -62,11 +63,10 @@ async def resync_forever(
         await asyncio.sleep(interval)
         try:
             items = await asyncio.to_thread(_list_all, reconciler, namespaces)
-        except Exception as err:  # noqa: BLE001 - the loop must outlive API outages
-            log.warning("resync listing failed: %s", err)
-            continue
-        for namespace, name in items:
-            await reconciler.reconcile(namespace, name)
+            for namespace, name in items:
+                await reconciler.reconcile(namespace, name)
+        except Exception:  # the loop must outlive API outages and bad responses
+            log.exception("resync pass failed")
 
 
 def _list_all(reconciler: Reconciler, namespaces: Sequence[str]) -> list[tuple[str, str]]:

@@ -20,8 +20,9 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 import urllib3
-from dsv4_operator.api import GROUP, KIND, PLURAL, VERSION
 from kubernetes import client
+
+from dsv4_operator.api import GROUP, KIND, PLURAL, VERSION
 
 FIELD_MANAGER = "dsv4-operator"
 WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE"})

@@ -13,6 +13,8 @@ import logging
 from collections import defaultdict
 from typing import Any
 
+from pydantic import ValidationError
+
 from dsv4_operator.api import API_VERSION, KIND
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.api.status import DSV4DeploymentStatus
@@ -24,7 +26,6 @@ from dsv4_operator.render.engine import feature_revision
 from dsv4_operator.render.meta import Owner, instance_selector
 from dsv4_operator.render.placement import GPU_PRODUCT_LABEL
 from dsv4_operator.render.workloads import HostMemory, requested_memory
-from pydantic import ValidationError
 
 log = logging.getLogger("dsv4_operator.reconcile")
 

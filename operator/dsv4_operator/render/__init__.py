@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from dsv4_engine.features import Role
-
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.render.engine import config_map, engine_yamls, short_hash
 from dsv4_operator.render.meta import Owner

@@ -8,7 +8,6 @@ from typing import Any
 
 from dsv4_engine.engine_config import EngineConfig, MultiNode, dump_engine_yaml
 from dsv4_engine.features import EngineFeatures, HiCacheFeature, Role
-
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.render.meta import Owner, metadata
 

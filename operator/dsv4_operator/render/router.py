@@ -11,7 +11,6 @@ from typing import Any
 
 from dsv4_engine.engine_config import GroupRole
 from dsv4_engine.features import Role
-
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.render.engine import ENGINE_PORT
 from dsv4_operator.render.meta import LABEL_GROUP_ROLE, Owner, metadata, selector_labels

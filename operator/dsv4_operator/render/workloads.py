@@ -14,7 +14,6 @@ from typing import Any
 
 from dsv4_engine.engine_config import GroupRole
 from dsv4_engine.features import EngineFeatures, Role
-
 from dsv4_operator.api.spec import DSV4DeploymentSpec, RoleSpec
 from dsv4_operator.render.engine import (
     DIST_INIT_PORT,

@@ -1,6 +1,8 @@
 """engine.yaml and the SGLang arguments it turns into (pure; the parser check is below)."""
 
 import pytest
+from pydantic import ValidationError
+
 from dsv4_engine.engine_config import (
     EngineConfig,
     GroupRole,
@@ -13,7 +15,6 @@ from dsv4_engine.engine_config import (
     to_sglang_args,
 )
 from dsv4_engine.features import EngineFeatures, HiCacheFeature, IndexDtype, KvCanary, Role
-from pydantic import ValidationError
 
 
 def config(**kw):

@@ -3,6 +3,7 @@
 import argparse
 
 import pytest
+
 from dsv4_engine.engine_config import (
     OPERATOR_OWNED_FLAGS,
     Disaggregation,

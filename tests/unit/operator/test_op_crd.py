@@ -3,6 +3,7 @@
 import jsonschema
 import pytest
 import yaml
+
 from dsv4_operator.api import GROUP, VERSION
 from dsv4_operator.api.crd import CRD_PATH, build_crd, render_crd_yaml
 from dsv4_operator.api.samples import load_sample, merge_patch

@@ -3,6 +3,7 @@
 import random
 
 import pytest
+
 from dsv4_operator.reconcile.kube import ApiError, Backoff, path, retrying
 
 

@@ -1,6 +1,7 @@
 """Rendering a spec into children: placement, config hashes, what a change touches."""
 
 import yaml
+
 from dsv4_engine.engine_config import load_engine_yaml
 from dsv4_engine.features import Role
 from dsv4_operator.api.samples import load_sample, merge_patch
