@@ -103,22 +103,8 @@ def server_thread():
 def test_probe_fail_exit_code_report_and_html(server_thread, tmp_path, capsys):
     srv = server_thread(corruption_rate=0.12, seed=4)
     report_path, html_path = tmp_path / "r.json", tmp_path / "r.html"
-    code = main(
-        [
-            "probe",
-            srv.url,
-            "--probes",
-            "toolcall-echo",
-            "--concurrency",
-            "8",
-            "--requests",
-            "1000",
-            "--report",
-            str(report_path),
-            "--html",
-            str(html_path),
-        ]
-    )
+    argv = f"probe {srv.url} --probes toolcall-echo --concurrency 8 --requests 1000"
+    code = main([*argv.split(), "--report", str(report_path), "--html", str(html_path)])
     out = capsys.readouterr()
     assert code == 1
     assert out.out.startswith("verdict") and "FAIL" in out.out.splitlines()[0]
@@ -131,20 +117,8 @@ def test_probe_fail_exit_code_report_and_html(server_thread, tmp_path, capsys):
 
 def test_probe_inconclusive_json_output(server_thread, capsys):
     srv = server_thread()
-    code = main(
-        [
-            "probe",
-            srv.url,
-            "--probes",
-            "toolcall-echo",
-            "--concurrency",
-            "4",
-            "--requests",
-            "50",
-            "--output",
-            "json",
-        ]
-    )
+    argv = f"probe {srv.url} --probes toolcall-echo --concurrency 4 --requests 50 --output json"
+    code = main(argv.split())
     report = json.loads(capsys.readouterr().out)
     assert code == 2 and report["verdict"] == "INCONCLUSIVE"
     assert report["samples"]["judged"] == 50
