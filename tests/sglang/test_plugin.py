@@ -4,7 +4,7 @@ makes SGLang's configurators size a bf16 index-K like the configurator does."""
 from __future__ import annotations
 
 import pytest
-from conftest import our_plan
+from sglang_cases import our_plan
 
 pytestmark = pytest.mark.sglang
 

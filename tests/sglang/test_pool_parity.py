@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import our_plan
+from sglang_cases import our_plan
 
 from dsv4_engine.configurator import ConfigError, index_k_bytes_per_token
 from dsv4_engine.features import IndexDtype
