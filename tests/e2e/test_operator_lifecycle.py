@@ -254,12 +254,12 @@ def test_steady_state_reconcile_makes_zero_writes(ns, operator):
     wait_phase(ns, "flash", "Ready")
     time.sleep(3)  # let the controllers' last status updates pass
     before, offset = op.counts(), audit_offset(ns)
-    time.sleep(10)  # five resync passes at --resync-seconds 2
+    time.sleep(12)  # about five resync passes at --resync-seconds 2
     after = op.counts()
     audit_writes, audit_reads = audited(ns, offset)
     client_writes = write_paths(before, after)
     print(
-        f"\nsteady state over 10 s: {audit_reads} reconcile passes (audited GETs of the resource), "
+        f"\nsteady state over 12 s: {audit_reads} reconcile passes (audited GETs of the resource), "
         f"writes: {len(audit_writes)} in the API server's audit log, "
         f"{sum(client_writes.values())} counted by the operator's client"
     )
