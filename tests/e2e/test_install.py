@@ -64,9 +64,7 @@ def prepared(cluster: LocalCluster) -> LocalCluster:
     namespaced objects needs (a dry run creates nothing, so it cannot provide them)."""
     base = render(cluster, "base")
     firsts = [o for o in base if o["kind"] in ("Namespace", "CustomResourceDefinition")]
-    cluster.kubectl(
-        "apply", "--server-side", "--force-conflicts", "-f", "-", input=as_list(firsts)
-    )
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=as_list(firsts))
     cluster.kubectl("apply", "--server-side", "-f", str(MONITORING_CRDS))
     cluster.kubectl("create", "namespace", SAMPLE_NS)
     establish(

@@ -1,0 +1,296 @@
+"""The API access the operator's code makes, read from the code itself.
+
+Every request of the operator goes through `Kube` (reconcile/kube.py), so the permissions it
+needs are the `kube.<method>(...)` calls in the modules the operator process runs, plus
+the watches kopf opens for its handlers.  This module finds those calls with `ast`,
+resolves which kind each one addresses (a literal, a module constant, a loop over a
+constant, a dict literal's "kind", a helper that returns one, or a plan Action whose kinds
+are what the reconciler renders and lists) and turns them into RBAC (group, resource,
+verb) triples.  A call it cannot resolve is an error that names the file and line, so new
+API access cannot slip past the RBAC test unnoticed.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from dsv4_operator.api.samples import load_sample
+from dsv4_operator.api.spec import DSV4DeploymentSpec
+from dsv4_operator.reconcile import kube as kube_module
+from dsv4_operator.reconcile.reconciler import CHILD_KINDS
+from dsv4_operator.render import render_all
+from dsv4_operator.render.meta import Owner
+
+PACKAGE = Path(inspect.getfile(kube_module)).parents[1]
+# Run with the user's own credentials, not the operator's ServiceAccount.
+NOT_THE_OPERATOR = ("cli", "cluster", "demo.py")
+# The module whose requests stay in the operator's own namespace (a Role, not cluster-wide).
+LEADER_ELECTION = "leader.py"
+
+# What each `Kube` method sends, in RBAC verbs.  A server-side apply creates the object
+# when it is missing, and the API server then checks `create` as well as `patch`; an apply
+# to a subresource only ever updates.
+KUBE_VERBS: dict[str, tuple[str, ...]] = {
+    "get": ("get",),
+    "list": ("list",),
+    "apply": ("create", "patch"),
+    "create": ("create",),
+    "replace": ("update",),
+    "delete": ("delete",),
+}
+# `kube.request(...)` is the raw door: a call to it cannot be mapped to a permission here.
+RAW = "request"
+
+Triple = tuple[str, str, str]  # (apiGroup, resource, verb)
+
+
+class UnresolvedAccess(AssertionError):
+    pass
+
+
+@dataclass(frozen=True)
+class Access:
+    scope: str  # "cluster" | "namespace" (the operator's own)
+    group: str
+    resource: str
+    verb: str
+
+
+def api_group(kind: str) -> tuple[str, str]:
+    res = kube_module.RESOURCES[kind]
+    group = "" if res.prefix == "/api/v1" else res.prefix.split("/")[2]
+    return group, res.plural
+
+
+def request_methods() -> set[str]:
+    """`Kube` methods that send a request themselves (their source calls self.request)."""
+    return {
+        name
+        for name, fn in inspect.getmembers(kube_module.Kube, inspect.isfunction)
+        if not name.startswith("_") and name != RAW and "self.request(" in inspect.getsource(fn)
+    }
+
+
+def operator_modules() -> Iterator[tuple[Path, ModuleType]]:
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE)
+        if rel.parts[0] in NOT_THE_OPERATOR:
+            continue
+        dotted = ".".join(("dsv4_operator", *rel.with_suffix("").parts))
+        yield path, importlib.import_module(dotted.removesuffix(".__init__"))
+
+
+def rendered_kinds() -> set[str]:
+    """Kinds the reconciler applies: every object it renders for the shipped samples, with
+    multi-node roles so per-rank workers are included."""
+    owner = Owner(name="x", namespace="ns", uid="00000000-0000-0000-0000-000000000000")
+    spec = DSV4DeploymentSpec.model_validate(load_sample()["spec"])
+    multi = spec.model_copy(
+        update={"decode": spec.decode.model_copy(update={"nodes_per_replica": 2})}
+    )
+    return {o["kind"] for s in (spec, multi) for o in render_all(owner, s)}
+
+
+def rendered_role_rules() -> list[dict[str, Any]]:
+    """Rules of the Roles the operator creates; it must hold them itself to grant them."""
+    owner = Owner(name="x", namespace="ns", uid="00000000-0000-0000-0000-000000000000")
+    spec = DSV4DeploymentSpec.model_validate(load_sample()["spec"])
+    return [r for o in render_all(owner, spec) if o["kind"] == "Role" for r in o["rules"]]
+
+
+class _Resolver:
+    """Resolves the kind(s) a `kube.<method>` call addresses, within one module."""
+
+    def __init__(self, path: Path, module: ModuleType, tree: ast.Module) -> None:
+        self.path = path
+        self.module = module
+        self.tree = tree
+        self.parents = {c: p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
+
+    def fail(self, node: ast.AST, what: str) -> UnresolvedAccess:
+        rel = self.path.relative_to(PACKAGE.parent)
+        return UnresolvedAccess(
+            f"{rel}:{node.lineno}: cannot tell {what} in `{ast.unparse(node)}`; "
+            "teach tests/unit/install/rbac_from_code.py and grant it in manifests/base/rbac.yaml"
+        )
+
+    def constant(self, node: ast.expr) -> Any:
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.Name) and hasattr(self.module, node.id):
+            return getattr(self.module, node.id)
+        return None
+
+    def loop_values(self, name: ast.Name) -> list[Any] | None:
+        """Values of `name` when it is the target of a for/comprehension over a constant."""
+        node: ast.AST | None = name
+        while node is not None:
+            node = self.parents.get(node)
+            loops: list[ast.comprehension | ast.For] = []
+            if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+                loops = list(node.generators)
+            elif isinstance(node, ast.For):
+                loops = [node]
+            for loop in loops:
+                values = self.constant(loop.iter)
+                if values is None:
+                    continue
+                if isinstance(loop.target, ast.Name) and loop.target.id == name.id:
+                    return list(values)
+                if isinstance(loop.target, ast.Tuple):
+                    ids = [t.id for t in loop.target.elts if isinstance(t, ast.Name)]
+                    if name.id in ids:
+                        return [v[ids.index(name.id)] for v in values]
+        return None
+
+    def names(self, node: ast.expr) -> list[Any]:
+        """A string-valued argument: literal, module constant, or loop over a constant."""
+        value = self.constant(node)
+        if isinstance(value, str):
+            return [value]
+        if isinstance(node, ast.Name):
+            looped = self.loop_values(node)
+            if looped is not None:
+                return looped
+        raise self.fail(node, "which value")
+
+    def enclosing_function(self, node: ast.AST) -> ast.FunctionDef | None:
+        while node is not None and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            node = self.parents.get(node)
+        return node  # type: ignore[return-value]
+
+    def assigned(self, name: ast.Name) -> ast.expr:
+        function = self.enclosing_function(name)
+        scope = function if function is not None else self.tree
+        values = [
+            a.value
+            for a in ast.walk(scope)
+            if isinstance(a, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == name.id for t in a.targets)
+        ]
+        if len(values) != 1:
+            raise self.fail(name, "what object the variable holds")
+        return values[0]
+
+    def object_kinds(self, node: ast.expr) -> set[str]:
+        """Kinds of an object argument (create/apply/replace)."""
+        if isinstance(node, ast.Dict):
+            for key, value in zip(node.keys, node.values, strict=True):
+                if isinstance(key, ast.Constant) and key.value == "kind":
+                    return set(self.names(value))
+        if isinstance(node, ast.Name):
+            return self.object_kinds(self.assigned(node))
+        if isinstance(node, ast.Call):
+            if _is_kube_call(node, "get"):
+                return set(self.names(node.args[0]))
+            if isinstance(node.func, ast.Name):
+                return self.returned_kinds(node.func.id, node)
+        if isinstance(node, ast.Attribute) and node.attr == "obj":
+            return rendered_kinds()  # a plan Action: the objects render_all produced
+        raise self.fail(node, "which kind the object is")
+
+    def returned_kinds(self, function: str, call: ast.Call) -> set[str]:
+        defs = [d for d in self.tree.body if isinstance(d, ast.FunctionDef) and d.name == function]
+        if not defs:
+            raise self.fail(call, f"what {function}() returns")
+        returns = [r.value for r in ast.walk(defs[0]) if isinstance(r, ast.Return) and r.value]
+        return set().union(*(self.object_kinds(r) for r in returns))
+
+    def kind_argument(self, node: ast.expr) -> set[str]:
+        """Kinds of a kind argument (get/list/delete)."""
+        if isinstance(node, ast.Attribute) and node.attr == "kind":
+            return set(CHILD_KINDS)  # a plan Action deletes only children it listed
+        return set(self.names(node))
+
+
+def _is_kube_call(node: ast.AST, method: str | None = None) -> bool:
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+        return False
+    receiver = ast.unparse(node.func.value).split(".")[-1]
+    known = (*KUBE_VERBS, RAW)
+    return receiver == "kube" and node.func.attr in ((method,) if method else known)
+
+
+def kube_calls() -> Iterator[Access]:
+    for path, module in operator_modules():
+        tree = ast.parse(path.read_text())
+        resolver = _Resolver(path, module, tree)
+        scope = "namespace" if path.name == LEADER_ELECTION else "cluster"
+        for node in ast.walk(tree):
+            if not _is_kube_call(node):
+                continue
+            assert isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            method = node.func.attr
+            if method == RAW:
+                raise resolver.fail(node, "what a raw kube.request() needs")
+            subresource = next(
+                (resolver.constant(k.value) for k in node.keywords if k.arg == "subresource"),
+                None,
+            )
+            if method in ("get", "list", "delete"):
+                kinds = resolver.kind_argument(node.args[0])
+            else:
+                kinds = resolver.object_kinds(node.args[0])
+            verbs = ("patch",) if subresource else KUBE_VERBS[method]
+            for kind in kinds:
+                group, plural = api_group(kind)
+                resource = f"{plural}/{subresource}" if subresource else plural
+                for verb in verbs:
+                    yield Access(scope, group, resource, verb)
+
+
+def kopf_watches() -> Iterator[Access]:
+    """kopf lists and watches what each `kopf.on.event(group, version, plural)` names."""
+    for path, module in operator_modules():
+        tree = ast.parse(path.read_text())
+        resolver = _Resolver(path, module, tree)
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Call)
+                and ast.unparse(node.func) == "kopf.on.event"
+                and len(node.args) >= 3
+            ):
+                groups = resolver.names(node.args[0])
+                plurals = resolver.names(node.args[2])
+                for group, plural in zip(groups, plurals, strict=True):
+                    for verb in ("list", "watch"):
+                        yield Access("cluster", group, plural, verb)
+
+
+def kopf_scanning() -> Iterator[Access]:
+    """Unless runtime.py disables kopf's scanning, kopf lists and watches CRDs (to serve a
+    resource whose CRD appears after start); cluster-wide it watches no namespaces."""
+    source = (PACKAGE / "runtime.py").read_text()
+    if "scanning.disabled = True" not in source:
+        for verb in ("list", "watch"):
+            yield Access("cluster", "apiextensions.k8s.io", "customresourcedefinitions", verb)
+
+
+def escalation() -> Iterator[Access]:
+    """What the operator grants (router Roles), it must hold: RBAC escalation prevention."""
+    for rule in rendered_role_rules():
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    yield Access("cluster", group, resource, verb)
+
+
+def needed() -> set[Access]:
+    return {*kube_calls(), *kopf_watches(), *kopf_scanning(), *escalation()}
+
+
+def granted(rules: Iterable[dict[str, Any]], scope: str) -> set[Access]:
+    return {
+        Access(scope, group, resource, verb)
+        for rule in rules
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }

@@ -1,0 +1,110 @@
+"""manifests/base grants the operator exactly the API access its code makes, no more.
+
+The needed access is read from the code (tests/unit/install/rbac_from_code.py): every
+`kube.<method>(...)` call, the watches kopf opens, kopf's CRD scanning, and the rules of
+the Roles the operator itself creates (which the API server lets it grant only if it
+holds them).  The end-to-end install test proves the same set is enough on a real API
+server (no 403 in the audit log).
+"""
+
+import ast
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import yaml
+
+from tests.unit.install import rbac_from_code as code
+
+ROOT = Path(__file__).resolve().parents[3]
+BASE = ROOT / "manifests" / "base"
+
+
+def load(name):
+    return [d for d in yaml.safe_load_all((BASE / name).read_text()) if d]
+
+
+@pytest.fixture(scope="module")
+def rbac():
+    return {(d["kind"], d["metadata"]["name"]): d for d in load("rbac.yaml")}
+
+
+def one(rbac, kind):
+    (obj,) = [o for (k, _), o in rbac.items() if k == kind]
+    return obj
+
+
+def test_every_request_method_of_kube_has_a_known_rbac_verb():
+    # A new Kube method must be mapped before the RBAC check can account for its calls.
+    assert code.request_methods() == set(code.KUBE_VERBS)
+
+
+def test_the_cluster_role_grants_exactly_what_the_code_uses(rbac):
+    needed = {a for a in code.needed() if a.scope == "cluster"}
+    granted = code.granted(one(rbac, "ClusterRole")["rules"], "cluster")
+    assert sorted(granted - needed, key=str) == [], "granted but never used"
+    assert sorted(needed - granted, key=str) == [], "used but not granted"
+
+
+def test_the_namespaced_role_grants_exactly_leader_election(rbac):
+    needed = {a for a in code.needed() if a.scope == "namespace"}
+    granted = code.granted(one(rbac, "Role")["rules"], "namespace")
+    assert granted == needed
+    assert {a.resource for a in granted} == {"leases"}
+
+
+def test_no_wildcards_and_no_secrets(rbac):
+    for obj in rbac.values():
+        for rule in obj.get("rules", []):
+            for field in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule[field], (obj["metadata"]["name"], rule)
+            assert "secrets" not in rule["resources"]
+            assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
+
+
+def test_the_bindings_bind_the_deployments_service_account(rbac):
+    (account,) = load("serviceaccount.yaml")
+    (deployment,) = load("deployment.yaml")
+    assert (
+        deployment["spec"]["template"]["spec"]["serviceAccountName"] == account["metadata"]["name"]
+    )
+    for kind, role_kind in (("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")):
+        binding = one(rbac, kind)
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": role_kind,
+            "name": one(rbac, role_kind)["metadata"]["name"],
+        }
+        assert binding["subjects"] == [
+            {
+                "kind": "ServiceAccount",
+                "name": account["metadata"]["name"],
+                "namespace": "dsv4-system",
+            }
+        ]
+
+
+def test_the_derivation_sees_the_calls_it_claims_to(rbac):
+    """Guards the guard: known calls of the reconciler and leader election are found."""
+    needed = code.needed()
+    for access in [
+        code.Access("cluster", "", "nodes", "list"),  # check_prerequisites
+        code.Access("cluster", "", "persistentvolumeclaims", "get"),
+        code.Access("cluster", "", "events", "create"),  # one Event per decision
+        code.Access("cluster", "apps", "statefulsets", "create"),  # SSA of a missing child
+        code.Access("cluster", "apps", "statefulsets", "delete"),  # an orphaned child
+        code.Access("cluster", "inference.dsv4.dev", "dsv4deployments/status", "patch"),
+        code.Access("cluster", "inference.dsv4.dev", "dsv4deployments", "watch"),  # kopf
+        code.Access("cluster", "", "pods", "watch"),  # granted to the router's Role
+        code.Access("namespace", "coordination.k8s.io", "leases", "update"),
+    ]:
+        assert access in needed, access
+    assert code.Access("cluster", "inference.dsv4.dev", "dsv4deployments", "patch") not in needed
+
+
+def test_an_unresolvable_call_names_its_file_and_line():
+    source = "def f(kube, kinds):\n    return [kube.get(k, 'ns', 'n') for k in kinds]\n"
+    resolver = code._Resolver(code.PACKAGE / "fake.py", ModuleType("fake"), ast.parse(source))
+    call = next(n for n in ast.walk(resolver.tree) if code._is_kube_call(n))
+    with pytest.raises(code.UnresolvedAccess, match=r"dsv4_operator/fake.py:2: cannot tell"):
+        resolver.kind_argument(call.args[0])
