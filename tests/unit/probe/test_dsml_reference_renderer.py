@@ -5,6 +5,7 @@ for what valid output looks like; the validator stays the judge of damage."""
 import json
 import random
 import string
+from pathlib import Path
 
 import deepseek_recipe as dr
 import pytest
@@ -65,3 +66,38 @@ def test_parser_accepts_what_deepseeks_encoder_renders(fmt):
         assert classify_completion(text, fmt).valid, (case, text)
         parsed = parse(split_reasoning(text)[1], fmt)
         assert [(c.name, c.args) for c in parsed] == calls, text
+
+
+def _recipe_calls(text: str, tools: list, model: str) -> list[tuple[str, dict]]:
+    """The calls DeepSeek's own (lenient) response parser extracts from a completion."""
+    body = {"model": model, "messages": [{"role": "user", "content": "go"}], "tools": tools}
+    options = dr.ConversionOptions(default_thinking_mode="</think>" in text)
+    request = dr.ChatCompletionRequest(body).convert(options)
+    processor = dr.StreamProcessor(
+        dr.ChatCompletionRequest.chunk_generator(request, "id", model), request.parsing_options
+    )
+    response = dr.ChatCompletionResponse("id", model, 0, 0, 0)
+    for chunk in (
+        processor.push(dr.InferenceChunk.ready())
+        + processor.push(dr.InferenceChunk.text(text))
+        + processor.push(dr.InferenceChunk.finish(dr.InferenceFinishReason.Stop))
+        + processor.finish()
+    ):
+        response.accumulate(chunk)
+    message = json.loads(response.to_json())["choices"][0]["message"]
+    return [
+        (c["function"]["name"], json.loads(c["function"]["arguments"]))
+        for c in message.get("tool_calls") or []
+    ]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "model"), [("v4", "DeepSeek-V4-Pro"), ("v41", "DeepSeek-V4.1-Flash")]
+)
+def test_deepseeks_parser_reads_the_same_calls_from_valid_corpus_completions(fmt, model):
+    corpus = Path(__file__).parents[2] / "data" / "dsml_corpus" / f"corpus_{fmt}.jsonl"
+    valid = [json.loads(line) for line in corpus.read_text().splitlines()]
+    valid = [row for row in valid if row["label"] == "VALID"]
+    for row in valid:
+        ours = [(c.name, c.args) for c in parse(split_reasoning(row["text"])[1], DsmlFormat(fmt))]
+        assert ours == _recipe_calls(row["text"], row["tools"], model), row["id"]
