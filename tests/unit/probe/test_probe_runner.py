@@ -75,7 +75,7 @@ async def test_corruption_is_found_in_server_parsed_tool_calls_too(serve):
 
 @pytest.mark.asyncio
 async def test_achieved_concurrency_is_measured(serve):
-    server, url = await serve(latency_s=0.05)
+    server, url = await serve(latency_s=0.2)  # long enough to have all 32 sent under load
     result = await run_probes(_settings(url, concurrency=32, requests=128))
     assert server.max_in_flight == 32
     assert result.peak_concurrency == 32
