@@ -42,8 +42,9 @@ cluster-up: venv control-plane ## Start the local cluster with fake Blackwell no
 cluster-down: venv ## Stop the local cluster and everything it started
 	$(VENV)/bin/dsv4ctl cluster down
 
-manifests: venv ## Regenerate crds/ from the typed API models (operator/dsv4_operator/api/)
+manifests: venv ## Regenerate crds/ from the typed API models (operator/dsv4_operator/api/) and docs/api-reference.md from crds/
 	$(PY) -m dsv4_operator.api.crd crds/dsv4deployment.yaml
+	$(PY) hack/api_reference.py crds/dsv4deployment.yaml docs/api-reference.md
 
 bench: bench-plan bench-probe ## Run every benchmark (each bench-* target adds itself here)
 
