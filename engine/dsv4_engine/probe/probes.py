@@ -50,7 +50,7 @@ class ProbeContext:
         group = index % groups
         if group not in self._prefixes:
             rng = random.Random(f"{self.settings.seed}:prefix:{group}")
-            self._prefixes[group] = document(rng, self.settings.prefix_words, f"P{group}")
+            self._prefixes[group] = document(rng, self.settings.shared_prefix_words, f"P{group}")
         return self._prefixes[group]
 
     def body(self, messages: list[dict[str, Any]], max_tokens: int, tools: bool) -> dict[str, Any]:
@@ -96,7 +96,7 @@ async def _echo(
     if probe is ProbeName.TOOLCALL_ECHO_PREFIX_REUSE:
         messages.append({"role": "system", "content": ctx.shared_prefix(index)})
     elif probe is ProbeName.TOOLCALL_ECHO_LONG_CONTEXT:
-        doc = document(rng, ctx.settings.long_context_words, f"L{index}")
+        doc = document(rng, ctx.settings.long_prompt_words, f"L{index}")
         messages.append({"role": "system", "content": doc})
     turns = 2 if probe is ProbeName.TOOLCALL_ECHO_PREFIX_REUSE else 1
     for turn in range(turns):
@@ -132,7 +132,7 @@ async def _consistency(
     if probe is ProbeName.CACHE_CONSISTENCY_PREFIX_REUSE:
         system = ctx.shared_prefix(index)
     elif probe is ProbeName.CACHE_CONSISTENCY_LONG_CONTEXT:
-        system = document(rng, ctx.settings.long_context_words, f"L{index}")
+        system = document(rng, ctx.settings.long_prompt_words, f"L{index}")
     else:
         system = document(rng, _SINGLE_PROMPT_WORDS, f"S{index}")
     question = f"Request {index}: continue the text. {filler(rng, 24)}"

@@ -66,6 +66,15 @@ DEFAULT_ADMIN_OFFLOAD_PATH: dict[Backend, str | None] = {
 }
 
 
+# (shared-prefix words, long-context words).  A filler word is ~1 token for DeepSeek's
+# tokenizer but ~7 for the reference engine's byte-level one (16384-token context): both
+# long contexts exceed V4-Flash's index_topk × compress ratio = 512 × 4 = 2048 tokens.
+DEFAULT_WORKLOAD: dict[Backend, tuple[int, int]] = {
+    Backend.SGLANG: (1024, 4096),
+    Backend.REFERENCE: (256, 1200),
+}
+
+
 class Determinism(StrEnum):
     AUTO = "auto"
     """Ask GET /server_info (SGLang `enable_deterministic_inference`, reference `deterministic`)."""
@@ -100,8 +109,10 @@ class ProbeSettings(BaseModel):
     deterministic: Determinism = Determinism.AUTO
     admin_offload_path: str | None = "default"
     """POST path that pushes cached prefixes to the host tier; "default" picks the backend's."""
-    prefix_words: int = Field(default=1024, ge=16)
-    long_context_words: int = Field(default=4096, ge=64)
+    prefix_words: int | None = Field(default=None, ge=16)
+    """Shared-prefix length; None: the backend's default (DEFAULT_WORKLOAD)."""
+    long_context_words: int | None = Field(default=None, ge=64)
+    """Long-context prompt length; None: the backend's default (DEFAULT_WORKLOAD)."""
     sessions_per_prefix: int = Field(default=8, ge=1)
     api_key: str | None = None
 
@@ -121,6 +132,14 @@ class ProbeSettings(BaseModel):
         if self.admin_offload_path == "default":
             return DEFAULT_ADMIN_OFFLOAD_PATH[self.backend]
         return self.admin_offload_path
+
+    @property
+    def shared_prefix_words(self) -> int:
+        return self.prefix_words or DEFAULT_WORKLOAD[self.backend][0]
+
+    @property
+    def long_prompt_words(self) -> int:
+        return self.long_context_words or DEFAULT_WORKLOAD[self.backend][1]
 
     @property
     def sample_budget(self) -> int:

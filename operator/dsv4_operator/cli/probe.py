@@ -45,13 +45,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per request")
     p.add_argument("--max-duration", type=float, help="seconds; stop starting samples after")
-    p.add_argument("--prefix-words", type=int, default=1024, help="shared prefix length")
+    p.add_argument("--prefix-words", type=int, help="shared prefix length (default per backend)")
     p.add_argument("--sessions-per-prefix", type=int, default=8)
     p.add_argument(
         "--long-context-words",
         type=int,
-        default=4096,
-        help="long-context prompt length (> index_topk x compress ratio tokens)",
+        help="long-context prompt length, > index_topk x compress ratio tokens (default per backend)",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--deterministic", choices=[d.value for d in Determinism], default="auto")

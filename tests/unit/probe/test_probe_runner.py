@@ -3,6 +3,8 @@ cannot run here) with a seeded, configurable corruption rate: concurrency achiev
 transport errors kept apart from corruption, sequential FAIL speed, PASS only with enough
 evidence, and inapplicable checks reported rather than counted."""
 
+import random
+
 import jsonschema
 import pytest
 import pytest_asyncio
@@ -20,6 +22,7 @@ from dsv4_engine.probe import (
 )
 from dsv4_engine.probe.dsml import DsmlFormat
 from dsv4_engine.probe.scripted_server import ScriptedCompletionServer
+from dsv4_engine.probe.workload import document
 
 
 @pytest_asyncio.fixture
@@ -199,3 +202,15 @@ async def test_time_limit_stops_the_run_inconclusive(serve):
     assert result.tally.stopped_because == "time limit of 0.5 s reached"
     assert 0 < len(result.tally.samples) < 200
     assert result.verdict is Verdict.INCONCLUSIVE
+
+
+def test_long_context_prompts_exceed_the_indexer_selection_and_fit_the_engine():
+    """V4-Flash's indexer selects top 512 of entries compressed 4:1: a prompt only exercises
+    the selection beyond 2048 tokens.  SGLang: a filler word is at least one token.  The
+    reference engine tokenizes bytes and serves 16384 tokens of context by default."""
+    index_topk, compress_ratio = 512, 4
+    sglang = ProbeSettings(base_url="http://x", backend=Backend.SGLANG)
+    assert sglang.long_prompt_words > index_topk * compress_ratio
+    reference = ProbeSettings(base_url="http://x", backend=Backend.REFERENCE)
+    prompt = document(random.Random(0), reference.long_prompt_words, "L0")
+    assert index_topk * compress_ratio < len(prompt.encode()) < 16384 - 1024
