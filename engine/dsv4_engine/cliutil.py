@@ -23,10 +23,16 @@ class CommandError(Exception):
         self.exit_code = exit_code
 
 
-def build_parser(prog: str, description: str, package: ModuleType) -> argparse.ArgumentParser:
+def build_parser(
+    prog: str, description: str, package: ModuleType, argv: Sequence[str] | None = None
+) -> argparse.ArgumentParser:
+    """With ``argv`` naming a subcommand module first, only that module is imported, so a
+    light command (``dsv4ctl plan``) does not pay for the imports of heavy ones."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+    infos = sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name)
+    requested = [m for m in infos if argv and m.name == argv[0]]
+    for info in requested or infos:
         module = importlib.import_module(f"{package.__name__}.{info.name}")
         register = getattr(module, "register", None)
         if register is not None:

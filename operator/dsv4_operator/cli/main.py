@@ -15,6 +15,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "Operate DeepSeek-V4 deployments on SGLang: local cluster, pool planning, "
         "corruption probes and canary rollouts.",
         cli,
+        sys.argv[1:] if argv is None else argv,
     )
     return run(parser, argv)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -117,3 +119,18 @@ def test_unknown_model_and_missing_file(capsys, tmp_path):
         capsys, "plan", "--model-config", str(tmp_path / "nope.json"), "--gpu-memory", "80GiB"
     )
     assert code == 2 and "nope.json: file not found" in err and err.count("\n") == 1
+
+
+def test_plan_imports_no_other_subcommand():
+    """`dsv4ctl plan` stays interactive: heavy subcommands (HTTP clients, Kubernetes) are
+    not imported to run it."""
+    code = (
+        "import sys, contextlib, io\n"
+        "from dsv4_operator.cli.main import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    assert main(['plan', '--preset', 'v4-flash', '--gpu-memory', '180GiB']) == 0\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith('dsv4_operator.cli.'))\n"
+        "assert loaded == ['dsv4_operator.cli.main', 'dsv4_operator.cli.plan'], loaded\n"
+        "assert 'torch' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
