@@ -17,7 +17,9 @@ Python API (what the operator's canary calls)::
 
 HTTP contract the probes assume of the engine (OpenAI-compatible):
 
-* ``GET /v1/models`` → ``{"data": [{"id": MODEL}, ...]}`` (preflight; first id is the default).
+* ``GET /v1/models`` → ``{"data": [{"id": MODEL}, ...]}`` (preflight; first id is the default
+  model; a 404 is accepted and the model is then ``--model`` or ``"default"``).  A refused
+  connection or any other failure here is a connection error (exit 3).
 * ``POST /v1/chat/completions`` with ``{"model", "messages", "max_tokens", "temperature": 0,
   "stream": false}`` and, for tool-call probes, ``"tools": [...], "tool_choice": "auto"`` →
   ``{"choices": [{"message": {"content", "tool_calls"?}, "finish_reason"}]}``.  The

@@ -192,6 +192,9 @@ async def _drive(
 async def _model(client: EngineClient, settings: ProbeSettings) -> str:
     try:
         models = await client.models()
+    except EndpointMissing:
+        # Reachable but without a model list: the request's model field is then a label.
+        return settings.model or "default"
     except TransportError as err:
         raise ProbeConnectionError(f"{settings.base_url} is not an OpenAI API: {err}") from None
     if settings.model is not None:

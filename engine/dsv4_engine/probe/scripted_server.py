@@ -54,6 +54,7 @@ class ScriptedCompletionServer:
     """True: answer like SGLang with --tool-call-parser (OpenAI tool_calls); False: raw DSML."""
     deterministic: bool = True
     offload_endpoint: bool = True
+    models_endpoint: bool = True
     server_info: dict[str, Any] | None = None
     """GET /server_info body; None: {"deterministic": <deterministic>}."""
     model: str = "scripted-model"
@@ -66,7 +67,8 @@ class ScriptedCompletionServer:
 
     def app(self) -> web.Application:
         app = web.Application()
-        app.router.add_get("/v1/models", self._models)
+        if self.models_endpoint:
+            app.router.add_get("/v1/models", self._models)
         app.router.add_get("/server_info", self._server_info)
         app.router.add_post("/v1/chat/completions", self._chat)
         if self.offload_endpoint:

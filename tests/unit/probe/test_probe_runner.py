@@ -214,3 +214,10 @@ def test_long_context_prompts_exceed_the_indexer_selection_and_fit_the_engine():
     reference = ProbeSettings(base_url="http://x", backend=Backend.REFERENCE)
     prompt = document(random.Random(0), reference.long_prompt_words, "L0")
     assert index_topk * compress_ratio < len(prompt.encode()) < 16384 - 1024
+
+
+@pytest.mark.asyncio
+async def test_engine_without_a_model_list_is_probed_with_the_given_model(serve):
+    server, url = await serve(models_endpoint=False)
+    result = await run_probes(_settings(url, model="dsv4-reference", concurrency=2, requests=6))
+    assert result.model == "dsv4-reference" and result.judged == 6
