@@ -11,6 +11,7 @@ from dsv4_engine.engine_config import (
     load_engine_yaml,
     owned_flag_in,
     place_pod,
+    plugin_env,
     pod_ordinal,
     to_sglang_args,
 )
@@ -94,3 +95,9 @@ def test_extra_args_come_last_and_yaml_round_trips():
     assert to_sglang_args(cfg)[-2:] == ["--mem-fraction-static", "0.8"]
     text = dump_engine_yaml(cfg)
     assert load_engine_yaml(text) == cfg and dump_engine_yaml(load_engine_yaml(text)) == text
+
+
+def test_bf16_index_k_reaches_the_plugin_not_sglang():
+    cfg = config(features=EngineFeatures(index_dtype=IndexDtype.BF16))
+    assert plugin_env(cfg) == {"DSV4_INDEX_DTYPE": "bf16"}
+    assert "--enable-deepseek-v4-fp4-indexer" not in to_sglang_args(cfg)
