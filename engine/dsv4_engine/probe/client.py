@@ -148,4 +148,13 @@ class EngineClient:
             raise TransportError("POST /v1/chat/completions: no choices[0].message") from None
         if not isinstance(message, dict):
             raise TransportError("POST /v1/chat/completions: choices[0].message not an object")
+        content, calls = message.get("content"), message.get("tool_calls")
+        if not (content is None or isinstance(content, str)):
+            raise TransportError("POST /v1/chat/completions: message.content not a string")
+        if not (
+            calls is None or (isinstance(calls, list) and all(isinstance(c, dict) for c in calls))
+        ):
+            raise TransportError(
+                "POST /v1/chat/completions: message.tool_calls not a list of objects"
+            )
         return ChatAnswer(message, choice.get("finish_reason"), latency)

@@ -8,6 +8,7 @@ import random
 import jsonschema
 import pytest
 import pytest_asyncio
+from aiohttp import web
 
 from dsv4_engine.probe import (
     Backend,
@@ -221,3 +222,48 @@ async def test_engine_without_a_model_list_is_probed_with_the_given_model(serve)
     server, url = await serve(models_endpoint=False)
     result = await run_probes(_settings(url, model="dsv4-reference", concurrency=2, requests=6))
     assert result.model == "dsv4-reference" and result.judged == 6
+
+
+@pytest_asyncio.fixture
+async def aiohttp_reply_server():
+    """A loopback server whose chat endpoint always returns one fixed (malformed) reply."""
+    runners = []
+
+    async def start(reply) -> str:
+        async def models(_: web.Request) -> web.Response:
+            return web.json_response({"data": [{"id": "m"}]})
+
+        async def chat(_: web.Request) -> web.Response:
+            return web.json_response(reply)
+
+        app = web.Application()
+        app.router.add_get("/v1/models", models)
+        app.router.add_post("/v1/chat/completions", chat)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        runners.append(runner)
+        return f"http://127.0.0.1:{runner.addresses[0][1]}"
+
+    yield start
+    for runner in runners:
+        await runner.cleanup()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "reply",
+    [
+        {"choices": []},
+        {"choices": [{"message": {"content": ["a list"]}}]},
+        {"choices": [{"message": {"content": "", "tool_calls": "call"}}]},
+        "not an object",
+    ],
+)
+async def test_malformed_replies_are_transport_errors_not_crashes(reply, aiohttp_reply_server):
+    url = await aiohttp_reply_server(reply)
+    result = await run_probes(
+        _settings(url, concurrency=2, requests=4, max_transport_error_rate=0.9)
+    )
+    assert result.tally.transport_errors == 4 and result.judged == 0
+    assert result.verdict is Verdict.INCONCLUSIVE
