@@ -21,6 +21,9 @@ MODELS = {
     "flash": lambda: preset_config("v4-flash"),
     "pro": lambda: preset_config("v4-pro"),
     "v32": lambda: load_hf_config(DSA_CONFIG),
+    # The model type SGLang leaves the SWA ratio unset for: its SWA pool is sized from the
+    # request cap.  V4-Flash's dimensions.
+    "v41": lambda: {**preset_config("v4-flash"), "model_type": "deepseek_v41"},
 }
 
 
@@ -57,7 +60,7 @@ def our_settings(case: dict[str, Any]) -> EngineSettings:
         page_size=case.get("page", 256),
         tp_size=case.get("tp", 1),
         dp_size=case.get("dp", 1),
-        swa_full_tokens_ratio=case.get("swa", 0.1),
+        swa_full_tokens_ratio=case.get("swa"),
         max_running_requests=case.get("mrr"),
         speculative_num_draft_tokens=drafts,
         speculative_num_steps=steps,

@@ -42,6 +42,15 @@ CASES = [
         "budget": 70 * GB,
     },
     {"id": "pro-tp8-dp8", "model": "pro", "tp": 8, "dp": 8, "mrr": 2048, "budget": 140 * GB},
+    {"id": "v41-cap", "model": "v41", "mrr": 64, "budget": 60 * GB},
+    {
+        "id": "v41-cap-decode",
+        "model": "v41",
+        "mrr": 128,
+        "mode": "decode",
+        "extra": 4,
+        "budget": 80 * GB,
+    },
     {"id": "v32-fp8kv", "model": "v32", "page": 64, "kv": "fp8_e4m3", "budget": 50 * GB},
     {"id": "v32-bf16kv", "model": "v32", "page": 64, "kv": "bfloat16", "budget": 60 * GB},
 ]

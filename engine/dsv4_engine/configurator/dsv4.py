@@ -23,6 +23,7 @@ from dsv4_engine.configurator.settings import EngineSettings
 from dsv4_engine.features import IndexDtype
 
 DEFAULT_SWA_RATIO = 0.1
+CAP_MODE_MODEL_TYPE = "deepseek_v41"
 # SGLang's DeepSeek-V4 hook sets --max-running-requests to this when it is not given.
 DEFAULT_MAX_RUNNING_REQUESTS = 256
 SWA_EVICTION_INTERVAL = 128  # SGLANG_SWA_EVICTION_INTERVAL
@@ -112,17 +113,18 @@ def _request_cap_tokens(model: ModelSpec, settings: EngineSettings, mrr: int) ->
     if settings.swa_prefix_tails is not None:
         tails = settings.swa_prefix_tails
     else:
-        tails = 0 if settings.disable_radix_cache else 4 * mrr
+        tails = 0 if settings.radix_cache_disabled else 4 * mrr
     total = cap + tails * (window + page)
     return -(-total // page) * page
 
 
-def _uses_cap_mode(settings: EngineSettings) -> bool:
-    """SGLang sizes SWA from the request cap only when no ratio was given.  Its V4 model
-    override sets the ratio to 0.1 for ``deepseek_v4`` configs, so this is the path of
-    configs that leave it unset (``deepseek_v41``) or of callers passing ``None``."""
-    return settings.swa_full_tokens_ratio is None and (
-        settings.disaggregation_mode == "decode" or settings.chunked_prefill_size > 0
+def _uses_cap_mode(model: ModelSpec, settings: EngineSettings) -> bool:
+    """SGLang sizes SWA from the request cap only when no ratio was given, and its V4 model
+    override gives 0.1 to every config but ``deepseek_v41`` ones."""
+    return (
+        settings.swa_full_tokens_ratio is None
+        and model.model_type == CAP_MODE_MODEL_TYPE
+        and (settings.disaggregation_mode == "decode" or settings.chunked_prefill_size > 0)
     )
 
 
@@ -167,7 +169,7 @@ def dsv4_geometry(model: ModelSpec, settings: EngineSettings) -> Dsv4Geometry:
         128: 1 / 128 * paged_c128,
     }
     mrr = settings.max_running_requests_per_worker or DEFAULT_MAX_RUNNING_REQUESTS
-    swa_cap = _request_cap_tokens(model, settings, mrr) if _uses_cap_mode(settings) else None
+    swa_cap = _request_cap_tokens(model, settings, mrr) if _uses_cap_mode(model, settings) else None
     ratio = (
         settings.swa_full_tokens_ratio
         if settings.swa_full_tokens_ratio is not None

@@ -39,6 +39,7 @@ class ModelSpec:
 
     kind: ModelKind
     architecture: str
+    model_type: str
     num_layers: int
     qk_rope_head_dim: int
     index_head_dim: int
@@ -110,6 +111,7 @@ def _architecture(cfg: Mapping[str, Any]) -> str:
 
 def _common(cfg: Mapping[str, Any]) -> dict[str, Any]:
     return {
+        "model_type": str(cfg.get("model_type", "")),
         "num_layers": _int(cfg, "num_hidden_layers"),
         "qk_rope_head_dim": _int(cfg, "qk_rope_head_dim"),
         "index_head_dim": _int(cfg, "index_head_dim"),

@@ -32,8 +32,9 @@ class EngineSettings:
     # Attention data-parallel size (--dp with --enable-dp-attention): max running
     # requests are divided over this many workers.
     dp_size: int = 1
-    # --swa-full-tokens-ratio (SGLang's V4 default 0.1); None sizes SWA from the request cap.
-    swa_full_tokens_ratio: float | None = 0.1
+    # --swa-full-tokens-ratio; None = not given: SGLang's V4 override then sets 0.1, except
+    # for deepseek_v41 configs, whose SWA pool it sizes from the request cap instead.
+    swa_full_tokens_ratio: float | None = None
     # None: SGLang's default for the model (256 for DeepSeek-V4).
     max_running_requests: int | None = None
     chunked_prefill_size: int = 8192
@@ -43,7 +44,8 @@ class EngineSettings:
     disable_overlap_schedule: bool = False
     disaggregation_mode: DisaggregationMode = "null"
     disaggregation_decode_extra_slots: int = 0
-    disable_radix_cache: bool = False
+    # None = SGLang's default: off on a PD decode server, on elsewhere.
+    disable_radix_cache: bool | None = None
     swa_prefix_tails: int | None = None
     # DSA models only: the MLA latent's dtype (DeepSeek-V4's FlashMLA layout is fixed).
     kv_cache_dtype: Literal["fp8_e4m3", "bfloat16"] = "fp8_e4m3"
@@ -91,6 +93,12 @@ class EngineSettings:
     @property
     def speculative(self) -> bool:
         return self.speculative_num_draft_tokens > 0
+
+    @property
+    def radix_cache_disabled(self) -> bool:
+        if self.disable_radix_cache is None:
+            return self.disaggregation_mode == "decode"
+        return self.disable_radix_cache
 
     @property
     def max_running_requests_per_worker(self) -> int | None:

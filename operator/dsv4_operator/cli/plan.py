@@ -77,8 +77,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--swa-ratio",
         type=float,
-        default=0.1,
-        help="--swa-full-tokens-ratio: SWA slots per full token (SGLang's V4 default 0.1)",
+        default=None,
+        help="--swa-full-tokens-ratio: SWA slots per full token (SGLang's default: 0.1 for "
+        "deepseek_v4, request-cap sizing for deepseek_v41)",
     )
     p.add_argument(
         "--max-running-requests", type=int, default=None, help="default: SGLang's (256 for V4)"

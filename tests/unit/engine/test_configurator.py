@@ -123,9 +123,11 @@ def test_attention_dp_divides_max_running_requests(flash):
     assert plan.max_running_requests_per_worker == 128
 
 
-def test_swa_cap_mode_moves_swa_into_fixed_bytes(flash):
-    settings = EngineSettings(swa_full_tokens_ratio=None, max_running_requests=64)
-    plan = plan_pools(flash, settings, BUDGET)
+def test_swa_cap_mode_moves_swa_into_fixed_bytes():
+    v41 = model_spec_from_hf_config({**preset_config("v4-flash"), "model_type": "deepseek_v41"})
+    settings = EngineSettings(max_running_requests=64)
+    assert plan_pools(v41, replace(settings, swa_full_tokens_ratio=0.1), BUDGET).swa_mode == "ratio"
+    plan = plan_pools(v41, settings, BUDGET)
     assert plan.swa_mode == "cap"
     swa = plan.pool("swa").tokens
     assert swa % 256 == 0
