@@ -12,7 +12,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sglang_cases import MODELS, sglang_args
+from sglang_cases import (
+    FLASH_BF16,
+    FORMULAS,
+    MODELS,
+    PARITY_CASES,
+    PRO_BF16_MTP,
+    REFUSED,
+    REPEAT,
+    UNCHANGED,
+    V32_BF16,
+    sglang_args,
+)
 
 HARNESS = Path(__file__).with_name("sglang_pool_harness.py")
 
@@ -64,3 +75,19 @@ def run_sglang(model_dirs: dict[str, str]) -> Callable[..., dict[str, dict[str, 
         return results
 
     return run
+
+
+@pytest.fixture(scope="session")
+def sglang_without_plugin(
+    run_sglang: Callable[..., dict[str, dict[str, Any]]],
+) -> dict[str, dict[str, Any]]:
+    """Every case that runs on upstream SGLang, in one process (startup is the slow part)."""
+    return run_sglang([*PARITY_CASES, *REFUSED, REPEAT, FORMULAS, FLASH_BF16, V32_BF16])
+
+
+@pytest.fixture(scope="session")
+def sglang_with_plugin(
+    run_sglang: Callable[..., dict[str, dict[str, Any]]],
+) -> dict[str, dict[str, Any]]:
+    """The plugin's cases, in a process that loaded it through SGLang's load_plugins()."""
+    return run_sglang([FLASH_BF16, PRO_BF16_MTP, V32_BF16, *UNCHANGED], plugin=True)

@@ -73,3 +73,97 @@ def our_settings(case: dict[str, Any]) -> EngineSettings:
 def our_plan(case: dict[str, Any]) -> PoolPlan:
     model = model_spec_from_hf_config(MODELS[case["model"]]())
     return plan_pools(model, our_settings(case), case["budget"])
+
+
+# With the fp8 index-K, each must size exactly as SGLang does.
+GB = 10**9
+PARITY_CASES = [
+    {"id": "flash-default", "model": "flash", "budget": 100 * GB},
+    {"id": "flash-tp4", "model": "flash", "tp": 4, "budget": 126 * 2**30},
+    {"id": "flash-tp8-dp8", "model": "flash", "tp": 8, "dp": 8, "mrr": 1024, "budget": 100 * GB},
+    {"id": "flash-tp4-dp4", "model": "flash", "tp": 4, "dp": 4, "mrr": 256, "budget": 40 * GB},
+    {"id": "flash-mrr16", "model": "flash", "mrr": 16, "budget": 30 * GB},
+    {"id": "flash-swa0.05", "model": "flash", "mrr": 64, "swa": 0.05, "budget": 60 * GB},
+    {"id": "flash-swa0.3", "model": "flash", "mrr": 512, "swa": 0.3, "budget": 150 * GB},
+    {"id": "flash-page128", "model": "flash", "page": 128, "budget": 80 * GB},
+    {"id": "flash-page512", "model": "flash", "page": 512, "budget": 80 * GB},
+    {"id": "flash-mtp4", "model": "flash", "spec": (4, 3), "budget": 100 * GB},
+    {"id": "flash-mtp2", "model": "flash", "spec": (2, 1), "mrr": 128, "budget": 50 * GB},
+    {"id": "flash-decode", "model": "flash", "mode": "decode", "extra": 8, "budget": 100 * GB},
+    {"id": "flash-prefill", "model": "flash", "mode": "prefill", "budget": 90 * GB},
+    {"id": "flash-small", "model": "flash", "mrr": 16, "budget": 6 * GB},
+    {"id": "pro-tp8", "model": "pro", "tp": 8, "budget": 100 * GB},
+    {"id": "pro-page128", "model": "pro", "page": 128, "budget": 50 * GB},
+    {"id": "pro-page384", "model": "pro", "page": 384, "budget": 64 * 2**30},
+    {"id": "pro-mrr1024", "model": "pro", "mrr": 1024, "budget": 130 * GB},
+    {"id": "pro-mtp3", "model": "pro", "spec": (3, 2), "budget": 100 * GB},
+    {"id": "pro-swa0.2", "model": "pro", "mrr": 64, "swa": 0.2, "budget": 60 * GB},
+    {
+        "id": "pro-decode",
+        "model": "pro",
+        "mode": "decode",
+        "extra": 32,
+        "mrr": 128,
+        "budget": 70 * GB,
+    },
+    {"id": "pro-tp8-dp8", "model": "pro", "tp": 8, "dp": 8, "mrr": 2048, "budget": 140 * GB},
+    {"id": "v41-cap", "model": "v41", "mrr": 64, "budget": 60 * GB},
+    {
+        "id": "v41-cap-decode",
+        "model": "v41",
+        "mrr": 128,
+        "mode": "decode",
+        "extra": 4,
+        "budget": 80 * GB,
+    },
+    {"id": "v32-fp8kv", "model": "v32", "page": 64, "kv": "fp8_e4m3", "budget": 50 * GB},
+    {"id": "v32-bf16kv", "model": "v32", "page": 64, "kv": "bfloat16", "budget": 60 * GB},
+]
+# Both must refuse these: a page that is not a multiple of 128, memory for no request.
+REFUSED = [
+    {"id": "flash-page192", "model": "flash", "page": 192, "budget": 80 * GB},
+    {"id": "flash-tiny", "model": "flash", "budget": GB // 10},
+]
+# The same case first and last: a batch shares one process, so show it leaks nothing.
+REPEAT = {**PARITY_CASES[0], "id": "flash-default-again"}
+FORMULAS = {"id": "index-k-rows", "index_head_dims": [64, 128, 256]}
+
+# Plugin tests: bf16 index-K with and without the plugin; fp8 / fp4 with it.
+FLASH_BF16 = {
+    "id": "flash-bf16",
+    "model": "flash",
+    "tp": 4,
+    "index_dtype": "bf16",
+    "budget": 126 * 2**30,
+}
+PRO_BF16_MTP = {
+    "id": "pro-bf16-mtp",
+    "model": "pro",
+    "tp": 8,
+    "spec": (3, 2),
+    "index_dtype": "bf16",
+    "budget": 100 * GB,
+}
+# The seed's fork kept DSA index-K in a bf16 buffer; SGLang multiplies its fp8 formula by
+# that buffer's element size.
+V32_BF16 = {
+    "id": "v32-bf16",
+    "model": "v32",
+    "page": 64,
+    "kv": "fp8_e4m3",
+    "index_dtype": "bf16",
+    "fork_bf16_buffer": True,
+    "budget": 50 * GB,
+}
+UNCHANGED = [
+    {"id": "flash-fp8", "model": "flash", "tp": 4, "index_dtype": "fp8", "budget": 126 * 2**30},
+    {"id": "flash-fp4", "model": "flash", "tp": 4, "index_dtype": "fp4", "budget": 126 * 2**30},
+    {
+        "id": "v32-fp8",
+        "model": "v32",
+        "page": 64,
+        "kv": "fp8_e4m3",
+        "index_dtype": "fp8",
+        "budget": 50 * GB,
+    },
+]

@@ -4,49 +4,9 @@ makes SGLang's configurators size a bf16 index-K like the configurator does."""
 from __future__ import annotations
 
 import pytest
-from sglang_cases import our_plan
+from sglang_cases import FLASH_BF16, PRO_BF16_MTP, UNCHANGED, V32_BF16, our_plan
 
 pytestmark = pytest.mark.sglang
-
-GB = 10**9
-FLASH_BF16 = {
-    "id": "flash-bf16",
-    "model": "flash",
-    "tp": 4,
-    "index_dtype": "bf16",
-    "budget": 126 * 2**30,
-}
-PRO_BF16_MTP = {
-    "id": "pro-bf16-mtp",
-    "model": "pro",
-    "tp": 8,
-    "spec": (3, 2),
-    "index_dtype": "bf16",
-    "budget": 100 * GB,
-}
-# The seed's fork kept DSA index-K in a bf16 buffer; SGLang multiplies its fp8 formula by
-# that buffer's element size.
-V32_BF16 = {
-    "id": "v32-bf16",
-    "model": "v32",
-    "page": 64,
-    "kv": "fp8_e4m3",
-    "index_dtype": "bf16",
-    "fork_bf16_buffer": True,
-    "budget": 50 * GB,
-}
-UNCHANGED = [
-    {"id": "flash-fp8", "model": "flash", "tp": 4, "index_dtype": "fp8", "budget": 126 * 2**30},
-    {"id": "flash-fp4", "model": "flash", "tp": 4, "index_dtype": "fp4", "budget": 126 * 2**30},
-    {
-        "id": "v32-fp8",
-        "model": "v32",
-        "page": 64,
-        "kv": "fp8_e4m3",
-        "index_dtype": "fp8",
-        "budget": 50 * GB,
-    },
-]
 
 
 def dsv4_numbers(result):
@@ -65,26 +25,16 @@ def plan_numbers(plan):
     return (plan.bytes_per_full_token, plan.fixed_bytes, plan.full_tokens, *pools)
 
 
-@pytest.fixture(scope="module")
-def with_plugin(run_sglang):
-    return run_sglang([FLASH_BF16, PRO_BF16_MTP, V32_BF16, *UNCHANGED], plugin=True)
-
-
-@pytest.fixture(scope="module")
-def without_plugin(run_sglang):
-    return run_sglang([FLASH_BF16, V32_BF16])
-
-
 @pytest.mark.parametrize("case", [FLASH_BF16, PRO_BF16_MTP], ids=lambda c: c["id"])
-def test_dsv4_bf16_with_plugin_equals_ours(case, with_plugin):
-    theirs = with_plugin[case["id"]]
+def test_dsv4_bf16_sglang_with_plugin_equals_ours(case, sglang_with_plugin):
+    theirs = sglang_with_plugin[case["id"]]
     assert theirs["indexer_bytes_per_token"] == 256
     assert dsv4_numbers(theirs) == plan_numbers(our_plan(case))
 
 
-def test_dsa_bf16_with_plugin_equals_ours(with_plugin):
+def test_dsa_bf16_sglang_with_plugin_equals_ours(sglang_with_plugin):
     ours = our_plan(V32_BF16)
-    theirs = with_plugin[V32_BF16["id"]]
+    theirs = sglang_with_plugin[V32_BF16["id"]]
     assert (theirs["bytes_per_full_token"], theirs["full"]) == (
         ours.bytes_per_full_token,
         ours.full_tokens,
@@ -92,8 +42,8 @@ def test_dsa_bf16_with_plugin_equals_ours(with_plugin):
 
 
 @pytest.mark.parametrize("case", UNCHANGED, ids=lambda c: c["id"])
-def test_plugin_changes_nothing_for_fp8_and_fp4(case, with_plugin):
-    theirs = with_plugin[case["id"]]
+def test_plugin_changes_nothing_for_fp8_and_fp4(case, sglang_with_plugin):
+    theirs = sglang_with_plugin[case["id"]]
     ours = our_plan(case)
     assert (theirs["bytes_per_full_token"], theirs["full"]) == (
         ours.bytes_per_full_token,
@@ -103,8 +53,8 @@ def test_plugin_changes_nothing_for_fp8_and_fp4(case, with_plugin):
         assert theirs["indexer_bytes_per_token"] == 132  # fp4 too: SGLang budgets fp8 on NVIDIA
 
 
-def test_dsa_without_plugin_over_reserves_like_the_legacy_formula(without_plugin):
-    theirs = without_plugin[V32_BF16["id"]]
+def test_dsa_sglang_without_plugin_over_reserves_like_the_legacy_formula(sglang_without_plugin):
+    theirs = sglang_without_plugin[V32_BF16["id"]]
     legacy = our_plan({**V32_BF16, "legacy": True})
     fixed = our_plan(V32_BF16)
     assert (theirs["bytes_per_full_token"], theirs["full"]) == (
@@ -116,10 +66,10 @@ def test_dsa_without_plugin_over_reserves_like_the_legacy_formula(without_plugin
     assert theirs["full"] < fixed.full_tokens
 
 
-def test_dsv4_without_plugin_budgets_bf16_keys_at_the_fp8_size(without_plugin):
+def test_dsv4_sglang_without_plugin_budgets_bf16_keys_at_the_fp8_size(sglang_without_plugin):
     """Upstream DSV4 sizing ignores the index-K dtype: a bf16 index-K would get 132 B of
     budget for 256 B rows.  (The seed's fork multiplied that by 2: 264 B, the legacy mode.)"""
-    theirs = without_plugin[FLASH_BF16["id"]]
+    theirs = sglang_without_plugin[FLASH_BF16["id"]]
     fp8 = our_plan({**FLASH_BF16, "index_dtype": "fp8"})
     bf16 = our_plan(FLASH_BF16)
     assert theirs["indexer_bytes_per_token"] == 132
