@@ -85,6 +85,18 @@ def test_each_overlay_passes_a_server_side_dry_run(prepared, overlay):
     assert out.count("(server dry run)") == len(objects), out
 
 
+def test_the_operator_pod_meets_the_restricted_pod_security_standard(prepared):
+    """dsv4-system enforces `restricted`: the API server warns about a non-compliant pod
+    template in the dry run and would refuse the pod itself."""
+    base = render(prepared, "base")
+    result = prepared.kubectl(
+        "apply", "--dry-run=server", "--server-side", "-f", "-", input=as_list(base)
+    )
+    assert "PodSecurity" not in result.stderr, result.stderr
+    namespace = next(o for o in base if o["kind"] == "Namespace")
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
 def test_monitoring_adds_only_prometheus_objects_to_base(prepared):
     kinds = {o["kind"] for o in render(prepared, "monitoring")}
     base = {o["kind"] for o in render(prepared, "base")}
@@ -180,6 +192,8 @@ def installed(prepared: LocalCluster, tmp_path_factory: pytest.TempPathFactory) 
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+        # Give the GPUs of the fake nodes back to the tests that run after this module.
+        prepared.kubectl("delete", "namespace", SAMPLE_NS, "--wait=true", "--timeout=120s")
 
 
 def test_the_operator_reconciles_a_sample_with_only_its_own_rbac(installed):
@@ -193,6 +207,12 @@ def test_the_operator_reconciles_a_sample_with_only_its_own_rbac(installed):
         return status if status.get("phase") == "Ready" else None
 
     status = wait_for("sample flash Ready under the ServiceAccount's RBAC", ready, timeout=180)
+    # The Deployment's own pod was admitted under the namespace's restricted policy (KWOK
+    # only pretends to run it; the operator under test is the local process).
+    pods = get_json(
+        cluster, "pods", "-n", OPERATOR_NS, "-l", "app.kubernetes.io/name=dsv4-operator"
+    )
+    assert len(pods["items"]) == 1
     assert {c["type"]: c["status"] for c in status["conditions"]}["Ready"] == "True"
 
     ours = [e for e in audit_events(cluster, offset) if e["user"]["username"] == OPERATOR_SA]

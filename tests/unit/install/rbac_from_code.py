@@ -197,6 +197,13 @@ class _Resolver:
         raise self.fail(node, "which kind the object is")
 
     def returned_kinds(self, function: str, call: ast.Call) -> set[str]:
+        """Kinds of the dict literals a helper returns, following an import if needed."""
+        imported = getattr(self.module, function, None)
+        if inspect.isfunction(imported) and imported.__module__ != self.module.__name__:
+            module = importlib.import_module(imported.__module__)
+            path = Path(inspect.getfile(module))
+            home = _Resolver(path, module, ast.parse(path.read_text()))
+            return home.returned_kinds(imported.__name__, call)
         defs = [d for d in self.tree.body if isinstance(d, ast.FunctionDef) and d.name == function]
         if not defs:
             raise self.fail(call, f"what {function}() returns")

@@ -3,6 +3,8 @@ entrypoints that exist in the packages the image installs, build inputs that exi
 
 import json
 import re
+import subprocess
+import sys
 import tomllib
 from fnmatch import fnmatch
 from pathlib import Path
@@ -139,3 +141,21 @@ def test_everything_the_build_copies_exists_and_is_not_dockerignored(image):
         assert (ROOT / source).exists(), f"{image}: COPY {source} does not exist"
         top = source.split("/")[0]
         assert not any(fnmatch(source, p) or fnmatch(top, p) for p in ignored), source
+
+
+def test_the_operator_image_needs_no_engine_runtime():
+    """The operator image installs dsv4-engine without its `runtime` extra: the operator and
+    every dsv4ctl subcommand must import without torch, numpy, scipy, triton or SGLang."""
+    code = (
+        "import sys, dsv4_operator.runtime\n"
+        "from dsv4_engine.cliutil import build_parser\n"
+        "from dsv4_operator import cli\n"
+        "build_parser('dsv4ctl', '', cli)\n"
+        "heavy = ('torch', 'numpy', 'scipy', 'triton', 'sglang')\n"
+        "print(json.dumps(sorted(m for m in heavy if m in sys.modules)))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", "import json\n" + code],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+    )  # fmt: skip
+    assert json.loads(out.stdout) == []
