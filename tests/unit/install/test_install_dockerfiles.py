@@ -159,3 +159,12 @@ def test_the_operator_image_needs_no_engine_runtime():
         capture_output=True, text=True, check=True, cwd=ROOT,
     )  # fmt: skip
     assert json.loads(out.stdout) == []
+
+
+def test_the_engine_image_enables_the_plugin_the_engine_package_registers():
+    """SGLang loads only whitelisted plugins; the image must name dsv4-engine's entry point."""
+    pyproject = tomllib.loads((ROOT / "engine" / "pyproject.toml").read_text())
+    registered = set(pyproject["project"]["entry-points"]["sglang.srt.plugins"])
+    env = " ".join(rest for word, rest in final_stage("engine") if word == "ENV")
+    (enabled,) = re.findall(r"SGLANG_PLUGINS=(\S+)", env)
+    assert set(enabled.split(",")) == registered
