@@ -123,7 +123,7 @@ def run_case(case: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> None:
     """Argument ``--plugin``: load the installed SGLang plugins first, as every engine
-    process does.  Per case: ``index_dtype`` sets DSV4_INDEX_K_DTYPE (read by the plugin
+    process does.  Per case: ``index_dtype`` sets DSV4_INDEX_DTYPE (read by the plugin
     at sizing time); ``fork_bf16_buffer`` gives DSA index-K the bf16 buffer dtype of the
     seed's fork, whose element size is what multiplied SGLang's fp8 formula."""
     from sglang.srt.mem_cache.memory_pool import DSATokenToKVPool
@@ -134,7 +134,7 @@ def main() -> None:
         load_plugins()
     upstream_buffer_dtype = DSATokenToKVPool.index_k_with_scale_buffer_dtype
     for case in json.load(sys.stdin):
-        os.environ["DSV4_INDEX_K_DTYPE"] = case.get("index_dtype", "fp8")
+        os.environ["DSV4_INDEX_DTYPE"] = case.get("index_dtype", "fp8")
         DSATokenToKVPool.index_k_with_scale_buffer_dtype = (
             torch.bfloat16 if case.get("fork_bf16_buffer") else upstream_buffer_dtype
         )

@@ -11,7 +11,7 @@ bytes, so the coefficient SGLang sizes its pools with is the configurator's:
 - ``DSV4PoolConfigurator._get_bytes_per_full_token`` (DeepSeek-V4): SGLang prices each key at the fp8 size
   whatever the buffer holds, so a bf16 index-K (256 B) would be under-budgeted.
 
-The index-K dtype comes from ``DSV4_INDEX_K_DTYPE`` (fp8 | bf16 | fp4, default fp8), set
+The index-K dtype comes from ``DSV4_INDEX_DTYPE`` (fp8 | bf16 | fp4, default fp8), set
 by ``dsv4-engine launch``.  For fp8 and fp4 the hooks return SGLang's own result
 untouched.  The hooks keep SGLang's layer counting, HiSparse ratio and page logic and
 only replace the per-key byte count, taken from ``dsv4_engine.configurator``.
@@ -28,7 +28,7 @@ from dsv4_engine.configurator.errors import ConfigError
 from dsv4_engine.configurator.index_k import fp8_index_k_bytes, index_k_bytes_per_token
 from dsv4_engine.features import IndexDtype
 
-ENV_INDEX_DTYPE = "DSV4_INDEX_K_DTYPE"
+ENV_INDEX_DTYPE = "DSV4_INDEX_DTYPE"
 _CONFIGURATORS = "sglang.srt.model_executor.pool_configurator"
 DSA_TARGET = f"{_CONFIGURATORS}.DefaultPoolConfigurator._compute_dsa_indexer_cell_size"
 DSV4_TARGET = f"{_CONFIGURATORS}.DSV4PoolConfigurator._get_bytes_per_full_token"

@@ -17,6 +17,7 @@ from dsv4_engine.configurator import (
     GiB,
     GpuBudget,
     LegacyComparison,
+    ModelKind,
     ModelSpec,
     PoolPlan,
     compare_legacy,
@@ -166,7 +167,13 @@ def run(args: argparse.Namespace) -> int:
             json.dumps(_as_json(model, settings, budget, plan, host, legacy, fp4_exact), indent=2)
         )
     else:
-        print(render_table(model, settings, budget, plan, host, legacy, fp4_exact))
+        table = render_table(model, settings, budget, plan, host, legacy, fp4_exact)
+        if args.hicache_size and model.kind is ModelKind.DSV4:
+            table += (
+                "\n            note: SGLang 0.5.23 refuses --hicache-size for DeepSeek-V4; "
+                "its host pool is sized by --hicache-ratio only"
+            )
+        print(table)
     return 0
 
 

@@ -134,3 +134,10 @@ def test_plan_imports_no_other_subcommand():
         "assert 'torch' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_hicache_size_is_taken_as_given_with_sglangs_v4_limit_noted(capsys):
+    code, out, _ = run(capsys, *DONE_WHEN, "--hicache-size", "300GiB")
+    assert code == 0
+    assert "host memory 300.00 GiB per rank, 1,200.00 GiB for 4 rank(s)" in out
+    assert "refuses --hicache-size for DeepSeek-V4" in out
