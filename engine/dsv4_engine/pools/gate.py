@@ -44,6 +44,12 @@ class LayerLoad:
     def done(self) -> bool:
         return self._layers_done >= self.num_layers or self._error is not None
 
+    def finished_ok(self) -> bool:
+        """Every layer landed (on CUDA: the last copy event completed) and none failed."""
+        if self._error is not None or self._layers_done < self.num_layers:
+            return False
+        return self.cuda_events is None or self.cuda_events[-1].query()
+
     def needs_wait(self, layer: int) -> bool:
         """False once a read of `layer` can proceed without waiting on this load."""
         if self._error is not None or self._layers_done <= layer:
@@ -85,21 +91,31 @@ class LayerLoad:
 
 
 class LayerGate:
-    """The choke point: `wait_layer(L)` before any read of layer L's device data."""
+    """The choke point: `wait_layer(L)` before any read of layer L's device data.
+
+    Finished loads are dropped, so with nothing in flight a read costs one list check.  A
+    failed load stays and fails every read of its layers until `discard(load)` (after the
+    engine has dropped its pages): corrupt pages are never read silently.
+    """
 
     def __init__(self, num_layers: int, timeout_s: float = 60.0) -> None:
         self.num_layers = num_layers
         self.timeout_s = timeout_s
         self._loads: list[LayerLoad] = []
         self._lock = threading.Lock()
-        self.waits = 0  # reads that went through the gate
-        self.blocked = 0  # of those, reads that found layer L still loading
+        # Counters for metrics (read without the lock: approximate under concurrency).
+        self.waits = 0  # reads that passed the gate
+        self.blocked = 0  # of those, reads that found their layer still loading
 
     def register(self, load: LayerLoad) -> None:
         """Called by the transfer controller *before* the load's pages are handed out."""
         with self._lock:
-            self._loads = [ld for ld in self._loads if not ld.done()]
+            self._loads = [ld for ld in self._loads if not ld.finished_ok()]
             self._loads.append(load)
+
+    def discard(self, load: LayerLoad) -> None:
+        with self._lock:
+            self._loads = [ld for ld in self._loads if ld is not load]
 
     def in_flight(self) -> int:
         with self._lock:
@@ -108,9 +124,12 @@ class LayerGate:
     def wait_layer(self, layer: int) -> None:
         if not 0 <= layer < self.num_layers:
             raise IndexError(f"layer {layer}: expected 0..{self.num_layers - 1}")
+        self.waits += 1
+        if not self._loads:
+            return
         with self._lock:
+            self._loads = [ld for ld in self._loads if not ld.finished_ok()]
             pending = [ld for ld in self._loads if ld.needs_wait(layer)]
-            self.waits += 1
             self.blocked += bool(pending)
         for load in pending:
             load.wait_until(layer, self.timeout_s)

@@ -96,6 +96,14 @@ def test_a_failed_layer_fails_its_readers_and_spares_earlier_layers():
     pool.buffer(0, BufferKind.KV)
     with pytest.raises(TransferFailed, match="wrong checksum"):
         pool.buffer(1, BufferKind.INDEX_K)
+    later = LayerLoad(TINY_SHAPE.num_layers)  # a later load does not hide the failure
+    pool.gate.register(later)
+    for layer in range(TINY_SHAPE.num_layers):
+        later.layer_done(layer)
+    with pytest.raises(TransferFailed):
+        pool.buffer(3, BufferKind.KV)
+    pool.gate.discard(load)  # the engine dropped the failed pages
+    pool.buffer(3, BufferKind.KV)
 
 
 def test_layers_must_finish_in_order():
