@@ -215,7 +215,19 @@ def test_the_operator_reconciles_a_sample_with_only_its_own_rbac(installed):
     assert len(pods["items"]) == 1
     assert {c["type"]: c["status"] for c in status["conditions"]}["Ready"] == "True"
 
-    ours = [e for e in audit_events(cluster, offset) if e["user"]["username"] == OPERATOR_SA]
+    def operator_requests() -> list[dict[str, Any]]:
+        return [e for e in audit_events(cluster, offset) if e["user"]["username"] == OPERATOR_SA]
+
+    # A Lease renewal (update, allowed only on the Lease's own name) every lease/3 seconds.
+    wait_for(
+        "a Lease renewal by the operator",
+        lambda: any(
+            (e["verb"], e.get("objectRef", {}).get("resource")) == ("update", "leases")
+            for e in operator_requests()
+        ),
+        timeout=30,
+    )
+    ours = operator_requests()
     denied = sorted(
         {
             (e["verb"], e.get("objectRef", {}).get("resource", e["requestURI"]))
@@ -232,6 +244,7 @@ def test_the_operator_reconciles_a_sample_with_only_its_own_rbac(installed):
         ("patch", "dsv4deployments"),
         ("watch", "dsv4deployments"),
         ("create", "leases"),
+        ("update", "leases"),
         ("patch", "roles"),  # the router Role: allowed only to a holder of its rules
     ]:
         assert needed in verbs, f"{needed} not among the operator's requests: {sorted(verbs)}"

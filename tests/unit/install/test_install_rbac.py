@@ -14,6 +14,7 @@ from types import ModuleType
 import pytest
 import yaml
 
+from dsv4_operator.runtime import parse_args
 from tests.unit.install import rbac_from_code as code
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -108,3 +109,12 @@ def test_an_unresolvable_call_names_its_file_and_line():
     call = next(n for n in ast.walk(resolver.tree) if code._is_kube_call(n))
     with pytest.raises(code.UnresolvedAccess, match=r"dsv4_operator/fake.py:2: cannot tell"):
         resolver.kind_argument(call.args[0])
+
+
+def test_the_lease_can_only_be_read_and_renewed_by_the_name_the_operator_uses(rbac):
+    (deployment,) = load("deployment.yaml")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    lease_name = parse_args(container["args"]).lease_name
+    for rule in one(rbac, "Role")["rules"]:
+        if set(rule["verbs"]) - {"create"}:
+            assert rule["resourceNames"] == [lease_name], rule
