@@ -9,6 +9,7 @@ set -euo pipefail
 # binary path -> Debian package
 declare -A wanted=(
   [/usr/bin/chromium]=chromium # headless rendering check of `dsv4ctl probe --html` pages
+  [/usr/bin/promtool]=prometheus # `promtool check rules` / `test rules` on the PrometheusRule
 )
 
 missing=()

@@ -1,0 +1,109 @@
+"""The operator's Prometheus metrics: one registry, named once, used by reconcile and rollout.
+
+The alert rules in manifests/monitoring/prometheusrule.yaml are written against these names
+(and `promtool test rules` checks them), so a rename here must be made there too.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from dsv4_operator.api.rollout import RolloutPhase, RolloutVerdict
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+_OBJ = ("namespace", "name")
+
+RECONCILES = Counter(
+    "dsv4_operator_reconcile_total",
+    "Reconcile passes by result (ok | error).",
+    ["result"],
+    registry=REGISTRY,
+)
+RECONCILE_SECONDS = Histogram(
+    "dsv4_operator_reconcile_duration_seconds",
+    "Wall time of one reconcile pass.",
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+    registry=REGISTRY,
+)
+ROLLOUT_PHASE = Gauge(
+    "dsv4_operator_rollout_phase",
+    "1 for the rollout phase each DSV4Deployment is in, 0 for the others.",
+    [*_OBJ, "phase"],
+    registry=REGISTRY,
+)
+ROLLOUT_PHASE_SINCE = Gauge(
+    "dsv4_operator_rollout_phase_since_timestamp_seconds",
+    "Unix time the current rollout phase began (for 'rollout stuck' alerts).",
+    _OBJ,
+    registry=REGISTRY,
+)
+CANARY_VERDICTS = Counter(
+    "dsv4_operator_canary_verdicts_total",
+    "Canary verdicts by outcome (PASS | FAIL | INCONCLUSIVE | ABORTED | MANUAL_PROMOTE).",
+    [*_OBJ, "verdict"],
+    registry=REGISTRY,
+)
+CORRUPTION_RATE = Gauge(
+    "dsv4_operator_canary_corruption_rate",
+    "Corruption rate measured by the last probe run.",
+    [*_OBJ, "target"],
+    registry=REGISTRY,
+)
+CORRUPTION_BOUND = Gauge(
+    "dsv4_operator_canary_corruption_upper_bound",
+    "Upper confidence bound of the corruption rate of the last probe run.",
+    [*_OBJ, "target"],
+    registry=REGISTRY,
+)
+ROLLBACKS = Counter(
+    "dsv4_operator_rollbacks_total",
+    "Rollouts rolled back (canary failed, inconclusive or aborted).",
+    _OBJ,
+    registry=REGISTRY,
+)
+PROBE_REQUESTS = Counter(
+    "dsv4_operator_probe_requests_total",
+    "Probe requests by judged outcome (valid, a corruption class, transport_error, ...).",
+    [*_OBJ, "target", "outcome"],
+    registry=REGISTRY,
+)
+STABLE_CORRUPTION = Gauge(
+    "dsv4_operator_stable_corruption_detected",
+    "1 when the last low-rate probe of the promoted (stable) deployment FAILed.",
+    _OBJ,
+    registry=REGISTRY,
+)
+
+
+def record_phase(namespace: str, name: str, phase: RolloutPhase, since_unix: float) -> None:
+    for candidate in RolloutPhase:
+        ROLLOUT_PHASE.labels(namespace, name, candidate.value).set(
+            1.0 if candidate is phase else 0.0
+        )
+    ROLLOUT_PHASE_SINCE.labels(namespace, name).set(since_unix)
+
+
+def record_verdict(
+    namespace: str,
+    name: str,
+    target: str,
+    verdict: RolloutVerdict,
+    rate: float | None,
+    bound: float | None,
+    outcomes: dict[str, int],
+) -> None:
+    """One finished probe run; ``target`` is ``canary`` or ``stable``."""
+    if target == "canary":
+        CANARY_VERDICTS.labels(namespace, name, verdict.value).inc()
+        if verdict not in (RolloutVerdict.PASS, RolloutVerdict.MANUAL_PROMOTE):
+            ROLLBACKS.labels(namespace, name).inc()
+    else:
+        STABLE_CORRUPTION.labels(namespace, name).set(
+            1.0 if verdict is RolloutVerdict.FAIL else 0.0
+        )
+    if rate is not None:
+        CORRUPTION_RATE.labels(namespace, name, target).set(rate)
+    if bound is not None:
+        CORRUPTION_BOUND.labels(namespace, name, target).set(bound)
+    for outcome, count in outcomes.items():
+        PROBE_REQUESTS.labels(namespace, name, target, outcome).inc(count)
