@@ -1,0 +1,168 @@
+"""`dsv4-engine serve`: the CPU reference engine (OpenAI API on loopback or any host).
+
+Flags carry SGLang's names where SGLang has the flag, so the same command line shape
+starts either engine.  Ready when `GET /health` answers 200.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import errno
+import logging
+import signal
+import socket
+
+from dsv4_engine.cliutil import CommandError
+from dsv4_engine.features import HiCacheMemLayout, HiCacheWritePolicy, IndexDtype
+from dsv4_engine.pools.device_pool import ungated_index_k_from_env
+
+logger = logging.getLogger("dsv4_engine.serve")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "serve",
+        help="run the CPU reference engine (OpenAI API)",
+        description="Tiny DeepSeek-V4-shaped engine on the project's pools, HiCache, gate and "
+        "kernels.  Ready when GET /health answers 200.",
+    )
+    add_serve_arguments(p)
+    p.set_defaults(func=run)
+
+
+def add_serve_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--model-path", help="accepted for SGLang compatibility; weights are seeded")
+    p.add_argument("--served-model-name", default="dsv4-reference")
+    p.add_argument("--tp", "--tp-size", dest="tp", type=int, default=1, help="must be 1 on CPU")
+    p.add_argument("--page-size", type=int, default=128)
+    p.add_argument("--index-dtype", default="fp8", help="index-K storage: fp8 | bf16 | fp4")
+    p.add_argument("--enable-hierarchical-cache", action="store_true")
+    p.add_argument("--hicache-ratio", type=float)
+    p.add_argument("--hicache-size", type=int, help="host tier GiB (overrides the ratio)")
+    p.add_argument("--hicache-write-policy", default="write_through")
+    p.add_argument("--hicache-mem-layout", default="page_first")
+    p.add_argument(
+        "--hicache-bandwidth",
+        type=float,
+        default=0.0,
+        help="host→device copy speed in MB/s (0: unthrottled); low values widen the window "
+        "in which an ungated index-K read can race a load",
+    )
+    p.add_argument("--max-running-requests", type=int, default=64)
+    p.add_argument("--max-total-tokens", type=int, default=131072)
+    p.add_argument("--context-length", type=int, default=16384)
+    p.add_argument("--random-seed", type=int, default=0)
+    p.add_argument("--disaggregation-mode", default="null", help="null | prefill | decode")
+    p.add_argument("--disaggregation-bootstrap-port", type=int, default=8998)
+    p.add_argument("--log-level", default="warning")
+
+
+def _choice(flag: str, value: str, enum: type) -> object:
+    try:
+        return enum(value)
+    except ValueError:
+        allowed = " | ".join(m.value for m in enum)
+        raise CommandError(f"{flag} {value!r}: expected one of {allowed}") from None
+
+
+def settings_from_args(args: argparse.Namespace) -> object:
+    from dsv4_engine.reference.settings import DisaggregationMode, ServeSettings, SettingsError
+
+    try:
+        return ServeSettings(
+            host=args.host,
+            port=args.port,
+            model_path=args.model_path,
+            served_model_name=args.served_model_name,
+            tp=args.tp,
+            page_size=args.page_size,
+            index_dtype=_choice("--index-dtype", args.index_dtype, IndexDtype),
+            enable_hierarchical_cache=args.enable_hierarchical_cache,
+            hicache_ratio=args.hicache_ratio,
+            hicache_size=args.hicache_size,
+            hicache_write_policy=_choice(
+                "--hicache-write-policy", args.hicache_write_policy, HiCacheWritePolicy
+            ),
+            hicache_mem_layout=_choice(
+                "--hicache-mem-layout", args.hicache_mem_layout, HiCacheMemLayout
+            ),
+            hicache_bandwidth_mb_s=args.hicache_bandwidth,
+            max_running_requests=args.max_running_requests,
+            max_total_tokens=args.max_total_tokens,
+            context_length=args.context_length,
+            random_seed=args.random_seed,
+            disaggregation_mode=_choice(
+                "--disaggregation-mode", args.disaggregation_mode, DisaggregationMode
+            ),
+            disaggregation_bootstrap_port=args.disaggregation_bootstrap_port,
+        )
+    except SettingsError as err:
+        raise CommandError(str(err)) from None
+
+
+def check_port_free(host: str, port: int, flag: str) -> None:
+    """Fail before loading anything when the port is taken (one line, not a traceback)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as err:
+            if err.errno == errno.EADDRINUSE:
+                raise CommandError(
+                    f"{flag} {port}: address {host}:{port} is already in use"
+                ) from None
+            raise CommandError(
+                f"{flag} {port}: cannot bind {host}:{port}: {err.strerror}"
+            ) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    settings = settings_from_args(args)
+    try:
+        ungated_index_k_from_env()
+    except ValueError as err:
+        raise CommandError(str(err)) from None
+    check_port_free(settings.host, settings.port, "--port")
+    if settings.disaggregation_mode.value == "prefill":
+        check_port_free(
+            settings.host, settings.disaggregation_bootstrap_port, "--disaggregation-bootstrap-port"
+        )
+    asyncio.run(_serve(settings))
+    return 0
+
+
+async def _serve(settings: object) -> None:
+    from aiohttp import web
+
+    from dsv4_engine.reference import pd
+    from dsv4_engine.reference.engine import Engine
+    from dsv4_engine.reference.server import ReferenceServer
+
+    engine = Engine(settings)
+    engine.start()
+    server = ReferenceServer(settings, engine)
+    runner = web.AppRunner(server.app(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.host, settings.port, backlog=1024)
+    bootstrap = None
+    try:
+        await site.start()
+        if settings.disaggregation_mode.value == "prefill":
+            bootstrap = await pd.serve_bootstrap(
+                settings.host, settings.disaggregation_bootstrap_port, server.prefill
+            )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        print(f"dsv4-engine serve: ready on http://{settings.host}:{settings.port}", flush=True)
+        await stop.wait()
+    finally:
+        if bootstrap is not None:
+            bootstrap.close()
+        await runner.cleanup()
+        engine.stop()

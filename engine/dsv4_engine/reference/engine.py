@@ -1,0 +1,290 @@
+"""The scheduler: one thread owns the model, the pools and the prefix cache.
+
+Continuous batching: each step admits waiting requests (matching their prompts against
+the prefix cache and starting ONE host→device load for every page they need back), then
+runs one forward over every running request: a page-aligned prefill chunk or one decode
+token each.  Requests finish independently and leave their full pages in the cache.
+
+HTTP handlers talk to it only through `submit` / `call` (thread-safe); results come back
+through each request's callbacks, called on the engine thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import queue
+import threading
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from dsv4_engine.hicache.cache import HiCache
+from dsv4_engine.pools.allocator import OutOfPages
+from dsv4_engine.pools.device_pool import DevicePool
+from dsv4_engine.pools.gate import TransferFailed, TransferTimeout
+from dsv4_engine.pools.layout import INDEXED_RATIO, BufferKind
+from dsv4_engine.reference.metrics import EngineStats
+from dsv4_engine.reference.model import REFERENCE_SHAPE, Chunk, ModelConfig, ReferenceModel
+from dsv4_engine.reference.radix import Node, RadixCache
+from dsv4_engine.reference.settings import ServeSettings
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class PrefilledState:
+    """What a prefill server hands over: the first token and the prompt's pool contents."""
+
+    first_token: int
+    pages: dict[tuple[int, str], bytes]  # (layer, kind) -> page rows, in page order
+    compress_state: dict[int, bytes]  # layer -> float32 [ratio, kv_dim]
+
+
+@dataclass(eq=False)
+class Request:
+    prompt: list[int]
+    max_new_tokens: int
+    on_token: Callable[[int], None]
+    on_done: Callable[[str, str | None], None]  # (finish reason, error or None)
+    prefill_only: bool = False  # PD prefill: stop after the first token, export the pages
+    prefilled: PrefilledState | None = None  # PD decode: import these pages, then decode
+    on_exported: Callable[[PrefilledState], None] | None = None
+    # scheduler state
+    nodes: list[Node] = field(default_factory=list)
+    pages: list[int] = field(default_factory=list)
+    slot: int = -1
+    computed: int = 0
+    output: list[int] = field(default_factory=list)
+    cached_tokens: int = 0
+    locs: dict[int, torch.Tensor] = field(default_factory=dict)
+
+
+class Engine:
+    def __init__(self, settings: ServeSettings) -> None:
+        torch.set_num_threads(1)  # one fixed reduction order, and two cores are shared
+        self.settings = settings
+        shape = dataclasses.replace(REFERENCE_SHAPE, page_size=settings.page_size)
+        self.model = ReferenceModel(ModelConfig(shape=shape, seed=settings.random_seed))
+        self.pool = DevicePool(
+            shape,
+            settings.device_pages,
+            settings.index_dtype,
+            max_requests=settings.max_running_requests,
+        )
+        feature = settings.hicache_feature
+        self.hicache: HiCache | None = None
+        if feature is not None:
+            bandwidth = settings.hicache_bandwidth_mb_s * 1e6 or None
+            self.hicache = HiCache.build(self.pool, feature, bandwidth_bytes_per_s=bandwidth)
+        self.radix = RadixCache(self.pool.allocator, settings.page_size, self.hicache)
+        self.stats = EngineStats()
+        self._inbox: queue.Queue[Any] = queue.Queue()
+        self._waiting: deque[Request] = deque()
+        self._running: list[Request] = []
+        self._free_slots = list(range(settings.max_running_requests - 1, -1, -1))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="engine", daemon=True)
+
+    @property
+    def page_size(self) -> int:
+        return self.settings.page_size
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._inbox.put(None)
+        self._thread.join(timeout=30)
+        if self.hicache is not None:
+            self.hicache.close()
+
+    def check_fits(self, prompt_len: int, max_new_tokens: int) -> str | None:
+        """Why a request can never run here, or None."""
+        total = prompt_len + max_new_tokens
+        if total > self.settings.context_length:
+            return (
+                f"prompt ({prompt_len} tokens) + max_tokens ({max_new_tokens}) exceeds "
+                f"--context-length {self.settings.context_length}"
+            )
+        if math.ceil(total / self.page_size) > self.settings.device_pages:
+            return f"request needs more than --max-total-tokens {self.settings.max_total_tokens}"
+        return None
+
+    def submit(self, req: Request) -> None:
+        self._inbox.put(req)
+
+    def call(self, fn: Callable[[], Any]) -> Future[Any]:
+        """Run `fn` on the engine thread between two steps."""
+        fut: Future[Any] = Future()
+        self._inbox.put((fn, fut))
+        return fut
+
+    def offload(self) -> int:
+        """Push every cached prefix not in use to the host tier; tokens offloaded."""
+        return self.radix.offload_all()
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._drain(block=not (self._running or self._waiting))
+            try:
+                self._admit()
+                if self._running:
+                    self._step()
+            except Exception as exc:  # never leave clients hanging on a dead engine
+                logger.exception("engine step failed")
+                for req in list(self._running):
+                    self._finish(req, "abort", f"engine error: {exc}")
+            self.stats.running = len(self._running)
+            self.stats.queued = len(self._waiting)
+            self.stats.set_cache(*self.radix.cached_tokens(), self.pool.allocator.free_pages)
+
+    def _drain(self, block: bool) -> None:
+        try:
+            item = self._inbox.get(timeout=0.5) if block else self._inbox.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            if isinstance(item, Request):
+                self._waiting.append(item)
+                self.stats.queued = len(self._waiting)
+            elif isinstance(item, tuple):
+                fn, fut = item
+                try:
+                    fut.set_result(fn())
+                except Exception as exc:
+                    fut.set_exception(exc)
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+
+    def _admit(self) -> None:
+        to_load: list[Node] = []
+        while self._waiting and self._free_slots:
+            req = self._waiting[0]
+            try:
+                to_load += self._reserve(req)
+            except OutOfPages:
+                break  # wait for running requests to free pages
+            self._waiting.popleft()
+            req.slot = self._free_slots.pop()
+            self._running.append(req)
+            if req.prefilled is not None:
+                self._import(req, req.prefilled)
+        self.radix.load(to_load)
+        self.stats.load_back_tokens += len(to_load) * self.page_size
+
+    def _reserve(self, req: Request) -> list[Node]:
+        total_pages = math.ceil((len(req.prompt) + req.max_new_tokens) / self.page_size)
+        nodes: list[Node] = []
+        if req.prefilled is None:  # the last prompt token is always computed (its logits)
+            nodes = self.radix.match(req.prompt, (len(req.prompt) - 1) // self.page_size)
+        on_host = self.radix.acquire(nodes)
+        try:
+            self.radix.ensure_free(total_pages - len(nodes))
+            fresh = self.pool.allocator.allocate(total_pages - len(nodes))
+        except OutOfPages:
+            for n in on_host:  # give back the device pages reserved for the load
+                self.pool.allocator.free([n.device_page])  # type: ignore[list-item]
+                n.device_page = None
+            self.radix.release(nodes)
+            raise
+        req.nodes = nodes
+        req.pages = [n.device_page for n in nodes] + fresh  # type: ignore[misc]
+        req.computed = req.cached_tokens = len(nodes) * self.page_size
+        self.stats.count_prompt(len(req.prompt), req.cached_tokens)
+        return on_host
+
+    def _step(self) -> None:
+        batch = list(self._running)
+        chunks = [self._next_chunk(req) for req in batch]
+        self.stats.index_k_reads_during_load += self._unsafe_index_reads(len(batch))
+        try:
+            tokens = self.model.forward(self.pool, chunks)
+        except (TransferFailed, TransferTimeout) as err:
+            self.stats.transfer_failures += 1
+            for req in batch:
+                self._finish(req, "abort", f"HiCache load failed: {err}")
+            return
+        for req, chunk, token in zip(batch, chunks, tokens, strict=True):
+            req.locs = chunk.locs
+            req.computed = chunk.end
+            if req.computed < len(req.prompt):
+                continue
+            req.output.append(token)
+            self.stats.generation_tokens += 1
+            req.on_token(token)
+            if req.prefill_only or len(req.output) >= req.max_new_tokens:
+                self._finish(req, "length", None)
+
+    def _next_chunk(self, req: Request) -> Chunk:
+        if req.computed < len(req.prompt):
+            end = min(len(req.prompt), (req.computed // self.page_size + 1) * self.page_size)
+            tokens = req.prompt[req.computed : end]
+        else:
+            tokens = [req.output[-1]]
+        return Chunk(tokens, req.computed, req.pages, req.slot, req.locs)
+
+    def _unsafe_index_reads(self, batch: int) -> int:
+        """Indexer reads about to skip the gate while a load is in flight (0 when gated)."""
+        if not self.pool.ungated_index_k or not self.pool.gate.in_flight():
+            return 0
+        return sum(1 for r in self.pool.shape.compress_ratios if r == INDEXED_RATIO) * batch
+
+    def _finish(self, req: Request, reason: str, error: str | None) -> None:
+        self._running.remove(req)
+        self._free_slots.append(req.slot)
+        if error is None and req.prefill_only and req.on_exported is not None:
+            req.on_exported(self._export(req))
+        if error is None:
+            with_kv = req.prompt + req.output[:-1]
+            full = min(len(with_kv) // self.page_size, len(req.pages))
+            spare = self.radix.insert(with_kv[: full * self.page_size], req.pages[:full])
+            self.radix.release(req.nodes)
+            self.pool.allocator.free(spare + req.pages[full:])
+        else:
+            self.radix.release(req.nodes)
+            self.pool.allocator.free(req.pages[len(req.nodes) :])
+        self.stats.finished += 1
+        req.on_done(reason, error)
+
+    # -- PD: the pool contents of a prompt, out and in ----------------------------------
+
+    def _export(self, req: Request) -> PrefilledState:
+        n_pages = math.ceil(len(req.prompt) / self.page_size)
+        rows = torch.tensor(req.pages[:n_pages], dtype=torch.int64)
+        pages = {
+            (layer, kind.value): self.pool.buffer(layer, kind)[rows].numpy().tobytes()
+            for layer, kind in self.pool.buffer_kinds()
+            if kind is not BufferKind.COMPRESS_STATE
+        }
+        state = {
+            layer: self.pool.read_compress_state(layer, req.slot).numpy().tobytes()
+            for layer, ratio in enumerate(self.pool.shape.compress_ratios)
+            if ratio
+        }
+        return PrefilledState(req.output[0], pages, state)
+
+    def _import(self, req: Request, state: PrefilledState) -> None:
+        n_pages = math.ceil(len(req.prompt) / self.page_size)
+        rows = torch.tensor(req.pages[:n_pages], dtype=torch.int64)
+        for (layer, kind), data in state.pages.items():
+            buf = self.pool.buffer(layer, BufferKind(kind))
+            buf[rows] = torch.frombuffer(bytearray(data), dtype=torch.uint8).view(n_pages, -1)
+        shape = self.pool.shape
+        for layer, data in state.compress_state.items():
+            ratio = shape.compress_ratios[layer]
+            tensor = torch.frombuffer(bytearray(data), dtype=torch.float32)
+            self.pool.store_compress_state(layer, req.slot, tensor.view(ratio, shape.kv_dim))
+        req.computed = len(req.prompt)
+        req.output = [state.first_token]
+        req.on_token(state.first_token)

@@ -1,0 +1,84 @@
+"""Engine counters and their Prometheus text: SGLang's metric names where the meaning is
+the same (so dashboards and the operator's canary read both engines alike), `dsv4:` for
+the index-K integrity counters SGLang does not have."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class EngineStats:
+    """Written by the engine thread only; read (a snapshot is good enough) by HTTP."""
+
+    running: int = 0
+    queued: int = 0
+    finished: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    generation_tokens: int = 0
+    load_back_tokens: int = 0
+    offloaded_tokens: int = 0
+    transfer_failures: int = 0
+    index_k_reads_during_load: int = 0
+    device_cached_tokens: int = 0
+    host_cached_tokens: int = 0
+    free_pages: int = 0
+
+    def count_prompt(self, prompt: int, cached: int) -> None:
+        self.prompt_tokens += prompt
+        self.cached_tokens += cached
+
+    def set_cache(self, device: int, host: int, free_pages: int) -> None:
+        self.device_cached_tokens, self.host_cached_tokens = device, host
+        self.free_pages = free_pages
+
+    @property
+    def cache_hit_rate(self) -> float:
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+
+def render(
+    stats: EngineStats,
+    model: str,
+    total_pages: int,
+    gate_waits: int,
+    gate_blocked: int,
+    gated: bool,
+) -> str:
+    label = f'{{model_name="{model}"}}'
+    used = 1 - stats.free_pages / total_pages if total_pages else 0.0
+    rows = [
+        ("sglang:num_running_reqs", "gauge", "Requests in the running batch.", stats.running),
+        ("sglang:num_queue_reqs", "gauge", "Requests waiting to be admitted.", stats.queued),
+        ("sglang:token_usage", "gauge", "Fraction of device KV pages in use.", used),
+        ("sglang:cache_hit_rate", "gauge", "Prompt tokens served from the prefix cache.",
+         stats.cache_hit_rate),
+        ("sglang:prompt_tokens_total", "counter", "Prompt tokens.", stats.prompt_tokens),
+        ("sglang:cached_tokens_total", "counter", "Prompt tokens found in the prefix cache.",
+         stats.cached_tokens),
+        ("sglang:generation_tokens_total", "counter", "Generated tokens.",
+         stats.generation_tokens),
+        ("sglang:num_requests_total", "counter", "Finished requests.", stats.finished),
+        ("sglang:load_back_tokens_total", "counter", "Tokens loaded back from the host tier.",
+         stats.load_back_tokens),
+        ("sglang:hicache_host_used_tokens", "gauge", "Tokens held by the host tier.",
+         stats.host_cached_tokens),
+        ("dsv4:offloaded_tokens_total", "counter", "Tokens pushed to host by the admin call.",
+         stats.offloaded_tokens),
+        ("dsv4:index_k_gated", "gauge", "1 when index-K reads wait at the layer gate.",
+         int(gated)),
+        ("dsv4:layer_gate_waits_total", "counter", "Device reads that passed the layer gate.",
+         gate_waits),
+        ("dsv4:layer_gate_blocked_total", "counter", "Gate passes that waited for a load.",
+         gate_blocked),
+        ("dsv4:index_k_reads_during_load_total", "counter",
+         "Indexer reads that skipped the gate while a HiCache load was in flight.",
+         stats.index_k_reads_during_load),
+        ("dsv4:hicache_transfer_failures_total", "counter",
+         "HiCache loads that failed their checksum or timed out.", stats.transfer_failures),
+    ]  # fmt: skip
+    out = []
+    for name, kind, doc, value in rows:
+        out += [f"# HELP {name} {doc}", f"# TYPE {name} {kind}", f"{name}{label} {value}"]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,269 @@
+"""A tiny DeepSeek-V4-shaped model with seeded random weights, over the real paged pools.
+
+Layer mix as in DSV4: sliding-window layers (ratio 0), c4 layers whose compressor folds 4
+tokens into one KV entry and whose lightning indexer picks the top-k compressed entries
+each token attends to, and c128 layers attending to every compressed entry.  Compressed
+layers also attend to the raw tokens of their current, not yet compressed block (kept in
+the pool's compress state between steps).
+
+Why the order inside a c4 layer matters: the indexer stores and scores index-K first and
+only then touches KV, exactly as a real forward pass does.  The KV accessor waits at the
+layer gate; with `DSV4_INJECT_UNGATED_INDEX_K=1` the index-K accessor does not, so the
+indexer can read keys a HiCache load has not delivered yet — the seed incident.
+
+Determinism: every request is computed on its own tensors (no op mixes requests), in
+float32, single-threaded, and prefill runs in chunks that end on page boundaries, so a
+request that finds its first pages in the prefix cache computes the remaining chunks with
+exactly the shapes (and bytes read from the pools) of a cold run: warm == cold bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from dsv4_engine.pools.device_pool import DevicePool
+from dsv4_engine.pools.layout import INDEXED_RATIO, ModelShape
+from dsv4_engine.reference import tokenizer
+
+# DSV4's layer mix, tiny: sliding window, c4 (indexed), c128, c4 (indexed).  fp8 index-K
+# needs a head dim that is a multiple of 128, so the index head keeps its real size.
+REFERENCE_SHAPE = ModelShape(
+    compress_ratios=(0, 4, 128, 4), kv_dim=32, index_head_dim=128, index_n_heads=4, page_size=128
+)
+# Greedy decoding picks among printable ASCII and newline: answers are readable UTF-8.
+ALLOWED_OUTPUT = [10, *range(32, 127)]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    shape: ModelShape = REFERENCE_SHAPE
+    hidden: int = 64
+    mlp_hidden: int = 128
+    window: int = 128
+    index_topk: int = 16
+    seed: int = 0
+
+
+@dataclass
+class Chunk:
+    """One step of one request: `tokens` at positions start.. on the request's pages."""
+
+    tokens: list[int]
+    start: int
+    pages: list[int]
+    slot: int
+    locs: dict[int, torch.Tensor] = field(default_factory=dict)
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.tokens)
+
+
+@dataclass
+class _Layer:
+    wq: torch.Tensor
+    wkv: torch.Tensor
+    wo: torch.Tensor
+    w1: torch.Tensor
+    w2: torch.Tensor
+    gate: torch.Tensor | None = None  # compressor: score of each raw token in its block
+    gate_bias: torch.Tensor | None = None
+    wik: torch.Tensor | None = None  # indexer: keys from compressed entries
+    wiq: torch.Tensor | None = None  # indexer: per-head queries
+    wiw: torch.Tensor | None = None  # indexer: per-head weights
+
+
+@dataclass
+class _Staged:
+    """A compressed layer between its indexer phase and its attention phase."""
+
+    q: torch.Tensor
+    raw: torch.Tensor  # raw tokens of the open block(s), from the block start
+    entries: torch.Tensor  # new compressed entries [last - first, d]
+    first: int
+    last: int
+    seen: torch.Tensor  # entries complete at each token of the chunk
+    chosen: tuple[torch.Tensor, torch.Tensor] | None  # indexer's (top-k ids, visible)
+
+
+class ReferenceModel:
+    def __init__(self, config: ModelConfig) -> None:
+        self.config = config
+        shape = config.shape
+        gen = torch.Generator().manual_seed(config.seed)
+        h, d = config.hidden, shape.kv_dim
+
+        def w(*size: int, gain: float = 1.0) -> torch.Tensor:
+            return torch.randn(size, generator=gen) * (gain / math.sqrt(size[0]))
+
+        self.embed = torch.randn((tokenizer.VOCAB_SIZE, h), generator=gen)
+        self.layers: list[_Layer] = []
+        for ratio in shape.compress_ratios:
+            layer = _Layer(
+                w(h, d, gain=2.0),
+                w(h, d),
+                w(d, h),
+                w(h, config.mlp_hidden),
+                w(config.mlp_hidden, h),
+            )
+            if ratio:
+                layer.gate, layer.gate_bias = w(d), torch.randn(ratio, generator=gen)
+            if ratio == INDEXED_RATIO:
+                hi, di = shape.index_n_heads, shape.index_head_dim
+                layer.wik, layer.wiq = w(d, di), w(h, hi * di)
+                layer.wiw = w(h, hi)
+            self.layers.append(layer)
+        self.unembed = w(h, tokenizer.VOCAB_SIZE, gain=4.0)
+        self.allowed = torch.full((tokenizer.VOCAB_SIZE,), float("-inf"))
+        self.allowed[ALLOWED_OUTPUT] = 0.0
+
+    def forward(self, pool: DevicePool, chunks: list[Chunk]) -> list[int]:
+        """Run one chunk per request, layer by layer across the batch; greedy next tokens.
+
+        Layer-major like a batched GPU forward: every request passes layer L before any
+        passes L+1, so all of a batch's indexer reads race the same in-flight loads.
+        """
+        for c in chunks:
+            if not c.locs:
+                c.locs = {i: pool.entry_locs(i, c.pages) for i in range(len(self.layers))}
+        xs = [self.embed[torch.tensor(c.tokens)] for c in chunks]
+        for i, layer in enumerate(self.layers):
+            ratio = self.config.shape.compress_ratios[i]
+            hs = [_rms(x) for x in xs]
+            if ratio:
+                # The whole batch's compressor and indexer run before any attention (one
+                # kernel each on a GPU): every indexer read precedes every KV read.
+                staged = [
+                    self._compress(pool, i, ratio, layer, c, h)
+                    for c, h in zip(chunks, hs, strict=True)
+                ]
+                atts = [
+                    self._attend_compressed(pool, i, ratio, c, st)
+                    for c, st in zip(chunks, staged, strict=True)
+                ]
+            else:
+                atts = [self._window(pool, i, layer, c, h) for c, h in zip(chunks, hs, strict=True)]
+            for n, att in enumerate(atts):
+                x = xs[n] + att @ layer.wo
+                xs[n] = x + torch.relu(_rms(x) @ layer.w1) @ layer.w2
+        out = []
+        for x in xs:
+            logits = _rms(x[-1:]) @ self.unembed + self.allowed
+            out.append(int(torch.argmax(logits[0])))
+        return out
+
+    def _window(
+        self, pool: DevicePool, i: int, layer: _Layer, c: Chunk, h: torch.Tensor
+    ) -> torch.Tensor:
+        q, kv = h @ layer.wq, h @ layer.wkv
+        locs = c.locs[i]
+        pool.store_kv(i, locs[c.start : c.end], kv)
+        lo = max(0, c.start - self.config.window + 1)
+        ctx = pool.read_kv(i, locs[lo : c.end]).to(torch.float32)
+        pos = torch.arange(c.start, c.end)[:, None]
+        ctx_pos = torch.arange(lo, c.end)[None, :]
+        visible = (ctx_pos <= pos) & (ctx_pos > pos - self.config.window)
+        return _attend(q, [(ctx, visible)])
+
+    def _compress(
+        self, pool: DevicePool, i: int, ratio: int, layer: _Layer, c: Chunk, h: torch.Tensor
+    ) -> _Staged:
+        """Compressor (new entries of the chunk's full blocks) and, on c4, the indexer."""
+        assert layer.gate is not None and layer.gate_bias is not None
+        q, kv = h @ layer.wq, h @ layer.wkv
+        pending = c.start % ratio
+        # Compress state, like KV, is read behind the gate: only when a block is open.
+        state = pool.read_compress_state(i, c.slot)[:pending] if pending else kv[:0]
+        raw = torch.cat([state, kv])  # raw tokens from the start of the current block
+        first, last = c.start // ratio, c.end // ratio  # new entries: [first, last)
+        blocks = raw[: (last - first) * ratio].view(-1, ratio, raw.shape[1])
+        weights = torch.softmax(blocks @ layer.gate + layer.gate_bias, dim=1)
+        entries = (weights[..., None] * blocks).sum(1)
+        seen = (torch.arange(c.start, c.end) + 1) // ratio  # entries complete at each token
+        chosen = None
+        if ratio == INDEXED_RATIO:
+            chosen = self._index(pool, i, layer, c.locs[i], first, last, entries, h, seen)
+        return _Staged(q, raw, entries, first, last, seen, chosen)
+
+    def _attend_compressed(
+        self, pool: DevicePool, i: int, ratio: int, c: Chunk, st: _Staged
+    ) -> torch.Tensor:
+        locs = c.locs[i]
+        if st.last > st.first:
+            pool.store_kv(i, locs[st.first : st.last], st.entries)
+        ent = pool.read_kv(i, locs[: st.last]).to(torch.float32)
+        if st.chosen is None:
+            ent_ctx, ent_vis = ent, torch.arange(st.last)[None, :] < st.seen[:, None]
+        else:
+            idx, ent_vis = st.chosen
+            ent_ctx = ent[idx]
+        pos = torch.arange(c.start, c.end)
+        closed = (st.last - st.first) * ratio
+        pool.store_compress_state(i, c.slot, _pad(st.raw[closed:], ratio))
+        # Raw tokens of each token's own block, up to itself (from the block's start).
+        raw_pos = torch.arange(c.start - c.start % ratio, c.end)[None, :]
+        raw_vis = (raw_pos <= pos[:, None]) & (raw_pos >= (pos // ratio * ratio)[:, None])
+        return _attend(st.q, [(ent_ctx, ent_vis), (st.raw, raw_vis)])
+
+    def _index(
+        self,
+        pool: DevicePool,
+        i: int,
+        layer: _Layer,
+        locs: torch.Tensor,
+        first: int,
+        last: int,
+        entries: torch.Tensor,
+        h: torch.Tensor,
+        seen: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The lightning indexer: (top-k entry ids [T, k], which of them are visible)."""
+        assert layer.wik is not None and layer.wiq is not None and layer.wiw is not None
+        shape = self.config.shape
+        if last > first:
+            pool.store_index_k(i, locs[first:last], entries @ layer.wik)
+        keys = pool.read_index_k(i, locs[:last])
+        if last == 0:
+            return torch.zeros((len(seen), 0), dtype=torch.int64), torch.zeros(
+                (len(seen), 0), dtype=torch.bool
+            )
+        iq = (h @ layer.wiq).view(len(seen), shape.index_n_heads, shape.index_head_dim)
+        logits = (iq.reshape(-1, shape.index_head_dim) @ keys.T).view(len(seen), -1, last)
+        scores = (torch.relu(logits) * (h @ layer.wiw)[..., None]).sum(1)
+        visible = torch.arange(last)[None, :] < seen[:, None]
+        scores = scores.masked_fill(~visible, float("-inf"))
+        k = min(self.config.index_topk, last)
+        idx = torch.topk(scores, k, dim=1, sorted=True).indices
+        return idx, torch.gather(visible, 1, idx)
+
+
+def _rms(x: torch.Tensor) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+
+def _pad(rows: torch.Tensor, n: int) -> torch.Tensor:
+    return torch.cat([rows, rows.new_zeros((n - rows.shape[0], rows.shape[1]))])
+
+
+def _attend(q: torch.Tensor, parts: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    """Attention of q [T, d] over context parts (keys = values, an MLA-style latent).
+
+    A part is (ctx [C, d] shared by every token, or [T, k, d] per token; visible [T, C]).
+    """
+    scale = 1 / math.sqrt(q.shape[1])
+    scores = []
+    for ctx, visible in parts:
+        s = q @ ctx.T if ctx.dim() == 2 else torch.einsum("td,tkd->tk", q, ctx)
+        scores.append((s * scale).masked_fill(~visible, float("-inf")))
+    probs = torch.softmax(torch.cat(scores, dim=1), dim=1)
+    out = torch.zeros_like(q)
+    at = 0
+    for ctx, _ in parts:
+        width = ctx.shape[-2]
+        p = probs[:, at : at + width]
+        out = out + (p @ ctx if ctx.dim() == 2 else torch.einsum("tk,tkd->td", p, ctx))
+        at += width
+    return out

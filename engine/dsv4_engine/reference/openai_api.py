@@ -1,0 +1,119 @@
+"""OpenAI request bodies in, response bodies out: plain functions, no I/O.
+
+`tool_calls` are parsed from the DSML block a V4 model writes, with the project's strict
+DSML parser; an answer that does not parse stays raw text in `content` (as SGLang leaves
+text its tool-call parser rejects), so a probe still sees and judges it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from dsv4_engine.probe.dsml import MARKER, DsmlError, DsmlFormat, parse
+from dsv4_engine.reference import chat, tokenizer
+
+DEFAULT_MAX_TOKENS = 64
+
+
+class BadRequest(ValueError):
+    """A request the engine refuses with HTTP 400; the message names the field."""
+
+
+@dataclass(frozen=True)
+class Prompt:
+    ids: list[int]
+    max_tokens: int
+    stream: bool
+
+
+def max_tokens(body: dict[str, Any]) -> int:
+    value = body.get("max_completion_tokens", body.get("max_tokens", DEFAULT_MAX_TOKENS))
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise BadRequest(f"max_tokens: expected a positive integer, got {value!r}")
+    return value
+
+
+def _check_sampling(body: dict[str, Any]) -> None:
+    """Greedy only: sampling would make the warm-vs-cold comparison meaningless."""
+    temperature = body.get("temperature", 0)
+    if not isinstance(temperature, int | float) or temperature < 0:
+        raise BadRequest(f"temperature: expected a number >= 0, got {temperature!r}")
+
+
+def chat_prompt(body: dict[str, Any]) -> Prompt:
+    _check_sampling(body)
+    try:
+        ids = chat.prompt_ids(body)
+    except chat.ChatRequestError as err:
+        raise BadRequest(str(err)) from None
+    return Prompt(ids, max_tokens(body), bool(body.get("stream", False)))
+
+
+def completion_prompt(body: dict[str, Any]) -> Prompt:
+    _check_sampling(body)
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if isinstance(prompt, str) and prompt:
+        ids = tokenizer.encode(prompt)
+    elif isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+        if not all(0 <= t < tokenizer.VOCAB_SIZE for t in prompt):
+            raise BadRequest(f"prompt: token ids must be in 0..{tokenizer.VOCAB_SIZE - 1}")
+        ids = list(prompt)
+    else:
+        raise BadRequest("prompt: expected a non-empty string or list of token ids")
+    return Prompt(ids, max_tokens(body), bool(body.get("stream", False)))
+
+
+def chat_message(text: str, tools_requested: bool) -> dict[str, Any]:
+    """The assistant message for generated text, with `tool_calls` when they parse."""
+    if tools_requested and MARKER in text:
+        try:
+            calls = parse(text, DsmlFormat.V4)
+        except DsmlError:
+            calls = ()
+        if calls:
+            content = text[: text.index(MARKER) - 1].strip() or None
+            return {
+                "role": "assistant",
+                "content": content,
+                "tool_calls": [
+                    {
+                        "id": f"call_{uuid.uuid4().hex[:24]}",
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": json.dumps(c.args)},
+                    }
+                    for c in calls
+                ],
+            }
+    return {"role": "assistant", "content": text}
+
+
+def usage(prompt_tokens: int, completion_tokens: int, cached: int) -> dict[str, Any]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
+
+
+def envelope(kind: str, model: str, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    return {
+        "id": f"{'chatcmpl' if kind == 'chat.completion' else 'cmpl'}-{uuid.uuid4().hex}",
+        "object": kind,
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+        **extra,
+    }
+
+
+def error_body(
+    message: str, kind: str = "invalid_request_error", code: int = 400
+) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "code": code}}

@@ -1,0 +1,240 @@
+"""The reference engine's HTTP server (aiohttp): OpenAI API, /health, /metrics, admin.
+
+Handlers never touch engine state: they submit requests to the engine thread and await
+tokens it hands back through `loop.call_soon_threadsafe`.  In PD mode a decode server
+first fetches the prompt's pages from the prefill server named in the request (the
+router adds `bootstrap_host` / `bootstrap_port`, SGLang's field names).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from aiohttp import web
+
+from dsv4_engine.reference import metrics, openai_api, pd, tokenizer
+from dsv4_engine.reference.engine import Engine, PrefilledState, Request
+from dsv4_engine.reference.openai_api import BadRequest, Prompt
+from dsv4_engine.reference.settings import DisaggregationMode, ServeSettings
+
+OFFLOAD_PATH = "/admin/hicache/offload"
+
+
+class _Stream:
+    """Tokens of one request, from the engine thread to the handler's event loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.queue: asyncio.Queue[int | tuple[str, str | None]] = asyncio.Queue()
+        self.finish_reason = "length"
+
+    def on_token(self, token: int) -> None:
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, token)
+
+    def on_done(self, reason: str, error: str | None) -> None:
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, (reason, error))
+
+    async def tokens(self) -> AsyncIterator[int]:
+        while True:
+            item = await self.queue.get()
+            if isinstance(item, tuple):
+                reason, error = item
+                if error is not None:
+                    raise web.HTTPInternalServerError(
+                        text=json.dumps(openai_api.error_body(error, "server_error", 500)),
+                        content_type="application/json",
+                    )
+                self.finish_reason = reason
+                return
+            yield item
+
+
+class ReferenceServer:
+    def __init__(self, settings: ServeSettings, engine: Engine) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.model = settings.served_model_name
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_get("/health", self._health)
+        app.router.add_get("/health_generate", self._health)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/server_info", self._server_info)
+        app.router.add_get("/get_server_info", self._server_info)
+        app.router.add_get("/metrics", self._metrics)
+        if self.settings.disaggregation_mode is not DisaggregationMode.PREFILL:
+            app.router.add_post("/v1/chat/completions", self._chat)
+            app.router.add_post("/v1/completions", self._completions)
+        if self.engine.hicache is not None:
+            app.router.add_post(OFFLOAD_PATH, self._offload)
+        return app
+
+    # -- info -----------------------------------------------------------------------------
+
+    async def _health(self, _: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def _models(self, _: web.Request) -> web.Response:
+        card = {"id": self.model, "object": "model", "owned_by": "dsv4-reference"}
+        return web.json_response({"object": "list", "data": [card]})
+
+    async def _server_info(self, _: web.Request) -> web.Response:
+        args = {k: str(v) if not isinstance(v, int | float | bool | None) else v
+                for k, v in dataclasses.asdict(self.settings).items()}  # fmt: skip
+        info = {
+            "deterministic": True,
+            "server_args": args,
+            "index_k_gated": not self.engine.pool.ungated_index_k,
+            "kernel_backend": self.engine.pool.ops.backend,
+        }
+        return web.json_response(info)
+
+    async def _metrics(self, _: web.Request) -> web.Response:
+        gate = self.engine.pool.gate
+        text = metrics.render(
+            self.engine.stats,
+            self.model,
+            self.settings.device_pages,
+            gate.waits,
+            gate.blocked,
+            not self.engine.pool.ungated_index_k,
+        )
+        return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+    async def _offload(self, request: web.Request) -> web.Response:
+        body = await _json(request)
+        if body is None:
+            return _error("body: expected a JSON object ({})")
+        tokens = await asyncio.wrap_future(self.engine.call(self.engine.offload))
+        self.engine.stats.offloaded_tokens += tokens
+        return web.json_response({"offloaded_tokens": tokens})
+
+    async def prefill(self, prompt: list[int]) -> PrefilledState:
+        """PD prefill: run the prompt (prefix cache and HiCache included), export its pages."""
+        if self.engine.check_fits(len(prompt), 1) is not None:
+            raise ValueError(self.engine.check_fits(len(prompt), 1))
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[PrefilledState] = loop.create_future()
+
+        def settle(result: PrefilledState | None, error: str | None) -> None:
+            if fut.done():
+                return
+            if error is not None:
+                fut.set_exception(RuntimeError(error))
+            elif result is not None:
+                fut.set_result(result)
+
+        self.engine.submit(
+            Request(
+                prompt,
+                1,
+                lambda _: None,
+                lambda _, err: loop.call_soon_threadsafe(settle, None, err),
+                prefill_only=True,
+                on_exported=lambda st: loop.call_soon_threadsafe(settle, st, None),
+            )
+        )
+        return await fut
+
+    # -- generation -----------------------------------------------------------------------
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=True)
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=False)
+
+    async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        body = await _json(request)
+        if body is None:
+            return _error("body: expected a JSON object")
+        try:
+            prompt = openai_api.chat_prompt(body) if chat else openai_api.completion_prompt(body)
+            prefilled = await self._prefilled(body, prompt)
+        except BadRequest as err:
+            return _error(str(err))
+        except pd.TransferError as err:
+            return _error(str(err), 502)
+        too_big = self.engine.check_fits(len(prompt.ids), prompt.max_tokens)
+        if too_big is not None:
+            return _error(too_big)
+        stream = _Stream(asyncio.get_running_loop())
+        req = Request(
+            prompt.ids, prompt.max_tokens, stream.on_token, stream.on_done, prefilled=prefilled
+        )
+        self.engine.submit(req)
+        if prompt.stream:
+            return await self._stream_out(request, stream, chat, body)
+        try:
+            ids = [t async for t in stream.tokens()]
+        except web.HTTPException as err:
+            return web.Response(status=err.status, text=err.text, content_type="application/json")
+        text = tokenizer.decode(ids)
+        use = openai_api.usage(len(prompt.ids), len(ids), req.cached_tokens)
+        if chat:
+            message = openai_api.chat_message(text, bool(body.get("tools")))
+            reason = "tool_calls" if message.get("tool_calls") else stream.finish_reason
+            choice = {"index": 0, "message": message, "finish_reason": reason}
+            kind = "chat.completion"
+        else:
+            choice = {"index": 0, "text": text, "finish_reason": stream.finish_reason}
+            kind = "text_completion"
+        return web.json_response(openai_api.envelope(kind, self.model, [choice], usage=use))
+
+    async def _prefilled(self, body: dict[str, Any], prompt: Prompt) -> PrefilledState | None:
+        if self.settings.disaggregation_mode is not DisaggregationMode.DECODE:
+            return None
+        host, port = body.get("bootstrap_host"), body.get("bootstrap_port")
+        if not isinstance(host, str) or not isinstance(port, int):
+            raise BadRequest(
+                "bootstrap_host/bootstrap_port: a decode server needs the prefill server "
+                "of the request (send requests through the PD router)"
+            )
+        return await pd.fetch_prefill(host, port, prompt.ids)
+
+    async def _stream_out(
+        self, request: web.Request, stream: _Stream, chat: bool, body: dict[str, Any]
+    ) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        kind = "chat.completion.chunk" if chat else "text_completion"
+        pending = bytearray()
+        try:
+            async for token in stream.tokens():
+                pending += tokenizer.decode([token]).encode()
+                try:
+                    piece = pending.decode()
+                except UnicodeDecodeError:
+                    continue
+                pending.clear()
+                delta = {"delta": {"content": piece}} if chat else {"text": piece}
+                chunk = openai_api.envelope(kind, self.model, [{"index": 0, **delta}])
+                await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            end = {"delta": {}} if chat else {"text": ""}
+            last = {"index": 0, **end, "finish_reason": stream.finish_reason}
+            await resp.write(
+                f"data: {json.dumps(openai_api.envelope(kind, self.model, [last]))}\n\n".encode()
+            )
+        except web.HTTPException as err:
+            await resp.write(f"data: {err.text}\n\n".encode())
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+
+async def _json(request: web.Request) -> dict[str, Any] | None:
+    try:
+        body = await request.json()
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def _error(message: str, status: int = 400) -> web.Response:
+    kind = "invalid_request_error" if status == 400 else "server_error"
+    return web.json_response(openai_api.error_body(message, kind, status), status=status)

@@ -1,0 +1,92 @@
+"""`dsv4-engine serve` settings: SGLang's flag names where SGLang has the flag.
+
+Validated once, before anything starts, so a bad flag ends the process with one line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from dsv4_engine.features import HiCacheFeature, HiCacheMemLayout, HiCacheWritePolicy, IndexDtype
+
+
+class DisaggregationMode(StrEnum):
+    NULL = "null"
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+class SettingsError(ValueError):
+    """A flag value the engine cannot run with; the message names the flag."""
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    host: str = "127.0.0.1"
+    port: int = 30000
+    model_path: str | None = None
+    served_model_name: str = "dsv4-reference"
+    tp: int = 1
+    page_size: int = 128
+    index_dtype: IndexDtype = IndexDtype.FP8
+    enable_hierarchical_cache: bool = False
+    hicache_ratio: float | None = None
+    hicache_size: int | None = None
+    hicache_write_policy: HiCacheWritePolicy = HiCacheWritePolicy.WRITE_THROUGH
+    hicache_mem_layout: HiCacheMemLayout = HiCacheMemLayout.PAGE_FIRST
+    hicache_bandwidth_mb_s: float = 0.0  # 0: unthrottled (the copy runs at memcpy speed)
+    max_running_requests: int = 64
+    max_total_tokens: int = 131072
+    context_length: int = 16384
+    random_seed: int = 0
+    disaggregation_mode: DisaggregationMode = DisaggregationMode.NULL
+    disaggregation_bootstrap_port: int = 8998
+
+    def __post_init__(self) -> None:
+        if self.tp != 1:
+            raise SettingsError(f"--tp {self.tp}: the CPU reference engine runs only --tp 1")
+        if self.page_size <= 0 or self.page_size % 128:
+            raise SettingsError(
+                f"--page-size {self.page_size}: expected a positive multiple of 128 "
+                "(a c128 layer compresses 128 tokens into one entry per page)"
+            )
+        if self.enable_hierarchical_cache:
+            if self.hicache_size is None and (
+                self.hicache_ratio is None or self.hicache_ratio <= 1
+            ):
+                raise SettingsError(
+                    f"--hicache-ratio {self.hicache_ratio}: expected a number > 1 "
+                    "(the host tier must be larger than the device pool) or --hicache-size"
+                )
+        if self.hicache_bandwidth_mb_s < 0:
+            raise SettingsError(f"--hicache-bandwidth {self.hicache_bandwidth_mb_s}: expected >= 0")
+        for name in ("max_running_requests", "max_total_tokens", "context_length"):
+            if getattr(self, name) <= 0:
+                flag = "--" + name.replace("_", "-")
+                raise SettingsError(f"{flag} {getattr(self, name)}: expected a positive integer")
+        if self.max_total_tokens < self.page_size:
+            raise SettingsError(
+                f"--max-total-tokens {self.max_total_tokens}: expected at least one page "
+                f"({self.page_size} tokens)"
+            )
+        for name in ("port", "disaggregation_bootstrap_port"):
+            if not 0 <= getattr(self, name) <= 65535:
+                flag = "--" + name.replace("_", "-")
+                raise SettingsError(f"{flag} {getattr(self, name)}: expected 0..65535")
+
+    @property
+    def hicache_feature(self) -> HiCacheFeature | None:
+        if not self.enable_hierarchical_cache:
+            return None
+        return HiCacheFeature(
+            enabled=True,
+            ratio=self.hicache_ratio if self.hicache_size is None else None,
+            size_gb=self.hicache_size,
+            write_policy=self.hicache_write_policy,
+            mem_layout=self.hicache_mem_layout,
+        )
+
+    @property
+    def device_pages(self) -> int:
+        return self.max_total_tokens // self.page_size
