@@ -21,6 +21,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import yaml
+
 from dsv4_operator.api.samples import load_sample
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.reconcile import kube as kube_module
@@ -33,6 +35,7 @@ PACKAGE = Path(inspect.getfile(kube_module)).parents[1]
 NOT_THE_OPERATOR = ("cli", "cluster", "demo.py")
 # The module whose requests stay in the operator's own namespace (a Role, not cluster-wide).
 LEADER_ELECTION = "leader.py"
+SAMPLES = sorted((PACKAGE.parents[1] / "manifests" / "samples").glob("*-*.yaml"))
 
 # What each `Kube` method sends, in RBAC verbs.  A server-side apply creates the object
 # when it is missing, and the API server then checks `create` as well as `patch`; an apply
@@ -47,8 +50,6 @@ KUBE_VERBS: dict[str, tuple[str, ...]] = {
 }
 # `kube.request(...)` is the raw door: a call to it cannot be mapped to a permission here.
 RAW = "request"
-
-Triple = tuple[str, str, str]  # (apiGroup, resource, verb)
 
 
 class UnresolvedAccess(AssertionError):
@@ -87,22 +88,23 @@ def operator_modules() -> Iterator[tuple[Path, ModuleType]]:
         yield path, importlib.import_module(dotted.removesuffix(".__init__"))
 
 
-def rendered_kinds() -> set[str]:
-    """Kinds the reconciler applies: every object it renders for the shipped samples, with
-    multi-node roles so per-rank workers are included."""
+def rendered_objects() -> list[dict[str, Any]]:
+    """Everything the reconciler renders for the shipped samples (single- and multi-node)."""
     owner = Owner(name="x", namespace="ns", uid="00000000-0000-0000-0000-000000000000")
-    spec = DSV4DeploymentSpec.model_validate(load_sample()["spec"])
-    multi = spec.model_copy(
-        update={"decode": spec.decode.model_copy(update={"nodes_per_replica": 2})}
-    )
-    return {o["kind"] for s in (spec, multi) for o in render_all(owner, s)}
+    samples = [load_sample(), *(yaml.safe_load(p.read_text()) for p in SAMPLES)]
+    specs = [DSV4DeploymentSpec.model_validate(s["spec"]) for s in samples]
+    assert any(s.decode.nodes_per_replica > 1 for s in specs), "no multi-node sample"
+    return [o for spec in specs for o in render_all(owner, spec)]
+
+
+def rendered_kinds() -> set[str]:
+    """Kinds the reconciler applies."""
+    return {o["kind"] for o in rendered_objects()}
 
 
 def rendered_role_rules() -> list[dict[str, Any]]:
     """Rules of the Roles the operator creates; it must hold them itself to grant them."""
-    owner = Owner(name="x", namespace="ns", uid="00000000-0000-0000-0000-000000000000")
-    spec = DSV4DeploymentSpec.model_validate(load_sample()["spec"])
-    return [r for o in render_all(owner, spec) if o["kind"] == "Role" for r in o["rules"]]
+    return [r for o in rendered_objects() if o["kind"] == "Role" for r in o["rules"]]
 
 
 class _Resolver:
