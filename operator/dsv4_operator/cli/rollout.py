@@ -1,0 +1,125 @@
+"""`dsv4ctl rollout status|report|promote|abort|retry NAME`: see and steer a canary rollout.
+
+Also installed as the kubectl plugin `kubectl-dsv4`, so `kubectl dsv4 rollout status NAME`
+works.  Controls are an annotation the operator reads (dsv4_operator.rollout.manual); the
+report is the ConfigMap that status.rollout.report names.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+from dsv4_engine.cliutil import CommandError
+from dsv4_operator.api import KIND
+from dsv4_operator.rollout.decide import ManualAction
+from dsv4_operator.rollout.manual import ANNOTATION, encode
+from dsv4_operator.rollout.reports import REPORT_KEY
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "rollout",
+        help="show or steer the canary rollout of a DSV4Deployment",
+        description="Show or steer the feature-flag rollout of a DSV4Deployment.",
+    )
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    for name, text in (
+        ("status", "phase, revisions, verdict and evidence"),
+        ("report", "print the canary report (summary table, or --output json)"),
+        ("promote", "promote the canary's flags without waiting for a verdict"),
+        ("abort", "stop the rollout and keep the stable flags (the flags are rejected)"),
+        ("retry", "test flags that a failed canary rejected once more"),
+    ):
+        sub = actions.add_parser(name, help=text)
+        sub.add_argument("name", help="the DSV4Deployment")
+        sub.add_argument("-n", "--namespace", default="default")
+        sub.add_argument("--kubeconfig", default=None, help="default: $KUBECONFIG")
+        if name in ("status", "report"):
+            sub.add_argument("--output", choices=("table", "json"), default="table")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    kube = _kube(args.kubeconfig)
+    obj = kube.get(KIND, args.namespace, args.name)
+    if obj is None:
+        raise CommandError(f"DSV4Deployment {args.namespace}/{args.name} not found", exit_code=1)
+    rollout = (obj.get("status") or {}).get("rollout")
+    if args.action == "status":
+        return _status(rollout, args.output)
+    if args.action == "report":
+        return _report(kube, args.namespace, rollout, args.output)
+    action = ManualAction(args.action)
+    kube.request(
+        "PATCH",
+        f"/apis/inference.dsv4.dev/v1alpha1/namespaces/{args.namespace}/dsv4deployments/{args.name}",
+        body={"metadata": {"annotations": {ANNOTATION: encode(action, str(time.time_ns()))}}},
+        content_type="application/merge-patch+json",
+    )
+    print(f"{args.namespace}/{args.name}: {action.value} requested")
+    return 0
+
+
+def _status(rollout: dict[str, Any] | None, output: str) -> int:
+    if output == "json":
+        print(json.dumps(rollout or {}, indent=2))
+        return 0
+    if not rollout:
+        print("no rollout recorded yet (the operator has not reconciled this resource)")
+        return 0
+    rows = [
+        ("phase", rollout.get("phase")),
+        ("stable revision", rollout.get("stableRevision")),
+        ("canary revision", rollout.get("canaryRevision")),
+        ("started", rollout.get("startedAt")),
+        ("verdict", rollout.get("verdict")),
+        ("corruption rate", _pct(rollout.get("rate"))),
+        ("upper bound", _pct(rollout.get("bound"))),
+        ("samples", rollout.get("samples")),
+        ("report", rollout.get("report")),
+        ("rejected revision", rollout.get("rejectedRevision")),
+        ("message", rollout.get("message")),
+    ]
+    for label, value in rows:
+        if value not in (None, ""):
+            print(f"{label:<18} {value}")
+    return 0
+
+
+def _report(kube: Any, namespace: str, rollout: dict[str, Any] | None, output: str) -> int:
+    name = (rollout or {}).get("report")
+    if not name:
+        raise CommandError("no canary report yet: the rollout has not reached a verdict", 1)
+    config_map = kube.get("ConfigMap", namespace, name)
+    if config_map is None or REPORT_KEY not in (config_map.get("data") or {}):
+        raise CommandError(f"report ConfigMap {namespace}/{name} is missing", exit_code=1)
+    report = json.loads(config_map["data"][REPORT_KEY])
+    if output == "json":
+        print(json.dumps(report, indent=2))
+    else:
+        from dsv4_engine.probe import summary_table
+
+        print(summary_table(report))
+        print(
+            f"\nJSON: kubectl get configmap {name} -n {namespace} -o jsonpath='{{.data.report\\.json}}'"
+        )
+    return 0
+
+
+def _pct(value: float | None) -> str | None:
+    return None if value is None else f"{value:.3%}"
+
+
+def _kube(kubeconfig: str | None) -> Any:
+    from kubernetes import config
+
+    from dsv4_operator.reconcile.kube import Kube
+
+    try:
+        api = config.new_client_from_config(config_file=kubeconfig)
+    except config.ConfigException as err:
+        raise CommandError(f"cannot load kubeconfig: {err}", exit_code=1) from None
+    return Kube(api)
