@@ -3,13 +3,15 @@
 #
 # Why outside the checkout: torch with its CUDA libraries is ~5 GiB.  The venv lives in
 # $DSV4_CACHE_DIR/venv/<hash of requirements/*.txt>, so a clean clone (CI included) reuses
-# it, and a change of any pin builds a fresh one.  The two project distributions are
-# installed editable into it every time the checkout path changes (a few seconds).
+# it, and a change of any pin builds a fresh one (bump LAYOUT when this script changes how
+# a venv is built).  The two project distributions are installed editable into it whenever
+# the checkout path or their pyproject.toml changes (a few seconds); older venvs are pruned.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 CACHE_DIR="${DSV4_CACHE_DIR:-$HOME/.cache/dsv4-operator}"
 PYTHON="${PYTHON:-python3}"
-hash=$(cat "$root"/requirements/*.txt "$root/hack/venv.sh" | sha256sum | cut -c1-12)
+LAYOUT=2
+hash=$( (echo "layout $LAYOUT"; cat "$root"/requirements/*.txt) | sha256sum | cut -c1-12)
 venv="$CACHE_DIR/venv/$hash"
 
 log() { echo "venv: $*" >&2; }
@@ -36,13 +38,19 @@ if [[ ! -x "$venv/bin/python" || ! -f "$venv/.complete" ]]; then
   "${pip[@]}" -r "$root/requirements/sglang-deps.txt"
   touch "$venv/.complete"
   log "ready in $(( $(date +%s) - start ))s"
+  # Keep this venv and the one built before it; each is several GiB.
+  ls -1dt "$CACHE_DIR"/venv/*/ | tail -n +3 | xargs -r rm -rf
 fi
 
 stamp="$venv/.project-root"
-if [[ "$(cat "$stamp" 2>/dev/null)" != "$root" ]]; then
+want="$root $(cat "$root/engine/pyproject.toml" "$root/operator/pyproject.toml" | sha256sum | cut -c1-12)"
+if [[ "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
   log "installing dsv4-operator and dsv4-engine (editable) from $root"
-  "$venv/bin/python" -m pip install --disable-pip-version-check -q --no-deps --no-build-isolation \
-    -e "$root/engine" -e "$root/operator"
-  echo "$root" >"$stamp"
+  if ! "$venv/bin/python" -m pip install --disable-pip-version-check -q --no-deps \
+      --no-build-isolation -e "$root/engine" -e "$root/operator" >"$venv/.install.log" 2>&1; then
+    cat "$venv/.install.log" >&2
+    exit 1
+  fi
+  echo "$want" >"$stamp"
 fi
 echo "$venv"
