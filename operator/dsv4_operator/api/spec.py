@@ -197,7 +197,19 @@ class PlacementSpec(CamelModel):
     )
 
 
+_NO_HICACHE_SIZE = (
+    "features.hicache.sizeGB: SGLang 0.5.23 refuses --hicache-size for DeepSeek-V4 "
+    "(the host pool is sized by ratio only); set features.hicache.ratio instead"
+)
+
+
 class DSV4DeploymentSpec(CamelModel):
+    # The engine flag model allows a size (other engines take one); DeepSeek-V4 on
+    # SGLang 0.5.23 would crash-loop on it, so the deployment refuses it up front.
+    model_config = validations(
+        cel("!has(self.features.hicache.sizeGB)", _NO_HICACHE_SIZE, ".features.hicache.sizeGB")
+    )
+
     model: ModelSpec
     image: ImageSpec
     prefill: RoleSpec
@@ -212,3 +224,9 @@ class DSV4DeploymentSpec(CamelModel):
     canary: dict[str, Any] | None = Field(
         default=None, description="Canary settings (stored now, used by the rollout controller)."
     )
+
+    @model_validator(mode="after")
+    def _no_hicache_size(self) -> DSV4DeploymentSpec:
+        if self.features.hicache.size_gb is not None:
+            raise ValueError(_NO_HICACHE_SIZE)
+        return self
