@@ -97,19 +97,8 @@ def _read_kernel(
     D: tl.constexpr, NB: tl.constexpr, IS_FP8: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     rows, mask, keys = _load_block_keys(
-        buf_u8,
-        buf_f32,
-        buf_bf16,
-        page_ptr,
-        slot_ptr,
-        n,
-        page_bytes,
-        entries,
-        D,
-        NB,
-        IS_FP8,
-        BLOCK_N,
-    )
+        buf_u8, buf_f32, buf_bf16, page_ptr, slot_ptr, n, page_bytes, entries, D, NB, IS_FP8, BLOCK_N
+    )  # fmt: skip
     tl.store(out_ptr + rows[:, None] * D + tl.arange(0, D)[None, :], keys, mask=mask[:, None])
 
 
@@ -120,19 +109,8 @@ def _score_kernel(
     BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     rows, mask, keys = _load_block_keys(
-        buf_u8,
-        buf_f32,
-        buf_bf16,
-        page_ptr,
-        slot_ptr,
-        n,
-        page_bytes,
-        entries,
-        D,
-        NB,
-        IS_FP8,
-        BLOCK_N,
-    )
+        buf_u8, buf_f32, buf_bf16, page_ptr, slot_ptr, n, page_bytes, entries, D, NB, IS_FP8, BLOCK_N
+    )  # fmt: skip
     heads = tl.arange(0, H)
     q = tl.load(q_ptr + heads[:, None] * D + tl.arange(0, D)[None, :])
     logits = tl.dot(q, tl.trans(keys), input_precision="ieee")
