@@ -1,0 +1,40 @@
+"""64 concurrent sessions over shared long prefixes, cold, then warm after every cached
+prefix was pushed to the host tier: the seed incident end to end, through HTTP.
+
+With the per-layer gate every warm answer equals its cold answer; with the index-K gate
+removed (`DSV4_INJECT_UNGATED_INDEX_K=1`) and bf16 index-K, the indexer reads keys a
+HiCache load has not delivered yet and some answers change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from dsv4_engine.reference.loadgen import shared_prefix_bodies, warm_vs_cold
+
+pytestmark = pytest.mark.slow
+
+SESSIONS = 64
+# ~750-token prompts: 150 compressed c4 entries, far more than the indexer's top-16.
+BODIES = shared_prefix_bodies(
+    SESSIONS, prefixes=8, prefix_words=60, max_tokens=8, seed=0, session_words=40
+)
+# 1 MB/s: a load's layer copy outlasts the batch's compute before the indexer (see report).
+FLAGS = ("--enable-hierarchical-cache", "--hicache-ratio", "2", "--hicache-bandwidth", "1")
+
+
+def mismatches(url: str) -> int:
+    cold, warm = asyncio.run(warm_vs_cold(url, BODIES))
+    assert all(w.cached_tokens > 0 for w in warm), "warm requests must hit the prefix cache"
+    return sum(c.text != w.text for c, w in zip(cold, warm, strict=True))
+
+
+def test_gated_bf16_warm_answers_equal_cold(start_server):
+    url = start_server(*FLAGS, "--index-dtype", "bf16")
+    assert mismatches(url) == 0
+
+
+def test_ungated_bf16_warm_answers_differ(start_server):
+    url = start_server(*FLAGS, "--index-dtype", "bf16", env={"DSV4_INJECT_UNGATED_INDEX_K": "1"})
+    assert mismatches(url) >= 3
