@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+
 from dsv4_engine.reference.loadgen import shared_prefix_bodies, warm_vs_cold
 
 pytestmark = pytest.mark.slow
