@@ -15,7 +15,6 @@ import socket
 
 from dsv4_engine.cliutil import CommandError
 from dsv4_engine.features import HiCacheMemLayout, HiCacheWritePolicy, IndexDtype
-from dsv4_engine.pools.device_pool import ungated_index_k_from_env
 
 logger = logging.getLogger("dsv4_engine.serve")
 
@@ -121,6 +120,8 @@ def check_port_free(host: str, port: int, flag: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    from dsv4_engine.pools.device_pool import ungated_index_k_from_env
+
     settings = settings_from_args(args)
     try:
         ungated_index_k_from_env()

@@ -1,0 +1,130 @@
+"""`dsv4-engine launch --config engine.yaml`: the engine image's entrypoint.
+
+Reads the configuration the operator renders (`dsv4_engine.engine_config`), validates it
+and replaces itself (exec) with the engine: real SGLang with this project's plugin, or
+with `backend: reference` the CPU reference engine.  A multi-node pod finds its node rank
+from `DSV4_POD_NAME` and `DSV4_GROUP_ROLE`, which the operator's pod template sets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from dsv4_engine.cliutil import CommandError
+from dsv4_engine.engine_config import (
+    Backend,
+    EngineConfig,
+    GroupRole,
+    load_engine_yaml,
+    place_pod,
+    plugin_env,
+    pod_ordinal,
+    to_sglang_args,
+)
+
+PLUGIN_ENTRY_POINT = "dsv4_index_k"  # engine/pyproject.toml, group sglang.srt.plugins
+PLUGIN_INDEX_DTYPE_ENV = "DSV4_INDEX_K_DTYPE"  # what dsv4_engine.sglang_plugin reads
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "launch",
+        help="start the engine an engine.yaml describes (the image entrypoint)",
+        description="Validate engine.yaml and exec SGLang (with the dsv4 plugin) or, with "
+        "backend: reference, the CPU reference engine.",
+    )
+    p.add_argument("--config", type=Path, required=True, help="path to engine.yaml")
+    p.add_argument(
+        "--dry-run", action="store_true", help="print the environment and command, do not exec"
+    )
+    p.set_defaults(func=run)
+
+
+def load_config(path: Path) -> EngineConfig:
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise CommandError(f"--config {path}: cannot read: {err.strerror}") from None
+    try:
+        return load_engine_yaml(text)
+    except yaml.YAMLError as err:
+        raise CommandError(f"--config {path}: not YAML: {err}") from None
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise CommandError(f"--config {path}: {where}: {first['msg']}") from None
+
+
+def reference_args(config: EngineConfig) -> list[str]:
+    """`dsv4-engine serve` flags for a reference engine pod (SGLang names throughout)."""
+    if config.tp != 1 or config.dp != 1 or config.ep != 1 or config.multinode is not None:
+        raise CommandError(
+            "backend: reference runs on one CPU process: expected tp=dp=ep=1 and no multinode"
+        )
+    args = [
+        "serve",
+        "--host", "0.0.0.0",
+        "--port", str(config.port),
+        "--model-path", config.model_path,
+        "--served-model-name", config.served_model_name,
+        "--index-dtype", config.features.index_dtype.value,
+        "--disaggregation-mode", config.role.value,
+        "--disaggregation-bootstrap-port", str(config.disaggregation.bootstrap_port),
+    ]  # fmt: skip
+    if config.hicache_on():
+        hicache = config.features.hicache
+        args.append("--enable-hierarchical-cache")
+        if hicache.size_gb is not None:
+            args += ["--hicache-size", str(hicache.size_gb)]
+        else:
+            args += ["--hicache-ratio", str(hicache.ratio)]
+        args += ["--hicache-write-policy", hicache.write_policy.value]
+        args += ["--hicache-mem-layout", hicache.mem_layout.value]
+    return args
+
+
+def sglang_placement(config: EngineConfig) -> tuple[int, str | None]:
+    if config.multinode is None:
+        return 0, None
+    pod, role = os.environ.get("DSV4_POD_NAME"), os.environ.get("DSV4_GROUP_ROLE")
+    if not pod or not role:
+        raise CommandError("multinode: DSV4_POD_NAME and DSV4_GROUP_ROLE must be set")
+    try:
+        placement = place_pod(config.multinode, GroupRole(role), pod_ordinal(pod))
+    except ValueError as err:
+        raise CommandError(f"multinode: {err}") from None
+    return placement.node_rank, placement.dist_init_addr
+
+
+def command(config: EngineConfig) -> tuple[list[str], dict[str, str]]:
+    """(argv, extra environment) of the engine process."""
+    if config.backend is Backend.REFERENCE:
+        return [sys.executable, "-m", "dsv4_engine.cli", *reference_args(config)], {}
+    rank, addr = sglang_placement(config)
+    env = {
+        "SGLANG_PLUGINS": PLUGIN_ENTRY_POINT,
+        **plugin_env(config),
+        PLUGIN_INDEX_DTYPE_ENV: config.features.index_dtype.value,
+    }
+    argv = [sys.executable, "-m", "sglang.launch_server", *to_sglang_args(config, rank, addr)]
+    return argv, env
+
+
+def run(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    argv, env = command(config)
+    if args.dry_run:
+        for key, value in sorted(env.items()):
+            print(f"{key}={shlex.quote(value)}")
+        print(shlex.join(argv))
+        return 0
+    sys.stdout.flush()
+    os.execve(argv[0], argv, {**os.environ, **env})
+    return 0  # not reached

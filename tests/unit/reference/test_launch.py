@@ -1,0 +1,75 @@
+"""`dsv4-engine launch`: engine.yaml in, the engine's exact command line out (dry run)."""
+
+from __future__ import annotations
+
+import argparse
+from importlib.metadata import entry_points
+
+import pytest
+
+from dsv4_engine.cliutil import CommandError
+from dsv4_engine.commands import launch, serve
+from dsv4_engine.engine_config import EngineConfig, dump_engine_yaml, to_sglang_args
+from dsv4_engine.features import EngineFeatures, HiCacheFeature, IndexDtype, Role
+
+
+def config(**kw) -> EngineConfig:
+    base = dict(
+        role=Role.DECODE,
+        model_path="/models/flash",
+        served_model_name="flash",
+        features=EngineFeatures(
+            hicache=HiCacheFeature(enabled=True, ratio=3.0), index_dtype=IndexDtype.BF16
+        ),
+    )
+    return EngineConfig(**(base | kw))
+
+
+def test_reference_command_parses_into_the_intended_serve_settings():
+    argv, env = launch.command(config(backend="reference", port=31000))
+    assert argv[1:4] == ["-m", "dsv4_engine.cli", "serve"] and env == {}
+    parser = argparse.ArgumentParser()
+    serve.add_serve_arguments(parser)
+    settings = serve.settings_from_args(parser.parse_args(argv[4:]))
+    assert settings.port == 31000 and settings.served_model_name == "flash"
+    assert settings.index_dtype is IndexDtype.BF16
+    assert settings.enable_hierarchical_cache and settings.hicache_ratio == 3.0
+    assert settings.disaggregation_mode.value == "decode"
+
+
+def test_sglang_command_is_to_sglang_args_with_the_plugin_enabled():
+    cfg = config()
+    argv, env = launch.command(cfg)
+    assert argv[1:3] == ["-m", "sglang.launch_server"]
+    assert argv[3:] == to_sglang_args(cfg)
+    plugins = {ep.name for ep in entry_points(group="sglang.srt.plugins")}
+    assert env["SGLANG_PLUGINS"] in plugins
+    from dsv4_engine.sglang_plugin import ENV_INDEX_DTYPE
+
+    assert env[ENV_INDEX_DTYPE] == "bf16"
+
+
+def test_reference_backend_refuses_parallelism():
+    with pytest.raises(CommandError, match="tp=dp=ep=1"):
+        launch.command(config(backend="reference", tp=8))
+
+
+def test_invalid_yaml_is_one_line_naming_the_field(tmp_path, capsys):
+    path = tmp_path / "engine.yaml"
+    path.write_text(dump_engine_yaml(config()).replace("role: decode", "role: both"))
+    from dsv4_engine.cli import main
+
+    assert main(["launch", "--config", str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"dsv4-engine launch: error: --config {path}: role:")
+    assert "\n" not in err
+
+
+def test_dry_run_prints_environment_and_command(tmp_path, capsys):
+    path = tmp_path / "engine.yaml"
+    path.write_text(dump_engine_yaml(config(backend="reference")))
+    from dsv4_engine.cli import main
+
+    assert main(["launch", "--config", str(path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "serve --host 0.0.0.0 --port 30000" in out and "--index-dtype bf16" in out

@@ -1,0 +1,59 @@
+"""Bad `dsv4-engine serve` flags end the process before it serves, with one clear line."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.slow  # one Python process per case
+
+
+def serve(*flags: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    import os
+
+    return subprocess.run(
+        [sys.executable, "-m", "dsv4_engine.cli", "serve", *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (("--index-dtype", "int3"), "--index-dtype 'int3': expected one of fp8 | bf16 | fp4"),
+        (("--enable-hierarchical-cache", "--hicache-ratio", "1"), "--hicache-ratio 1.0"),
+        (("--enable-hierarchical-cache",), "--hicache-ratio None"),
+        (("--tp", "2"), "--tp 2: the CPU reference engine runs only --tp 1"),
+        (("--page-size", "64"), "--page-size 64"),
+        (("--disaggregation-mode", "both"), "--disaggregation-mode 'both'"),
+    ],
+)
+def test_bad_flag_exits_with_one_line(flags, expected):
+    result = serve(*flags)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], result.stderr
+
+
+def test_port_in_use_exits_with_one_line():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = serve("--port", str(port))
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"dsv4-engine serve: error: --port {port}: address 127.0.0.1:{port} is already in use"
+    )
+
+
+def test_bad_injection_variable_is_refused():
+    result = serve(env={"DSV4_INJECT_UNGATED_INDEX_K": "yes"})
+    assert result.returncode == 2
+    assert "DSV4_INJECT_UNGATED_INDEX_K='yes': expected 0 or 1" in result.stderr
