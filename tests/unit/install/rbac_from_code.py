@@ -117,7 +117,7 @@ class _Resolver:
         self.parents = {c: p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
 
     def fail(self, node: ast.AST, what: str) -> UnresolvedAccess:
-        rel = self.path.relative_to(PACKAGE.parent)
+        rel = self.path.relative_to(PACKAGE.parent) if PACKAGE in self.path.parents else self.path
         return UnresolvedAccess(
             f"{rel}:{node.lineno}: cannot tell {what} in `{ast.unparse(node)}`; "
             "teach tests/unit/install/rbac_from_code.py and grant it in manifests/base/rbac.yaml"
@@ -212,11 +212,83 @@ class _Resolver:
         returns = [r.value for r in ast.walk(defs[0]) if isinstance(r, ast.Return) and r.value]
         return set().union(*(self.object_kinds(r) for r in returns))
 
+    def callback_kinds(self, ref: ast.Attribute) -> set[str]:
+        """Kinds reached through `kube.<method>` handed to a class or function as a value:
+        the calls of that parameter inside it (e.g. ProbeExecutor(kube.apply, ...) then
+        `self._apply(report_config_map(...))`)."""
+        call = self.parents.get(ref)
+        if isinstance(call, ast.keyword):
+            call = self.parents.get(call)
+        if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name):
+            raise self.fail(ref, "where this Kube method is handed to")
+        target = getattr(self.module, call.func.id, None)
+        is_class = inspect.isclass(target)
+        function = target.__init__ if is_class else target
+        if not inspect.isfunction(function):
+            raise self.fail(ref, f"what {call.func.id} is")
+        params = list(inspect.signature(function).parameters)[1 if is_class else 0 :]
+        keyword = [k.arg for k in call.keywords if k.value is ref]
+        param = keyword[0] if keyword else params[call.args.index(ref)]
+        module = importlib.import_module(target.__module__)
+        path = Path(inspect.getfile(module))
+        home = _Resolver(path, module, ast.parse(path.read_text()))
+        (body,) = [d for d in home.tree.body if getattr(d, "name", None) == target.__name__]
+        callee = param
+        if is_class:  # the parameter is stored as `self.<attr> = <param>` in __init__
+            callee = next(
+                f"self.{a.targets[0].attr}"
+                for a in ast.walk(body)
+                if isinstance(a, ast.Assign)
+                and isinstance(a.targets[0], ast.Attribute)
+                and isinstance(a.value, ast.Name)
+                and a.value.id == param
+            )
+        uses = [
+            a for c in ast.walk(body) if isinstance(c, ast.Call) for a in _first_argument(c, callee)
+        ]
+        if not uses:
+            raise self.fail(ref, f"how {target.__name__} uses {param}")
+        method = ref.attr
+        resolve = home.kind_argument if method in ("get", "list", "delete") else home.object_kinds
+        return set().union(*(resolve(argument) for argument in uses))
+
     def kind_argument(self, node: ast.expr) -> set[str]:
         """Kinds of a kind argument (get/list/delete)."""
-        if isinstance(node, ast.Attribute) and node.attr == "kind":
-            return set(CHILD_KINDS)  # a plan Action deletes only children it listed
+        if _names_kind(node):
+            # `action.kind` / `obj["kind"]`: a plan Action or a listed object; the operator
+            # only deletes children it listed by its instance selector among CHILD_KINDS.
+            return set(CHILD_KINDS)
         return set(self.names(node))
+
+
+def _first_argument(call: ast.Call, callee: str) -> list[ast.expr]:
+    """The first argument `callee` gets in `call`: `callee(x)` or `asyncio.to_thread(callee, x)`."""
+    if ast.unparse(call.func) == callee and call.args:
+        return [call.args[0]]
+    if ast.unparse(call.func).endswith("to_thread") and len(call.args) > 1:
+        if ast.unparse(call.args[0]) == callee:
+            return [call.args[1]]
+    return []
+
+
+def _names_kind(node: ast.expr) -> bool:
+    if isinstance(node, ast.Attribute):
+        return node.attr == "kind"
+    return (
+        isinstance(node, ast.Subscript)
+        and isinstance(node.slice, ast.Constant)
+        and node.slice.value == "kind"
+    )
+
+
+def _is_kube_reference(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
+    """`kube.<method>` used as a value (handed on), not called here."""
+    if not (isinstance(node, ast.Attribute) and node.attr in KUBE_VERBS):
+        return False
+    if ast.unparse(node.value).split(".")[-1] != "kube":
+        return False
+    parent = parents.get(node)
+    return not (isinstance(parent, ast.Call) and parent.func is node)
 
 
 def _is_kube_call(node: ast.AST, method: str | None = None) -> bool:
@@ -233,6 +305,13 @@ def kube_calls() -> Iterator[Access]:
         resolver = _Resolver(path, module, tree)
         scope = "namespace" if path.name == LEADER_ELECTION else "cluster"
         for node in ast.walk(tree):
+            if _is_kube_reference(node, resolver.parents):
+                assert isinstance(node, ast.Attribute)
+                for kind in resolver.callback_kinds(node):
+                    group, plural = api_group(kind)
+                    for verb in KUBE_VERBS[node.attr]:
+                        yield Access(scope, group, plural, verb)
+                continue
             if not _is_kube_call(node):
                 continue
             assert isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)

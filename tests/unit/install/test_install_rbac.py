@@ -8,6 +8,7 @@ server (no 403 in the audit log).
 """
 
 import ast
+import importlib
 from pathlib import Path
 from types import ModuleType
 
@@ -118,3 +119,33 @@ def test_the_lease_can_only_be_read_and_renewed_by_the_name_the_operator_uses(rb
     for rule in one(rbac, "Role")["rules"]:
         if set(rule["verbs"]) - {"create"}:
             assert rule["resourceNames"] == [lease_name], rule
+
+
+FILER = """
+import asyncio
+
+
+def report(name):
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}
+
+
+class Filer:
+    def __init__(self, loop, apply):
+        self._apply = apply
+
+    async def run(self):
+        await asyncio.to_thread(self._apply, report("x"))
+
+
+def wire(kube):
+    return Filer(None, apply=kube.apply)
+"""
+
+
+def test_a_kube_method_handed_to_a_class_is_followed_to_its_calls(tmp_path, monkeypatch):
+    (tmp_path / "fake_filer.py").write_text(FILER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("fake_filer")
+    resolver = code._Resolver(tmp_path / "fake_filer.py", module, ast.parse(FILER))
+    (ref,) = [n for n in ast.walk(resolver.tree) if code._is_kube_reference(n, resolver.parents)]
+    assert resolver.callback_kinds(ref) == {"ConfigMap"}
