@@ -117,7 +117,6 @@ def test_the_engine_entrypoint_is_what_the_operator_runs_in_engine_pods():
     assert commands == {tuple(exec_form("engine", "ENTRYPOINT"))}
 
 
-@pytest.mark.xfail(strict=True, reason="`dsv4-engine launch` arrives with issue 6")
 def test_the_engine_entrypoint_subcommand_exists():
     from dsv4_engine.cli import main as engine_main
 
