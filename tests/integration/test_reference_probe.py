@@ -1,0 +1,41 @@
+"""The corruption probe against the reference engine, end to end (the probe issue's
+Done-when): gated HiCache + bf16 index-K -> PASS; the index-K gate removed -> FAIL."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from dsv4_engine.probe import ProbeName, ProbeSettings, Verdict, run_probes
+
+pytestmark = pytest.mark.slow
+
+FLAGS = (
+    "--enable-hierarchical-cache", "--hicache-ratio", "2", "--hicache-bandwidth", "1",
+    "--index-dtype", "bf16",
+)  # fmt: skip
+
+
+def probe(url: str, max_rate: float) -> Verdict:
+    settings = ProbeSettings(
+        base_url=url,
+        backend="reference",
+        probes=(ProbeName.CACHE_CONSISTENCY_PREFIX_REUSE,),
+        concurrency=48,
+        requests=48,
+        max_corruption_rate=max_rate,
+        consistency_max_tokens=8,
+        prefix_words=96,
+        sessions_per_prefix=6,
+        request_timeout_s=120,
+    )
+    return asyncio.run(run_probes(settings)).verdict
+
+
+def test_gated_engine_passes(start_server):
+    assert probe(start_server(*FLAGS), max_rate=0.1) is Verdict.PASS
+
+
+def test_ungated_index_k_fails(start_server):
+    url = start_server(*FLAGS, env={"DSV4_INJECT_UNGATED_INDEX_K": "1"})
+    assert probe(url, max_rate=0.02) is Verdict.FAIL
