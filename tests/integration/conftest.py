@@ -15,10 +15,15 @@ import pytest
 READY_TIMEOUT_S = 60.0
 
 
-def free_port() -> int:
+def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@pytest.fixture
+def free_port() -> Callable[[], int]:
+    return _free_port
 
 
 def engine_cmd(*args: str) -> list[str]:
@@ -45,7 +50,7 @@ def start_server() -> Iterator[Callable[..., str]]:
     procs: list[subprocess.Popen] = []
 
     def start(*flags: str, env: dict[str, str] | None = None, cmd: str = "serve") -> str:
-        port = free_port()
+        port = _free_port()
         proc = subprocess.Popen(
             engine_cmd(cmd, "--port", str(port), *flags),
             env={**os.environ, **(env or {})},

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+
 from dsv4_engine.probe import ProbeName, ProbeSettings, Verdict, run_probes
 
 pytestmark = pytest.mark.slow

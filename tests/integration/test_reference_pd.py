@@ -1,0 +1,48 @@
+"""PD disaggregation: prefill and decode servers behind the router serve exactly the
+answers one `null` server does, for the same requests (pages move byte for byte)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import pytest
+
+from dsv4_engine.reference.loadgen import run_all, shared_prefix_bodies
+
+pytestmark = pytest.mark.slow
+
+BODIES = shared_prefix_bodies(16, prefixes=4, prefix_words=60, max_tokens=8, seed=3)
+HICACHE = ("--enable-hierarchical-cache", "--hicache-ratio", "2", "--index-dtype", "bf16")
+
+
+async def answers(url: str) -> list[str]:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as http:
+        first = await run_all(http, url, BODIES, 16)
+        again = await run_all(http, url, BODIES, 16)  # prefix-cache hits on the prefill side
+    assert [a.text for a in again] == [a.text for a in first]
+    return [a.text for a in first]
+
+
+def test_pd_serves_the_same_answers_as_null(start_server, free_port):
+    null = start_server(*HICACHE)
+    bootstrap = free_port()
+    prefill = start_server(
+        *HICACHE, "--disaggregation-mode", "prefill",
+        "--disaggregation-bootstrap-port", str(bootstrap),
+    )  # fmt: skip
+    decode = start_server("--disaggregation-mode", "decode", "--index-dtype", "bf16")
+    router = start_server("--prefill", prefill, str(bootstrap), "--decode", decode, cmd="router")
+    assert asyncio.run(answers(router)) == asyncio.run(answers(null))
+
+
+def test_decode_server_without_a_prefill_refuses_with_400(start_server):
+    decode = start_server("--disaggregation-mode", "decode")
+
+    async def post() -> tuple[int, str]:
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"{decode}/v1/chat/completions", json=BODIES[0]) as resp:
+                return resp.status, (await resp.json())["error"]["message"]
+
+    status, message = asyncio.run(post())
+    assert status == 400 and "bootstrap_host" in message
