@@ -6,7 +6,7 @@ VENV = $(shell hack/venv.sh)
 PY = $(VENV)/bin/python
 export PATH := $(VENV)/bin:$(PATH)
 
-.PHONY: help venv control-plane test test-unit test-e2e lint demo cluster-up cluster-down manifests bench bench-engine
+.PHONY: help venv control-plane test test-unit test-e2e lint demo cluster-up cluster-down manifests bench bench-engine bench-engine-server
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -46,7 +46,7 @@ manifests: venv ## Regenerate crds/ from the typed API models (operator/dsv4_ope
 	$(PY) -m dsv4_operator.api.crd crds/dsv4deployment.yaml
 	$(PY) hack/api_reference.py crds/dsv4deployment.yaml docs/api-reference.md
 
-bench: bench-plan bench-probe bench-engine ## Run every benchmark (each bench-* target adds itself here)
+bench: bench-plan bench-probe bench-engine-server bench-engine ## Run every benchmark (each bench-* target adds itself here)
 
 bench-probe: venv ## Probe client throughput at concurrency 64, samples needed to PASS / FAIL
 	$(PY) bench/bench_probe.py
@@ -56,3 +56,6 @@ bench-plan: venv ## Time `dsv4ctl plan` (must stay interactive: well under a sec
 
 bench-engine: venv ## Pools/HiCache: gate overhead, prefix load vs recompute, race rates, kernels
 	$(PY) bench/bench_engine.py
+
+bench-engine-server: venv ## Reference engine: req/s and tok/s at concurrency 1/16/64, HiCache on/off, warm!=cold rates
+	$(PY) bench/bench_engine_server.py
