@@ -31,8 +31,9 @@ from dsv4_operator.render import render_all
 from dsv4_operator.render.meta import Owner
 
 PACKAGE = Path(inspect.getfile(kube_module)).parents[1]
-# Run with the user's own credentials, not the operator's ServiceAccount.
-NOT_THE_OPERATOR = ("cli", "cluster", "demo.py")
+# Not run by the installed operator: the CLI and the local cluster tools use the user's own
+# credentials; localrun/ is the local embedded runtime (KWOK only, `--local-endpoints`).
+NOT_THE_OPERATOR = ("cli", "cluster", "demo.py", "localrun")
 # The module whose requests stay in the operator's own namespace (a Role, not cluster-wide).
 LEADER_ELECTION = "leader.py"
 SAMPLES = sorted((PACKAGE.parents[1] / "manifests" / "samples").glob("*-*.yaml"))
