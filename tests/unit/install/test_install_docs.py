@@ -68,3 +68,15 @@ def test_links_and_repository_paths_in_the_docs_exist(page):
             assert (page.parent / target).exists(), f"{page.name}: link to {target}"
     for path in re.findall(r"`((?:manifests|images|crds|docs|hack)/[\w./-]+)`", text):
         assert (ROOT / path.rstrip("/")).exists(), f"{page.name}: {path}"
+
+
+def test_the_metrics_page_lists_every_operator_metric_and_alert():
+    page = (DOCS / "metrics-and-alerts.md").read_text()
+    source = (ROOT / "operator" / "dsv4_operator" / "metrics.py").read_text()
+    metrics = set(re.findall(r'"(dsv4_operator_[a-z_]+)"', source))
+    assert metrics, "no metric names found in metrics.py"
+    documented = set(re.findall(r"`(dsv4_operator_[a-z_]+)`", page))
+    assert documented == metrics
+    rules = yaml.safe_load((ROOT / "manifests" / "monitoring" / "prometheusrule.yaml").read_text())
+    alerts = {r["alert"] for g in rules["spec"]["groups"] for r in g["rules"] if "alert" in r}
+    assert set(re.findall(r"`(DSV4[A-Za-z]+)`", page)) == alerts
