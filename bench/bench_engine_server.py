@@ -60,7 +60,7 @@ def main() -> None:
     proc, url = start()
     try:
         for c in (1, 16, 64):
-            bodies = shared_prefix_bodies(max(c, 8), c if c > 1 else 1, 40, 16, seed=c)
+            bodies = shared_prefix_bodies(max(c, 8), max(c, 8), 40, 16, seed=c)
             rps, tps, lat = asyncio.run(throughput(url, c, bodies))
             print(
                 f"concurrency {c:3d}: {rps:6.2f} req/s  {tps:7.1f} tok/s  mean latency {lat:.2f}s"

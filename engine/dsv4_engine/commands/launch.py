@@ -31,6 +31,10 @@ from dsv4_engine.engine_config import (
 
 PLUGIN_ENTRY_POINT = "dsv4_index_k"  # engine/pyproject.toml, group sglang.srt.plugins
 PLUGIN_INDEX_DTYPE_ENV = "DSV4_INDEX_K_DTYPE"  # what dsv4_engine.sglang_plugin reads
+HICACHE_SWITCH = "--enable-hierarchical-cache"
+HICACHE_VALUED_FLAGS = (
+    "--hicache-ratio", "--hicache-size", "--hicache-write-policy", "--hicache-mem-layout"
+)  # fmt: skip
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -78,16 +82,18 @@ def reference_args(config: EngineConfig) -> list[str]:
         "--disaggregation-mode", config.role.value,
         "--disaggregation-bootstrap-port", str(config.disaggregation.bootstrap_port),
     ]  # fmt: skip
-    if config.hicache_on():
-        hicache = config.features.hicache
-        args.append("--enable-hierarchical-cache")
-        if hicache.size_gb is not None:
-            args += ["--hicache-size", str(hicache.size_gb)]
-        else:
-            args += ["--hicache-ratio", str(hicache.ratio)]
-        args += ["--hicache-write-policy", hicache.write_policy.value]
-        args += ["--hicache-mem-layout", hicache.mem_layout.value]
-    return args
+    return args + _hicache_args(to_sglang_args(config))
+
+
+def _hicache_args(sglang_args: list[str]) -> list[str]:
+    """The HiCache flags of the SGLang command line: `serve` takes them by the same names."""
+    out: list[str] = []
+    for i, arg in enumerate(sglang_args):
+        if arg == HICACHE_SWITCH:
+            out.append(arg)
+        elif arg in HICACHE_VALUED_FLAGS:
+            out += [arg, sglang_args[i + 1]]
+    return out
 
 
 def sglang_placement(config: EngineConfig) -> tuple[int, str | None]:
