@@ -92,9 +92,25 @@ class HiCacheFeature(CamelModel):
         return self
 
 
+class FaultInjection(CamelModel):
+    """Demo and test only: re-creates the seed incident on purpose.
+
+    Honoured by the CPU reference engine alone (`backend: reference`); `dsv4-engine launch`
+    refuses it for SGLang.  It is part of the flags, so turning it on is itself a rollout —
+    which is how the demo shows a canary catching the corruption it causes.
+    """
+
+    ungated_index_k: bool = Field(
+        default=False,
+        description="Demo only: index-K reads skip the per-layer HiCache gate "
+        "(DSV4_INJECT_UNGATED_INDEX_K=1), reproducing the seed's race.",
+    )
+
+
 class EngineFeatures(CamelModel):
     """The flags a rollout changes.  Changing any of them goes through a canary."""
 
     hicache: HiCacheFeature = HiCacheFeature()
     index_dtype: IndexDtype = IndexDtype.FP8
     kv_canary: KvCanary = KvCanary.OFF
+    fault_injection: FaultInjection = FaultInjection()

@@ -23,10 +23,15 @@ import kopf
 from aiohttp import web
 from kubernetes import client, config
 
+from dsv4_engine.engine_config import Backend
 from dsv4_operator import leader
+from dsv4_operator.localrun import endpoints
 from dsv4_operator.reconcile.handlers import register, resync_forever
 from dsv4_operator.reconcile.kube import Kube
 from dsv4_operator.reconcile.reconciler import Reconciler
+from dsv4_operator.render.meta import Owner
+from dsv4_operator.rollout.controller import RolloutController, cluster_service_url
+from dsv4_operator.rollout.executor import ProbeExecutor
 
 log = logging.getLogger("dsv4_operator.runtime")
 USER_AGENT = "dsv4-operator"
@@ -77,6 +82,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         type=int,
         default=None,
         help="Fault injection for tests: exit abruptly (like SIGKILL) after N writes.",
+    )
+    run.add_argument(
+        "--engine-backend",
+        choices=[b.value for b in Backend],
+        default=Backend.SGLANG.value,
+        help="What the engine image runs; picks the canary's probe set.",
+    )
+    run.add_argument(
+        "--local-endpoints",
+        action="store_true",
+        help="Local cluster: reach Services through the local runtime's endpoint map, not DNS.",
     )
     run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return parser.parse_args(argv)
@@ -159,7 +175,22 @@ async def _lead(
     stop: asyncio.Event,
     lost: asyncio.Event,
 ) -> int:
-    reconciler = Reconciler(kube)
+    loop = asyncio.get_running_loop()
+    background: set[asyncio.Task] = set()
+
+    def probe_done(owner: Owner) -> None:
+        # A verdict was filed: act on it now rather than at the next resync.
+        task = loop.create_task(reconciler.reconcile(owner.namespace, owner.name))
+        background.add(task)
+        task.add_done_callback(background.discard)
+
+    rollout = RolloutController(
+        kube,
+        ProbeExecutor(kube.apply, loop, probe_done),
+        service_url=endpoints.resolver(kube) if args.local_endpoints else cluster_service_url,
+        backend=Backend(args.engine_backend),
+    )
+    reconciler = Reconciler(kube, rollout)
     registry = kopf.OperatorRegistry()
     register(registry, reconciler)
     settings = kopf.OperatorSettings()

@@ -21,6 +21,8 @@ import pytest
 
 from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.samples import load_sample, merge_patch
+from dsv4_operator.rollout import manual
+from dsv4_operator.rollout.decide import ManualAction
 from dsv4_operator.runtime import USER_AGENT
 from tests.e2e.helpers import apply, get_json, wait_for
 
@@ -300,6 +302,20 @@ def test_feature_flag_change_changes_the_hash_and_rolls_affected_pods(ns, operat
         ns, "flash", {"features": {"hicache": {"enabled": True, "ratio": 2.0, "roles": ["decode"]}}}
     )
 
+    # New flags go to a canary slice first; the stable pods keep running the old flags.
+    def canary_exists():
+        probe = ns.kubectl("get", "statefulset", "flash-canary-decode", "-n", NS, check=False)
+        return probe.returncode == 0
+
+    wait_for("canary slice", canary_exists, 60)
+    assert status(ns, "flash")["rollout"]["phase"] == "CanaryStarting"
+    assert {p["metadata"]["uid"] for p in pods(ns, "flash", "decode")} <= set(before)
+    # Nothing answers for the canary here (no local runtime in this test): a person promotes.
+    ns.kubectl(
+        "annotate", "dsv4", "flash", "-n", NS, "--overwrite",
+        f"{manual.ANNOTATION}={manual.encode(ManualAction.PROMOTE, 'e2e')}",
+    )  # fmt: skip
+
     def rolled():
         decode = pods(ns, "flash", "decode")
         return (
@@ -309,7 +325,12 @@ def test_feature_flag_change_changes_the_hash_and_rolls_affected_pods(ns, operat
         )
 
     decode = wait_for("decode pods replaced", rolled, 180)
-    st = wait_phase(ns, "flash", "Ready")
+
+    def promoted():
+        st = status(ns, "flash")
+        return st if st["rollout"]["phase"] == "Idle" and st.get("phase") == "Ready" else None
+
+    st = wait_for("promotion finished and Ready", promoted, 120)
     prefill = pods(ns, "flash", "prefill")
     assert [p["metadata"]["uid"] for p in prefill] == [
         uid
@@ -325,6 +346,17 @@ def test_feature_flag_change_changes_the_hash_and_rolls_affected_pods(ns, operat
     assert "enabled: true" in data["decode.yaml"] and "enabled: false" in data["prefill.yaml"]
     assert st["featureRevision"] != old_revision and st["activeFeatures"]["hicache"]["enabled"]
     assert ns.kubectl("get", "dsv4", "flash", "-n", NS).stdout.splitlines()[1].split()[4] == "true"
+    wait_for(
+        "canary deleted after promotion",
+        lambda: (
+            ns.kubectl(
+                "get", "statefulset", "flash-canary-decode", "-n", NS, check=False
+            ).returncode
+            != 0
+        ),
+        60,
+    )
+    assert status(ns, "flash")["rollout"]["verdict"] == "MANUAL_PROMOTE"
 
 
 def test_missing_prerequisites_set_degraded_without_crashing(ns, operator):

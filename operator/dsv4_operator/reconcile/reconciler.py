@@ -15,7 +15,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from dsv4_engine.features import Role
 from dsv4_operator.api import API_VERSION, KIND
+from dsv4_operator.api.rollout import FlagSet, RolloutStatus
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.api.status import DSV4DeploymentStatus
 from dsv4_operator.reconcile.kube import ApiError, Kube
@@ -26,6 +28,10 @@ from dsv4_operator.render.engine import feature_revision
 from dsv4_operator.render.meta import Owner, instance_selector
 from dsv4_operator.render.placement import GPU_PRODUCT_LABEL
 from dsv4_operator.render.workloads import HostMemory, requested_memory
+from dsv4_operator.rollout.controller import RolloutController, RolloutOutcome, RolloutSpecError
+from dsv4_operator.rollout.decide import role_flags
+from dsv4_operator.rollout.observe import rolled_roles
+from dsv4_operator.rollout.slices import canary_owner, role_specs, spec_flags, with_flags
 
 log = logging.getLogger("dsv4_operator.reconcile")
 
@@ -50,6 +56,15 @@ def first_error(err: ValidationError) -> str:
     first = err.errors()[0]
     where = ".".join(str(p) for p in ("spec", *first["loc"]))
     return f"{where}: {first['msg']}"
+
+
+def parse_rollout(status: DSV4DeploymentStatus | None) -> RolloutStatus | None:
+    """The rollout's memory; an unreadable one (hand-edited) is started afresh from the spec."""
+    try:
+        return RolloutStatus.model_validate(status.rollout) if status and status.rollout else None
+    except ValidationError:
+        log.warning("status.rollout is unreadable; adopting the spec's flags as stable")
+        return None
 
 
 def parse_status(raw: dict[str, Any] | None) -> DSV4DeploymentStatus | None:
@@ -79,8 +94,14 @@ def check_prerequisites(kube: Kube, namespace: str, spec: DSV4DeploymentSpec) ->
 class Reconciler:
     """Serialises passes per DSV4Deployment; the blocking client runs in a worker thread."""
 
-    def __init__(self, kube: Kube, host_memory: HostMemory = requested_memory) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        rollout: RolloutController,
+        host_memory: HostMemory = requested_memory,
+    ) -> None:
         self.kube = kube
+        self.rollout = rollout
         self.host_memory = host_memory
         self._locks: defaultdict[tuple[str, str], asyncio.Lock] = defaultdict(asyncio.Lock)
 
@@ -105,16 +126,54 @@ class Reconciler:
             self._report(obj, owner, previous, Problem("InvalidSpec", first_error(err)), [], [])
             return
         problem = check_prerequisites(self.kube, namespace, spec)
-        selector = instance_selector(owner)
-        live = [item for kind in CHILD_KINDS for item in self.kube.list(kind, namespace, selector)]
+        live = self._children(owner)
         actions: list[Action] = []
+        rollout: RolloutOutcome | None = None
         if problem is None:
-            desired = [with_applied_hash(o) for o in render_all(owner, spec, self.host_memory)]
+            try:
+                rollout = self._rollout_step(owner, obj, spec, previous, live)
+            except RolloutSpecError as err:
+                problem = Problem("InvalidSpec", str(err))
+        if rollout is not None:
+            desired = self._render(owner, spec, rollout.flags)
             actions = plan(desired, live)
             for action in actions:
                 self._act(namespace, action)
         workloads = [o for o in live if o["kind"] in ("StatefulSet", "Deployment")]
-        self._report(obj, owner, previous, problem, actions, workloads, spec)
+        self._report(obj, owner, previous, problem, actions, workloads, spec, rollout)
+
+    def _children(self, owner: Owner) -> list[dict[str, Any]]:
+        selector = instance_selector(owner)
+        return [
+            item for kind in CHILD_KINDS for item in self.kube.list(kind, owner.namespace, selector)
+        ]
+
+    def _render(
+        self, owner: Owner, spec: DSV4DeploymentSpec, flags: dict[Role, FlagSet]
+    ) -> list[dict[str, Any]]:
+        """The stable children, each role with the flags the rollout lets it run."""
+        by_role = role_specs(spec, flags)
+        base = with_flags(spec, flags[Role.DECODE])
+        rendered = render_all(owner, base, self.host_memory, by_role)
+        return [with_applied_hash(o) for o in rendered]
+
+    def _rollout_step(
+        self,
+        owner: Owner,
+        obj: dict[str, Any],
+        spec: DSV4DeploymentSpec,
+        previous: DSV4DeploymentStatus | None,
+        live: list[dict[str, Any]],
+    ) -> RolloutOutcome:
+        before = parse_rollout(previous)
+        current = {
+            role: (role_flags(before, role) if before else spec_flags(spec)) for role in Role
+        }
+        rolled = rolled_roles(self._render(owner, spec, current), live)
+        canary_live = self._children(canary_owner(owner))
+        return self.rollout.step(
+            owner, obj, spec, before, canary_live, rolled, dt.datetime.now(dt.UTC)
+        )
 
     def _act(self, namespace: str, action: Action) -> None:
         log.info(
@@ -140,17 +199,23 @@ class Reconciler:
         actions: list[Action],
         workloads: list[dict[str, Any]],
         spec: DSV4DeploymentSpec | None = None,
+        rollout: RolloutOutcome | None = None,
     ) -> None:
+        # What the children run is the rollout's stable flags, not (yet) the spec's.
+        features = rollout.status.stable.features if rollout else None
         status = decide_status(
             generation=obj["metadata"].get("generation", 0),
-            features=spec.features if spec else None,
-            revision=feature_revision(spec.features) if spec else None,
+            features=features,
+            revision=feature_revision(features) if features else None,
             roles=observe_roles(spec, workloads) if spec else {},
             problem=problem,
             applied=bool(actions),
             previous=previous,
             now=now_rfc3339(),
         )
+        if rollout is not None:
+            dumped = rollout.status.model_dump(mode="json", by_alias=True, exclude_none=True)
+            status = status.model_copy(update={"rollout": dumped})
         if status != previous:
             body = {
                 "apiVersion": API_VERSION,
@@ -159,7 +224,8 @@ class Reconciler:
                 "status": status.model_dump(mode="json", by_alias=True, exclude_none=True),
             }
             self.kube.apply(body, subresource="status")
-        for event in decision_events(actions, previous, status, problem):
+        events = decision_events(actions, previous, status, problem)
+        for event in [*events, *(rollout.events if rollout else ())]:
             self._event(obj, *event)
 
     def _event(self, obj: dict[str, Any], kind: str, reason: str, message: str) -> None:

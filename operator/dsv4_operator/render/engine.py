@@ -6,7 +6,7 @@ import hashlib
 import json
 from typing import Any
 
-from dsv4_engine.engine_config import EngineConfig, MultiNode, dump_engine_yaml
+from dsv4_engine.engine_config import EngineConfig, MultiNode
 from dsv4_engine.features import EngineFeatures, HiCacheFeature, Role
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.render.meta import Owner, metadata
@@ -73,10 +73,6 @@ def short_hash(text: str) -> str:
 def feature_revision(features: EngineFeatures) -> str:
     """The flag revision a pod runs: equal flags, equal revision, whatever the key order."""
     return short_hash(json.dumps(features.model_dump(mode="json", by_alias=True), sort_keys=True))
-
-
-def engine_yamls(owner: Owner, spec: DSV4DeploymentSpec) -> dict[Role, str]:
-    return {role: dump_engine_yaml(engine_config(owner, spec, role)) for role in Role}
 
 
 def config_map(owner: Owner, yamls: dict[Role, str]) -> dict[str, Any]:

@@ -1,0 +1,30 @@
+"""Where a Service of the local cluster really answers.
+
+Pods on KWOK nodes never run, so the local runtime starts their processes on loopback ports
+and publishes `<service>.<namespace>:<port>` → `http://127.0.0.1:<local port>` in one
+ConfigMap.  The operator, in local mode, resolves Service URLs through it instead of DNS.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+NAMESPACE = "default"
+NAME = "dsv4-local-endpoints"
+
+
+def key(service: str, namespace: str, port: int) -> str:
+    return f"{service}.{namespace}:{port}"
+
+
+def resolver(kube: Any) -> Any:
+    """A `ServiceUrl` reading the published map; an unpublished Service is unreachable."""
+
+    def service_url(namespace: str, service: str, port: int) -> str:
+        config_map = kube.get("ConfigMap", NAMESPACE, NAME) or {}
+        url = (config_map.get("data") or {}).get(key(service, namespace, port))
+        if url is None:
+            raise ValueError(f"{service}.{namespace}:{port} has no local endpoint yet")
+        return url
+
+    return service_url

@@ -1,0 +1,217 @@
+"""One rollout step inside a reconcile pass: observe → decide → carry out the canary effects.
+
+The reconciler hands over what it already read (the resource, its parsed spec, the live
+canary objects) and gets back the new `status.rollout`, the flags each stable role must
+run, and the events to record.  All decisions are `decide`'s; this module only does the
+I/O its effects ask for, each of them idempotent.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from dsv4_engine.engine_config import Backend
+from dsv4_engine.features import Role
+from dsv4_engine.probe import ProbeSettings
+from dsv4_operator import metrics
+from dsv4_operator.api.rollout import CanarySpec, FlagSet, RolloutSpec, RolloutStatus
+from dsv4_operator.api.spec import DSV4DeploymentSpec
+from dsv4_operator.reconcile.plan import plan, with_applied_hash
+from dsv4_operator.render import render_all
+from dsv4_operator.render.meta import Owner
+from dsv4_operator.render.router import ROUTER_PORT, router_name
+from dsv4_operator.render.workloads import HostMemory
+from dsv4_operator.rollout import manual
+from dsv4_operator.rollout.decide import Decision, Effect, Observed, decide, role_flags
+from dsv4_operator.rollout.executor import ProbeExecutor
+from dsv4_operator.rollout.observe import slice_ready
+from dsv4_operator.rollout.reports import outcome_from_config_map, report_name
+from dsv4_operator.rollout.slices import (
+    as_canary,
+    canary_owner,
+    canary_spec,
+    canary_url,
+    spec_flags,
+)
+
+log = logging.getLogger("dsv4_operator.rollout")
+T = TypeVar("T", bound=BaseModel)
+
+# (namespace, service, port) → base URL the operator can reach.
+ServiceUrl = Callable[[str, str, int], str]
+
+
+def cluster_service_url(namespace: str, service: str, port: int) -> str:
+    return f"http://{service}.{namespace}.svc:{port}"
+
+
+@dataclass(frozen=True)
+class RolloutOutcome:
+    status: RolloutStatus
+    flags: dict[Role, FlagSet]  # what each stable role must run now
+    events: tuple[tuple[str, str, str], ...]
+
+
+@dataclass
+class RolloutController:
+    """Holds what outlives a pass: the probe tasks and how to reach a Service."""
+
+    kube: Any
+    executor: ProbeExecutor
+    service_url: ServiceUrl = cluster_service_url
+    backend: Backend = Backend.SGLANG
+    host_memory: HostMemory | None = None
+
+    def step(
+        self,
+        owner: Owner,
+        obj: dict[str, Any],
+        spec: DSV4DeploymentSpec,
+        previous: RolloutStatus | None,
+        canary_live: list[dict[str, Any]],
+        rolled: frozenset[Role],
+        now: dt.datetime,
+    ) -> RolloutOutcome:
+        canary_cfg = _section(CanarySpec, "canary", spec.canary)
+        rollout_cfg = _section(RolloutSpec, "rollout", spec.rollout)
+        desired = spec_flags(spec)
+        canary_objects = self._canary_objects(owner, spec, previous, canary_cfg)
+        observed = Observed(
+            now=now,
+            canary_ready=bool(canary_objects)
+            and slice_ready(canary_objects, canary_live)
+            and self._warm(owner),
+            probe=self._outcome(owner, previous),
+            probe_running=previous is not None
+            and self.executor.running(_canary_report(owner, previous)),
+            stable_probe=self._stable_outcome(owner, previous),
+            rolled=rolled,
+            manual=manual.parse(obj["metadata"].get("annotations")),
+        )
+        decision = decide(desired, previous, observed, canary_cfg, rollout_cfg)
+        self._carry_out(owner, spec, decision, canary_cfg, canary_live)
+        status = decision.status
+        since = dt.datetime.strptime(
+            status.phase_since or "1970-01-01T00:00:00Z", "%Y-%m-%dT%H:%M:%SZ"
+        )
+        metrics.record_phase(
+            owner.namespace, owner.name, status.phase, since.replace(tzinfo=dt.UTC).timestamp()
+        )
+        flags = {role: role_flags(status, role) for role in Role}
+        return RolloutOutcome(status, flags, decision.events)
+
+    # -- effects -------------------------------------------------------------------------
+    def _carry_out(
+        self,
+        owner: Owner,
+        spec: DSV4DeploymentSpec,
+        decision: Decision,
+        canary_cfg: CanarySpec,
+        canary_live: list[dict[str, Any]],
+    ) -> None:
+        status = decision.status
+        for effect in decision.effects:
+            if effect is Effect.APPLY_CANARY:
+                desired = self._canary_objects(owner, spec, status, canary_cfg)
+                for action in plan(desired, canary_live):
+                    if action.verb == "apply":
+                        self.kube.apply(action.obj)
+                    else:
+                        self.kube.delete(action.kind, owner.namespace, action.name)
+            elif effect is Effect.DELETE_CANARY:
+                for obj in canary_live:
+                    self.kube.delete(obj["kind"], owner.namespace, obj["metadata"]["name"])
+            elif effect is Effect.START_PROBE:
+                service, port = canary_url(owner)
+                self.executor.start(
+                    owner,
+                    _canary_report(owner, status),
+                    "canary",
+                    self._settings(self.service_url(owner.namespace, service, port), canary_cfg),
+                )
+            elif effect is Effect.START_STABLE_PROBE:
+                url = self.service_url(owner.namespace, router_name(owner), ROUTER_PORT)
+                low_rate = canary_cfg.model_copy(update={"concurrency": 4, "requests": 50})
+                self.executor.start(
+                    owner, _stable_report(owner, status), "stable", self._settings(url, low_rate)
+                )
+
+    # -- observations --------------------------------------------------------------------
+    def _canary_objects(
+        self,
+        owner: Owner,
+        spec: DSV4DeploymentSpec,
+        status: RolloutStatus | None,
+        canary_cfg: CanarySpec,
+    ) -> list[dict[str, Any]]:
+        if status is None or status.canary is None:
+            return []
+        cspec = canary_spec(spec, status.canary, canary_cfg)
+        kwargs = {"host_memory": self.host_memory} if self.host_memory else {}
+        rendered = render_all(canary_owner(owner), cspec, **kwargs)
+        return [with_applied_hash(o) for o in as_canary(owner, rendered)]
+
+    def _warm(self, owner: Owner) -> bool:
+        """A canary is Ready only once its router answers: the probes' first request must not
+        be the one that finds out the endpoint is not there yet."""
+        service, port = canary_url(owner)
+        try:
+            url = self.service_url(owner.namespace, service, port)
+            with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
+                return response.status == 200
+        except (OSError, ValueError) as err:
+            log.info("canary of %s/%s not answering yet: %s", owner.namespace, owner.name, err)
+            return False
+
+    def _outcome(self, owner: Owner, status: RolloutStatus | None) -> Any:
+        if status is None or status.canary_revision is None or status.probe_attempt == 0:
+            return None
+        config_map = self.kube.get("ConfigMap", owner.namespace, _canary_report(owner, status))
+        return outcome_from_config_map(config_map) if config_map else None
+
+    def _stable_outcome(self, owner: Owner, status: RolloutStatus | None) -> Any:
+        if status is None or status.stable_probe_at is None:
+            return None
+        config_map = self.kube.get("ConfigMap", owner.namespace, _stable_report(owner, status))
+        return outcome_from_config_map(config_map) if config_map else None
+
+    def _settings(self, url: str, canary_cfg: CanarySpec) -> ProbeSettings:
+        return ProbeSettings(
+            base_url=url,
+            backend=self.backend,
+            probes=canary_cfg.probes or (),
+            concurrency=canary_cfg.concurrency,
+            requests=canary_cfg.requests,
+            max_corruption_rate=canary_cfg.max_corruption_rate,
+            confidence=canary_cfg.confidence,
+            max_duration_s=float(canary_cfg.probe_timeout_seconds),
+        )
+
+
+class RolloutSpecError(ValueError):
+    """spec.canary or spec.rollout does not parse; the message names the field."""
+
+
+def _section(model: type[T], name: str, raw: dict[str, Any] | None) -> T:
+    try:
+        return model.model_validate(raw or {})
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in ("spec", name, *first["loc"]))
+        raise RolloutSpecError(f"{where}: {first['msg']}") from None
+
+
+def _canary_report(owner: Owner, status: RolloutStatus) -> str:
+    return report_name(owner, "canary", status.canary_revision or "none", status.probe_attempt)
+
+
+def _stable_report(owner: Owner, status: RolloutStatus) -> str:
+    stamp = (status.stable_probe_at or "").replace(":", "").replace("-", "").lower()
+    return report_name(owner, "stable", status.stable_revision, 0) + f"-{stamp}"

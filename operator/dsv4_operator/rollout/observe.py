@@ -1,0 +1,67 @@
+"""What the rollout state machine needs to know about the world, read from API objects.
+
+Pure functions over live objects (the reconciler lists them once per pass).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dsv4_engine.features import Role
+from dsv4_operator.render.meta import ANNOTATION_CONFIG_HASH, LABEL_COMPONENT
+
+
+def _template_hash(stateful_set: dict[str, Any]) -> str | None:
+    template = stateful_set.get("spec", {}).get("template", {}).get("metadata", {})
+    return (template.get("annotations") or {}).get(ANNOTATION_CONFIG_HASH)
+
+
+def settled(workload: dict[str, Any]) -> bool:
+    """Every replica is updated to the current template and ready."""
+    spec, status = workload.get("spec", {}), workload.get("status") or {}
+    want = spec.get("replicas", 1)
+    if status.get("observedGeneration", 0) < workload["metadata"].get("generation", 0):
+        return False
+    if workload["kind"] == "Deployment":
+        return (
+            status.get("updatedReplicas", 0) == want and status.get("availableReplicas", 0) >= want
+        )
+    return (
+        status.get("updatedReplicas", 0) == want
+        and status.get("readyReplicas", 0) == want
+        and status.get("currentRevision") == status.get("updateRevision")
+    )
+
+
+def rolled_roles(desired: list[dict[str, Any]], live: list[dict[str, Any]]) -> frozenset[Role]:
+    """Roles whose live StatefulSets run the engine config rendered now, all replicas Ready."""
+    live_sets = {o["metadata"]["name"]: o for o in live if o["kind"] == "StatefulSet"}
+    done = set()
+    for role in Role:
+        wanted = [
+            o
+            for o in desired
+            if o["kind"] == "StatefulSet"
+            and o["metadata"]["labels"].get(LABEL_COMPONENT) == role.value
+        ]
+        if wanted and all(
+            (current := live_sets.get(w["metadata"]["name"])) is not None
+            and _template_hash(current) == _template_hash(w)
+            and settled(current)
+            for w in wanted
+        ):
+            done.add(role)
+    return frozenset(done)
+
+
+def slice_ready(desired: list[dict[str, Any]], live: list[dict[str, Any]]) -> bool:
+    """Every workload of a slice exists with the rendered config and is settled."""
+    live_by_name = {(o["kind"], o["metadata"]["name"]): o for o in live}
+    workloads = [o for o in desired if o["kind"] in ("StatefulSet", "Deployment")]
+    for want in workloads:
+        current = live_by_name.get((want["kind"], want["metadata"]["name"]))
+        if current is None or not settled(current):
+            return False
+        if want["kind"] == "StatefulSet" and _template_hash(current) != _template_hash(want):
+            return False
+    return bool(workloads)
