@@ -174,3 +174,26 @@ def test_the_flash_sample_is_one_prefill_and_one_decode_on_b200():
     assert spec.placement.gpu_products == ("NVIDIA-B200",)
     assert (spec.prefill.replicas, spec.decode.replicas) == (1, 1)
     assert spec.prefill.gpus_per_replica == spec.decode.gpus_per_replica == 8
+
+
+async def metrics_answer():
+    health = Health(kube=None)
+    runner = await health.start(0)
+    try:
+        port = runner.addresses[0][1]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, ""
+    finally:
+        await runner.cleanup()
+
+
+@pytest.mark.xfail(
+    strict=True, reason="runtime.py does not serve dsv4_operator.metrics.REGISTRY at /metrics yet"
+)
+def test_the_metrics_service_port_serves_the_operator_registry(container):
+    """The Service and ServiceMonitor scrape /metrics on the container's `http` port."""
+    status, body = asyncio.run(metrics_answer())
+    assert status == 200
+    assert "dsv4_operator_reconcile_total" in body
