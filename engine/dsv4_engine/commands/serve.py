@@ -120,18 +120,18 @@ def check_port_free(host: str, port: int, flag: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
-    from dsv4_engine.pools.device_pool import ungated_index_k_from_env
-
     settings = settings_from_args(args)
-    try:
-        ungated_index_k_from_env()
-    except ValueError as err:
-        raise CommandError(str(err)) from None
     check_port_free(settings.host, settings.port, "--port")
     if settings.disaggregation_mode.value == "prefill":
         check_port_free(
             settings.host, settings.disaggregation_bootstrap_port, "--disaggregation-bootstrap-port"
         )
+    from dsv4_engine.pools.device_pool import ungated_index_k_from_env  # imports torch
+
+    try:
+        ungated_index_k_from_env()
+    except ValueError as err:
+        raise CommandError(str(err)) from None
     asyncio.run(_serve(settings))
     return 0
 
