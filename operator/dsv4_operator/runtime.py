@@ -22,9 +22,10 @@ from typing import Any
 import kopf
 from aiohttp import web
 from kubernetes import client, config
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from dsv4_engine.engine_config import Backend
-from dsv4_operator import leader
+from dsv4_operator import leader, metrics
 from dsv4_operator.localrun import endpoints
 from dsv4_operator.reconcile.handlers import register, resync_forever
 from dsv4_operator.reconcile.kube import Kube
@@ -128,8 +129,13 @@ class Health:
         ]
         return web.json_response({"writes": self.kube.writes(), "requests": counts})
 
+    async def metrics(self, _: web.Request) -> web.Response:
+        body = generate_latest(metrics.REGISTRY)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
     async def start(self, port: int) -> web.AppRunner:
         app = web.Application()
+        app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)
         app.router.add_get("/debug/requests", self.requests)

@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import time
 from collections import defaultdict
 from typing import Any
 
 from pydantic import ValidationError
 
 from dsv4_engine.features import Role
+from dsv4_operator import metrics
 from dsv4_operator.api import API_VERSION, KIND
 from dsv4_operator.api.rollout import FlagSet, RolloutStatus
 from dsv4_operator.api.spec import DSV4DeploymentSpec
@@ -107,11 +109,16 @@ class Reconciler:
 
     async def reconcile(self, namespace: str, name: str) -> None:
         async with self._locks[(namespace, name)]:
+            started = time.monotonic()
             try:
                 await asyncio.to_thread(self.reconcile_now, namespace, name)
+                metrics.RECONCILES.labels("ok").inc()
             except ApiError as err:
                 # Retries are exhausted; the next event or resync pass tries again.
+                metrics.RECONCILES.labels("error").inc()
                 log.warning("reconcile of %s/%s failed: %s", namespace, name, err)
+            finally:
+                metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
 
     def reconcile_now(self, namespace: str, name: str) -> None:
         obj = self.kube.get(KIND, namespace, name)
