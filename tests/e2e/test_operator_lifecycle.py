@@ -308,7 +308,12 @@ def test_feature_flag_change_changes_the_hash_and_rolls_affected_pods(ns, operat
         return probe.returncode == 0
 
     wait_for("canary slice", canary_exists, 60)
-    assert status(ns, "flash")["rollout"]["phase"] == "CanaryStarting"
+    # The canary's objects are applied before the status that records them: wait for both.
+    wait_for(
+        "rollout phase CanaryStarting",
+        lambda: status(ns, "flash").get("rollout", {}).get("phase") == "CanaryStarting",
+        30,
+    )
     assert {p["metadata"]["uid"] for p in pods(ns, "flash", "decode")} <= set(before)
     # Nothing answers for the canary here (no local runtime in this test): a person promotes.
     ns.kubectl(
