@@ -46,9 +46,10 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--hicache-bandwidth",
         type=float,
-        default=0.0,
-        help="host→device copy speed in MB/s (0: unthrottled); low values widen the window "
-        "in which an ungated index-K read can race a load",
+        default=1.0,
+        help="host→device copy speed in MB/s (default 1; 0: unthrottled).  The default makes "
+        "a load outlast a batch's compute up to the indexer, as a GPU copy outlasts its "
+        "kernels, so DSV4_INJECT_UNGATED_INDEX_K=1 shows in answers; gated reads just wait",
     )
     p.add_argument("--max-running-requests", type=int, default=64)
     p.add_argument("--max-total-tokens", type=int, default=131072)

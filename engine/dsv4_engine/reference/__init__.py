@@ -4,5 +4,18 @@ It runs on the project's real pools, HiCache host tier, per-layer gate and kerne
 the corruption a bug causes there is the corruption served to a client.  Modules:
 `tokenizer` and `chat` (prompt in), `model` (forward pass over paged pools), `radix`
 (prefix cache over pages, evicting to the host tier), `engine` (the scheduler thread),
-`server` (HTTP), `pd` (prefill → decode page transfer over TCP), `router` (PD router).
+`server` (HTTP), `pd` (prefill → decode page transfer over TCP), `router` (PD router),
+`loadgen` (the shared-prefix workload of the tests and the benchmark).
+
+Running it (every process is ready when ``GET /health`` answers 200)::
+
+    dsv4-engine serve --port 30000 --enable-hierarchical-cache --hicache-ratio 2 \\
+        --index-dtype bf16                                    # null mode: one process
+    dsv4-engine serve --port 30001 --disaggregation-mode prefill \\
+        --disaggregation-bootstrap-port 8998 --enable-hierarchical-cache --hicache-ratio 2
+    dsv4-engine serve --port 30002 --disaggregation-mode decode
+    dsv4-engine router --port 30000 --prefill http://127.0.0.1:30001 8998 \\
+        --decode http://127.0.0.1:30002
+
+``DSV4_INJECT_UNGATED_INDEX_K=1`` in a server's environment removes the index-K gate.
 """

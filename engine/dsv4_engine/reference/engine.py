@@ -2,8 +2,8 @@
 
 Continuous batching: each step admits waiting requests (matching their prompts against
 the prefix cache and starting ONE host→device load for every page they need back), then
-runs one forward over every running request: a page-aligned prefill chunk or one decode
-token each.  Requests finish independently and leave their full pages in the cache.
+runs one forward: a page-aligned chunk of every request still in prefill or, when none
+is, one decode token of every running request.  Requests finish independently and leave their full pages in the cache.
 
 HTTP handlers talk to it only through `submit` / `call` (thread-safe); results come back
 through each request's callbacks, called on the engine thread.
@@ -205,7 +205,9 @@ class Engine:
         return on_host
 
     def _step(self) -> None:
-        batch = list(self._running)
+        # Prefill batches first, decode batches otherwise (SGLang's default, no mixed
+        # chunks): a batch that loads prefixes from host computes only the new requests.
+        batch = [r for r in self._running if r.computed < len(r.prompt)] or list(self._running)
         chunks = [self._next_chunk(req) for req in batch]
         self.stats.index_k_reads_during_load += self._unsafe_index_reads(len(batch))
         try:
