@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -30,3 +31,15 @@ def get_json(cluster: LocalCluster, *args: str) -> dict[str, Any]:
 
 def apply(cluster: LocalCluster, manifest: dict[str, Any], namespace: str = "default") -> None:
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(manifest))
+
+
+def audit_events(cluster: LocalCluster, offset: int) -> list[dict[str, Any]]:
+    """Every request the API server's audit log recorded after byte `offset`, parsed."""
+    with cluster.audit_log.open("rb") as log:
+        log.seek(offset)
+        lines = log.read().decode(errors="replace").splitlines()
+    events = []
+    for line in lines:
+        with contextlib.suppress(ValueError):
+            events.append(json.loads(line))
+    return events

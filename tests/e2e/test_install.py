@@ -9,7 +9,6 @@ request with the user who made it and the status it got).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import signal
 import socket
@@ -23,7 +22,7 @@ import pytest
 import yaml
 
 from dsv4_operator.cluster.local import LocalCluster
-from tests.e2e.helpers import get_json, wait_for
+from tests.e2e.helpers import audit_events, get_json, wait_for
 from tests.unit.install import rbac_from_code
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -155,16 +154,13 @@ def with_port(args: list[str], port: int) -> list[str]:
     return [*args[: at + 1], str(port), *args[at + 2 :]]
 
 
-def audit_events(cluster: LocalCluster, offset: int) -> list[dict[str, Any]]:
-    with cluster.audit_log.open("rb") as log:
-        log.seek(offset)
-        lines = log.read().decode(errors="replace").splitlines()
-    events = []
-    for line in lines:
-        with contextlib.suppress(ValueError):
-            events.append(json.loads(line))
+def responses(cluster: LocalCluster, offset: int) -> list[dict[str, Any]]:
     # A watch is logged when its response starts; it completes only when it ends.
-    return [e for e in events if e.get("stage") in ("ResponseStarted", "ResponseComplete")]
+    return [
+        e
+        for e in audit_events(cluster, offset)
+        if e.get("stage") in ("ResponseStarted", "ResponseComplete")
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -217,7 +213,7 @@ def test_the_operator_reconciles_a_sample_with_only_its_own_rbac(installed):
     assert {c["type"]: c["status"] for c in status["conditions"]}["Ready"] == "True"
 
     def operator_requests() -> list[dict[str, Any]]:
-        return [e for e in audit_events(cluster, offset) if e["user"]["username"] == OPERATOR_SA]
+        return [e for e in responses(cluster, offset) if e["user"]["username"] == OPERATOR_SA]
 
     # A Lease renewal (update, allowed only on the Lease's own name) every lease/3 seconds.
     wait_for(
