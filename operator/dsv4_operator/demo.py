@@ -1,32 +1,179 @@
-"""`make demo`: the main job on the embedded default.
+"""`make demo`: the mission's loop on the embedded default, start to finish.
 
-Today it brings up the local control plane with fake Blackwell nodes and shows them; the
-canary-rollout demo (issue 8) extends this module.  The cluster stays up afterwards so it
-can be explored with the printed kubeconfig; `make cluster-down` stops it.
+Brings up the local control plane (fake B200 nodes), the operator and the local runtime
+(which runs the CPU reference engine for every engine pod), applies a DeepSeek-V4
+deployment, then changes its engine flags twice:
+
+1. HiCache + bf16 index-K **with the index-K gate fault injected** (`faultInjection`, a
+   demo-only flag that re-creates the seed incident): the canary FAILs, the rollout is
+   rolled back, production never sees the flags.
+2. The same flags without the fault: the canary PASSes and the flags are promoted.
+
+Both reports are printed and saved as JSON.  Everything started is stopped at the end or
+on Ctrl-C.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import signal
+import subprocess
 import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
-from dsv4_operator.cluster.binaries import MissingBinaryError
+from dsv4_operator.api.crd import CRD_PATH
+from dsv4_operator.api.samples import load_sample
+from dsv4_operator.cluster.binaries import MissingBinaryError, cache_dir
 from dsv4_operator.cluster.local import ClusterError, LocalCluster
+from dsv4_operator.localrun.runtime import free_port
+
+NAMESPACE = "demo"
+NAME = "flash"
+# Demo-sized canary: a 5% corruption budget needs ~60 clean samples to PASS at 95%
+# confidence, which the CPU reference engine serves in about a minute.
+CANARY = {"requests": 120, "concurrency": 16, "maxCorruptionRate": 0.05, "confidence": 0.95}
+HICACHE_BF16 = {"hicache": {"enabled": True, "ratio": 2.0}, "indexDtype": "bf16"}
+STEP_TIMEOUT_S = 900.0
+
+
+def say(message: str) -> None:
+    print(f"demo: {message}", flush=True)
+
+
+@contextlib.contextmanager
+def background(command: list[str], log_path: Path, env: dict[str, str]) -> Iterator[None]:
+    with log_path.open("w") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        yield
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def wait(what: str, probe: Callable[[], Any], timeout: float = STEP_TIMEOUT_S) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(2)
+    raise ClusterError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def rollout_of(cluster: LocalCluster) -> dict[str, Any]:
+    obj = json.loads(cluster.kubectl("get", "dsv4", NAME, "-n", NAMESPACE, "-o", "json").stdout)
+    return (obj.get("status") or {}).get("rollout") or {}
+
+
+def patch_features(cluster: LocalCluster, features: dict[str, Any]) -> None:
+    body = json.dumps({"spec": {"features": features}})
+    cluster.kubectl("patch", "dsv4", NAME, "-n", NAMESPACE, "--type=merge", "-p", body)
+
+
+def show_report(cluster: LocalCluster, out_dir: Path, label: str) -> None:
+    rollout = rollout_of(cluster)
+    dsv4ctl = [str(Path(sys.executable).with_name("dsv4ctl")), "rollout"]
+    common = [NAME, "-n", NAMESPACE, "--kubeconfig", cluster.kubeconfig]
+    for args in (["status", *common], ["report", *common]):
+        print(subprocess.run([*dsv4ctl, *args], capture_output=True, text=True).stdout)
+    report = subprocess.run(
+        [*dsv4ctl, "report", *common, "--output", "json"], capture_output=True, text=True
+    ).stdout
+    path = out_dir / f"{label}-{rollout.get('report', 'report')}.json"
+    path.write_text(report)
+    say(f"report JSON saved to {path}")
+
+
+def run_story(cluster: LocalCluster, out_dir: Path) -> None:
+    cluster.kubectl("apply", "--server-side", "-f", str(CRD_PATH))
+    cluster.kubectl("wait", "--for=condition=Established", "crd/dsv4deployments.inference.dsv4.dev")
+    cluster.kubectl("create", "namespace", NAMESPACE, check=False)
+    sample = load_sample()
+    sample["metadata"] = {"name": NAME, "namespace": NAMESPACE}
+    sample["spec"]["canary"] = CANARY
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(sample))
+    say(f"applied DSV4Deployment {NAMESPACE}/{NAME} (1 prefill + 1 decode on B200)")
+    wait("the deployment to be Ready", lambda: _phase(cluster) == "Ready")
+    print(cluster.kubectl("get", "dsv4", "-n", NAMESPACE).stdout)
+
+    say("step 1: HiCache + bf16 index-K WITH the index-K gate fault injected (demo-only flag)")
+    patch_features(cluster, {**HICACHE_BF16, "faultInjection": {"ungatedIndexK": True}})
+    started = time.monotonic()
+    failed = wait("the canary verdict", lambda: rollout_of(cluster).get("phase") == "RolledBack")
+    say(f"verdict after {time.monotonic() - started:.0f}s: rolled back; production kept its flags")
+    del failed
+    show_report(cluster, out_dir, "1-fault-injected")
+
+    say("step 2: the same flags without the fault")
+    patch_features(cluster, {**HICACHE_BF16, "faultInjection": {"ungatedIndexK": False}})
+    started = time.monotonic()
+
+    def promoted() -> bool:
+        rollout = rollout_of(cluster)
+        return rollout.get("phase") == "Idle" and rollout.get("verdict") == "PASS"
+
+    wait("the canary to pass and the flags to be promoted", promoted)
+    say(f"verdict after {time.monotonic() - started:.0f}s: PASS, promoted decode then prefill")
+    show_report(cluster, out_dir, "2-gated")
+    print(cluster.kubectl("get", "dsv4", "-n", NAMESPACE).stdout)
+
+
+def _phase(cluster: LocalCluster) -> str | None:
+    result = cluster.kubectl(
+        "get", "dsv4", NAME, "-n", NAMESPACE, "-o", "jsonpath={.status.phase}", check=False
+    )
+    return result.stdout.strip() or None
+
+
+def _interrupt(*_: object) -> None:
+    raise KeyboardInterrupt
 
 
 def main() -> int:
-    cluster = LocalCluster()
+    signal.signal(signal.SIGTERM, _interrupt)  # `kill` cleans up like Ctrl-C does
+    out_dir = cache_dir() / "demo"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cluster = LocalCluster(name="demo")
+    bin_dir = Path(sys.executable).parent
+    env = {**cluster.env, "DSV4_LOCALRUN_DIR": str(out_dir / "localrun")}
+    (out_dir / "localrun").mkdir(exist_ok=True)
+    operator = [
+        str(bin_dir / "dsv4-operator"), "run",
+        "--namespace", NAMESPACE, "--lease-namespace", NAMESPACE,
+        "--engine-backend", "reference", "--local-endpoints",
+        "--resync-seconds", "3", "--health-port", str(free_port()),
+    ]  # fmt: skip
+    runtime = [sys.executable, "-m", "dsv4_operator.localrun.runtime"]
     try:
-        cluster.up(log=lambda message: print(f"demo: {message}"))
-        print(
-            cluster.kubectl(
-                "get", "nodes", "-L", "nvidia.com/gpu.product,nvidia.com/gpu.count"
-            ).stdout
-        )
+        cluster.up(log=say)
+        cluster.kubectl("create", "namespace", NAMESPACE, check=False)
+        with (
+            background(operator, out_dir / "operator.log", env),
+            background(runtime, out_dir / "localrun.log", env),
+        ):
+            say(f"operator and local runtime started; logs in {out_dir}")
+            run_story(cluster, out_dir)
     except (ClusterError, MissingBinaryError) as err:
         print(f"demo: error: {err}", file=sys.stderr)
+        print(f"demo: logs are in {out_dir}", file=sys.stderr)
         return 1
-    print(f"demo: export KUBECONFIG={cluster.kubeconfig}   # explore with kubectl")
-    print("demo: make cluster-down                        # stop everything")
+    except KeyboardInterrupt:
+        say("interrupted; cleaning up")
+        return 130
+    finally:
+        if os.environ.get("DSV4_DEMO_KEEP_CLUSTER") != "1":
+            cluster.down(log=say)
+    say("done: both outcomes shown; reports saved under " + str(out_dir))
     return 0
 
 

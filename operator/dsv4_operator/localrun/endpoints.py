@@ -1,7 +1,7 @@
 """Where a Service of the local cluster really answers.
 
 Pods on KWOK nodes never run, so the local runtime starts their processes on loopback ports
-and publishes `<service>.<namespace>:<port>` → `http://127.0.0.1:<local port>` in one
+and publishes `<service>.<namespace>_<port>` → `http://127.0.0.1:<local port>` in one
 ConfigMap.  The operator, in local mode, resolves Service URLs through it instead of DNS.
 """
 
@@ -14,7 +14,7 @@ NAME = "dsv4-local-endpoints"
 
 
 def key(service: str, namespace: str, port: int) -> str:
-    return f"{service}.{namespace}:{port}"
+    return f"{service}.{namespace}_{port}"  # ConfigMap keys allow [-._a-zA-Z0-9]
 
 
 def resolver(kube: Any) -> Any:

@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from dsv4_operator.api.rollout import RolloutVerdict
-from dsv4_operator.render.meta import Owner, metadata
+from dsv4_operator.render.meta import LABEL_MANAGED_BY, Owner, metadata
 from dsv4_operator.rollout.decide import ProbeOutcome
 
 REPORT_KEY = "report.json"
@@ -27,6 +27,9 @@ def report_config_map(
     owner: Owner, name: str, report: dict[str, Any], outcome: ProbeOutcome
 ) -> dict[str, Any]:
     meta = metadata(owner, name, COMPONENT)
+    # Not labelled managed-by: the children reconcile lists by that label and would delete a
+    # report as an orphan.  The owner reference still garbage-collects it with the resource.
+    meta["labels"] = {k: v for k, v in meta["labels"].items() if k != LABEL_MANAGED_BY}
     meta["annotations"] = {
         "inference.dsv4.dev/verdict": outcome.verdict.value,
         "inference.dsv4.dev/samples": str(outcome.samples),

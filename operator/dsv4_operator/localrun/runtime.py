@@ -1,0 +1,279 @@
+"""The local embedded runtime: plays kubelet for DSV4 engine and router pods on KWOK nodes.
+
+KWOK marks pods Running without running anything.  This runtime watches those pods and,
+for each, starts what the pod would run — the CPU reference engine with the pod's own
+rendered `engine.yaml` (its role, its feature flags, fault injection included), or the PD
+router in front of its slice's engines — on a loopback port, then publishes the port in
+the endpoint map (see `endpoints`).  A pod that goes away takes its process with it.
+
+Only what cannot run here is changed: the backend becomes `reference`, parallelism 1, and
+ports are local.  Everything the canary is meant to catch (flags, HiCache, index-K dtype)
+is exactly what the operator rendered.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dsv4_engine.engine_config import Backend, load_engine_yaml
+from dsv4_operator.localrun import endpoints
+from dsv4_operator.render.engine import ENGINE_PORT, config_map_name, short_hash
+from dsv4_operator.render.meta import (
+    ANNOTATION_CONFIG_HASH,
+    LABEL_COMPONENT,
+    LABEL_INSTANCE,
+    LABEL_NAME,
+    Owner,
+)
+from dsv4_operator.render.router import ROUTER_PORT, router_name
+
+log = logging.getLogger("dsv4_operator.localrun")
+INJECT_ENV = "DSV4_INJECT_UNGATED_INDEX_K"
+READY_TIMEOUT_S = 60.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class Process:
+    pod_uid: str
+    namespace: str
+    instance: str  # the slice: `<name>` or `<name>-canary`
+    component: str  # prefill | decode | router
+    url: str
+    popen: subprocess.Popen
+    bootstrap_port: int | None = None
+    log_path: Path | None = None
+
+
+def local_engine_yaml(text: str, port: int, bootstrap_port: int) -> tuple[str, dict[str, str]]:
+    """The pod's engine.yaml as the CPU reference engine runs it, plus the environment."""
+    config = load_engine_yaml(text)
+    disaggregation = config.disaggregation.model_copy(update={"bootstrap_port": bootstrap_port})
+    local = config.model_copy(
+        update={
+            "backend": Backend.REFERENCE,
+            "tp": 1,
+            "dp": 1,
+            "ep": 1,
+            "enable_dp_attention": False,
+            "multinode": None,
+            "port": port,
+            "disaggregation": disaggregation,
+            "extra_args": (),
+        }
+    )
+    env = {INJECT_ENV: "1"} if config.features.fault_injection.ungated_index_k else {}
+    return yaml.safe_dump(local.model_dump(mode="json", by_alias=True), sort_keys=True), env
+
+
+@dataclass
+class LocalRuntime:
+    core: Any  # kubernetes.client.CoreV1Api
+    workdir: Path
+    extra_engine_args: dict[str, str] = field(default_factory=dict)
+    processes: dict[str, Process] = field(default_factory=dict)
+
+    def sync(self) -> None:
+        """One pass: start what new Running pods need, stop what vanished pods left."""
+        pods = self.core.list_pod_for_all_namespaces(label_selector=f"{LABEL_NAME}=dsv4").items
+        running = {p.metadata.uid: p for p in pods if _running(p)}
+        for uid in list(self.processes):
+            if uid not in running:
+                self._stop(self.processes.pop(uid))
+        engines = [p for p in running.values() if _component(p) in ("prefill", "decode")]
+        routers = [p for p in running.values() if _component(p) == "router"]
+        for pod in engines:
+            if pod.metadata.uid not in self.processes:
+                self._start_engine(pod)
+        for pod in routers:
+            if pod.metadata.uid not in self.processes:
+                self._start_router(pod)
+        self._publish()
+
+    def stop_all(self) -> None:
+        for process in self.processes.values():
+            self._stop(process)
+        self.processes.clear()
+        self._publish()
+
+    # -- engines -------------------------------------------------------------------------
+    def _start_engine(self, pod: Any) -> None:
+        ns, instance, role = pod.metadata.namespace, _instance(pod), _component(pod)
+        owner = Owner(name=instance, namespace=ns, uid="")
+        data = self.core.read_namespaced_config_map(config_map_name(owner), ns).data or {}
+        text = data.get(f"{role}.yaml")
+        wanted = (pod.metadata.annotations or {}).get(ANNOTATION_CONFIG_HASH)
+        if text is None or short_hash(text) != wanted:
+            return  # the ConfigMap for this pod's template is not there yet: next pass
+        port, bootstrap = free_port(), free_port()
+        local, env = local_engine_yaml(text, port, bootstrap)
+        config_path = self.workdir / f"{pod.metadata.name}-{pod.metadata.uid[:8]}.yaml"
+        config_path.write_text(local)
+        command = [sys.executable, "-m", "dsv4_engine.cli", "launch", "--config", str(config_path)]
+        self._spawn(pod, command, env, port, bootstrap)
+
+    def _start_router(self, pod: Any) -> None:
+        ns, instance = pod.metadata.namespace, _instance(pod)
+        slice_ = [
+            p for p in self.processes.values() if p.namespace == ns and p.instance == instance
+        ]
+        prefill = [p for p in slice_ if p.component == "prefill" and self._healthy(p)]
+        decode = [p for p in slice_ if p.component == "decode" and self._healthy(p)]
+        if not prefill or not decode:
+            return  # engines first, like a router whose workers are not up yet
+        port = free_port()
+        command = [sys.executable, "-m", "dsv4_engine.cli", "router", "--port", str(port)]
+        for p in prefill:
+            command += ["--prefill", p.url, str(p.bootstrap_port)]
+        for p in decode:
+            command += ["--decode", p.url]
+        self._spawn(pod, command, {}, port, None)
+
+    def _spawn(
+        self, pod: Any, command: list[str], env: dict[str, str], port: int, bootstrap: int | None
+    ) -> None:
+        log_path = self.workdir / f"{pod.metadata.name}-{pod.metadata.uid[:8]}.log"
+        with log_path.open("w") as out:
+            popen = subprocess.Popen(
+                command,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **env},
+                start_new_session=True,
+            )
+        process = Process(
+            pod_uid=pod.metadata.uid,
+            namespace=pod.metadata.namespace,
+            instance=_instance(pod),
+            component=_component(pod),
+            url=f"http://127.0.0.1:{port}",
+            popen=popen,
+            bootstrap_port=bootstrap,
+            log_path=log_path,
+        )
+        self.processes[pod.metadata.uid] = process
+        log.info(
+            "started %s for pod %s/%s on %s%s",
+            process.component,
+            process.namespace,
+            pod.metadata.name,
+            process.url,
+            f" with {env}" if env else "",
+        )
+
+    def _healthy(self, process: Process) -> bool:
+        if process.popen.poll() is not None:
+            return False
+        try:
+            with urllib.request.urlopen(f"{process.url}/health", timeout=2) as response:
+                return response.status == 200
+        except OSError:
+            return False
+
+    def _stop(self, process: Process) -> None:
+        if process.popen.poll() is None:
+            os.killpg(process.popen.pid, signal.SIGTERM)
+            try:
+                process.popen.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.popen.pid, signal.SIGKILL)
+                process.popen.wait(5)
+        log.info("stopped %s of %s/%s", process.component, process.namespace, process.instance)
+
+    def _publish(self) -> None:
+        """Service → loopback URL for every healthy process (the first of each Service)."""
+        data: dict[str, str] = {}
+        for p in self.processes.values():
+            if not self._healthy(p):
+                continue
+            owner = Owner(name=p.instance, namespace=p.namespace, uid="")
+            if p.component == "router":
+                data.setdefault(endpoints.key(router_name(owner), p.namespace, ROUTER_PORT), p.url)
+            else:
+                service = f"{p.instance}-{p.component}"
+                data.setdefault(endpoints.key(service, p.namespace, ENGINE_PORT), p.url)
+        body = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": endpoints.NAME, "namespace": endpoints.NAMESPACE},
+            "data": data,
+        }
+        current = _read_or_none(self.core, endpoints.NAME, endpoints.NAMESPACE)
+        if current is None:
+            self.core.create_namespaced_config_map(endpoints.NAMESPACE, body)
+        elif (current.data or {}) != data:
+            self.core.replace_namespaced_config_map(endpoints.NAME, endpoints.NAMESPACE, body)
+
+    def run_forever(self, interval: float = 1.0) -> None:
+        try:
+            while True:
+                try:
+                    self.sync()
+                except Exception as err:  # noqa: BLE001 - a playing kubelet keeps playing
+                    log.warning("local runtime pass failed: %s", err)
+                time.sleep(interval)
+        finally:
+            self.stop_all()
+
+
+def _read_or_none(core: Any, name: str, namespace: str) -> Any:
+    from kubernetes.client import ApiException
+
+    try:
+        return core.read_namespaced_config_map(name, namespace)
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+
+
+def _running(pod: Any) -> bool:
+    return (
+        pod.status.phase == "Running"
+        and pod.metadata.deletion_timestamp is None
+        and _component(pod) in ("prefill", "decode", "router")
+    )
+
+
+def _component(pod: Any) -> str:
+    return (pod.metadata.labels or {}).get(LABEL_COMPONENT, "")
+
+
+def _instance(pod: Any) -> str:
+    return (pod.metadata.labels or {}).get(LABEL_INSTANCE, "")
+
+
+def main() -> int:
+    """`python -m dsv4_operator.localrun.runtime`: run against $KUBECONFIG until stopped."""
+    from kubernetes import client, config
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s localrun %(message)s")
+    config.load_kube_config()
+    workdir = Path(os.environ.get("DSV4_LOCALRUN_DIR", "/tmp/dsv4-localrun"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    runtime = LocalRuntime(client.CoreV1Api(), workdir)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    log.info("local runtime watching DSV4 pods; logs in %s", workdir)
+    runtime.run_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
