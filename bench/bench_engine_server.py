@@ -87,12 +87,12 @@ def main() -> None:
             proc.wait()
     if "--no-race" in sys.argv:
         return
-    print("== warm != cold, 64 sessions, index-K gate removed, --hicache-bandwidth 1 MB/s")
+    print("== warm != cold, 64 sessions, gated vs DSV4_INJECT_UNGATED_INDEX_K=1, 2 MB/s copies")
     race_bodies = shared_prefix_bodies(64, 8, 60, 8, seed=0, session_words=40)
     for dtype in ("fp8", "bf16"):
         for injected in ("0", "1"):
             proc, url = start(
-                "--enable-hierarchical-cache", "--hicache-ratio", "2", "--hicache-bandwidth", "1",
+                "--enable-hierarchical-cache", "--hicache-ratio", "2", "--hicache-bandwidth", "2",
                 "--index-dtype", dtype, env={"DSV4_INJECT_UNGATED_INDEX_K": injected},
             )  # fmt: skip
             try:

@@ -21,7 +21,8 @@ SESSIONS = 64
 BODIES = shared_prefix_bodies(
     SESSIONS, prefixes=8, prefix_words=60, max_tokens=8, seed=0, session_words=40
 )
-# 1 MB/s: a load's layer copy outlasts the batch's compute before the indexer (see report).
+# 1 MB/s (the default is 2): a load's layer copy outlasts the prefill batch's compute
+# up to the indexer by a wide margin, even on a loaded 2-core machine.
 FLAGS = ("--enable-hierarchical-cache", "--hicache-ratio", "2", "--hicache-bandwidth", "1")
 
 
@@ -38,4 +39,4 @@ def test_gated_bf16_warm_answers_equal_cold(start_server):
 
 def test_ungated_bf16_warm_answers_differ(start_server):
     url = start_server(*FLAGS, "--index-dtype", "bf16", env={"DSV4_INJECT_UNGATED_INDEX_K": "1"})
-    assert mismatches(url) >= 3
+    assert mismatches(url) >= 8  # measured: ~50 of 64 at 1 MB/s (fp8: ~40)

@@ -46,8 +46,8 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--hicache-bandwidth",
         type=float,
-        default=1.0,
-        help="host→device copy speed in MB/s (default 1; 0: unthrottled).  The default makes "
+        default=2.0,
+        help="host→device copy speed in MB/s (default 2; 0: unthrottled).  The default makes "
         "a load outlast a batch's compute up to the indexer, as a GPU copy outlasts its "
         "kernels, so DSV4_INJECT_UNGATED_INDEX_K=1 shows in answers; gated reads just wait",
     )

@@ -96,7 +96,10 @@ async def warm_vs_cold(
 ) -> tuple[list[Answer], list[Answer]]:
     """All sessions cold (concurrently), every prefix pushed to host, all again (warm)."""
     timeout = aiohttp.ClientTimeout(total=timeout_s)
-    async with aiohttp.ClientSession(timeout=timeout) as http:
+    # No keep-alive: a phase can outlast the server's idle timeout, and reusing a
+    # connection the server just closed would look like a server failure.
+    connector = aiohttp.TCPConnector(force_close=True, limit=0)
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as http:
         cold = await run_all(http, url, bodies, len(bodies))
         await offload(http, url)
         warm = await run_all(http, url, bodies, len(bodies))

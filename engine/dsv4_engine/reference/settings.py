@@ -35,7 +35,7 @@ class ServeSettings:
     hicache_size: int | None = None
     hicache_write_policy: HiCacheWritePolicy = HiCacheWritePolicy.WRITE_THROUGH
     hicache_mem_layout: HiCacheMemLayout = HiCacheMemLayout.PAGE_FIRST
-    hicache_bandwidth_mb_s: float = 1.0  # 0: unthrottled (the copy runs at memcpy speed)
+    hicache_bandwidth_mb_s: float = 2.0  # 0: unthrottled (the copy runs at memcpy speed)
     max_running_requests: int = 64
     max_total_tokens: int = 131072
     context_length: int = 16384
