@@ -225,11 +225,11 @@ class ReferenceModel:
         shape = self.config.shape
         if last > first:
             pool.store_index_k(i, locs[first:last], entries @ layer.wik)
-        keys = pool.read_index_k(i, locs[:last])
-        if last == 0:
+        if last == 0:  # fewer tokens than one block: nothing to index yet
             return torch.zeros((len(seen), 0), dtype=torch.int64), torch.zeros(
                 (len(seen), 0), dtype=torch.bool
             )
+        keys = pool.read_index_k(i, locs[:last])
         iq = (h @ layer.wiq).view(len(seen), shape.index_n_heads, shape.index_head_dim)
         logits = (iq.reshape(-1, shape.index_head_dim) @ keys.T).view(len(seen), -1, last)
         scores = (torch.relu(logits) * (h @ layer.wiw)[..., None]).sum(1)

@@ -1,0 +1,83 @@
+"""The HTTP surface in-process (aiohttp test server): what an OpenAI client sees."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from aiohttp.test_utils import TestClient, TestServer
+
+from dsv4_engine.reference.engine import Engine
+from dsv4_engine.reference.server import ReferenceServer
+from dsv4_engine.reference.settings import ServeSettings
+
+CHAT = {"messages": [{"role": "user", "content": "Say something."}], "max_tokens": 5}
+
+
+def with_client(settings: ServeSettings, scenario) -> None:
+    async def main() -> None:
+        engine = Engine(settings)
+        engine.start()
+        try:
+            async with TestClient(TestServer(ReferenceServer(settings, engine).app())) as client:
+                await scenario(client)
+        finally:
+            engine.stop()
+
+    asyncio.run(main())
+
+
+def test_chat_stream_and_completion_agree():
+    async def scenario(client: TestClient) -> None:
+        resp = await client.post("/v1/chat/completions", json=CHAT)
+        body = await resp.json()
+        text = body["choices"][0]["message"]["content"]
+        assert resp.status == 200 and len(text) == 5
+        assert body["usage"]["completion_tokens"] == 5
+        assert body["choices"][0]["finish_reason"] == "length"
+        resp = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
+        events = [ln[6:] for ln in (await resp.text()).splitlines() if ln.startswith("data: ")]
+        assert events[-1] == "[DONE]"
+        pieces = [
+            json.loads(e)["choices"][0].get("delta", {}).get("content", "") for e in events[:-1]
+        ]
+        assert "".join(pieces) == text
+        resp = await client.post("/v1/completions", json={"prompt": "abc", "max_tokens": 3})
+        assert resp.status == 200 and len((await resp.json())["choices"][0]["text"]) == 3
+
+    with_client(ServeSettings(), scenario)
+
+
+def test_models_info_metrics_and_errors():
+    async def scenario(client: TestClient) -> None:
+        models = await (await client.get("/v1/models")).json()
+        assert models["data"][0]["id"] == "dsv4-reference"
+        info = await (await client.get("/server_info")).json()
+        assert info["deterministic"] is True and info["index_k_gated"] is True
+        resp = await client.post("/v1/chat/completions", json={"messages": "hi"})
+        assert resp.status == 400 and "messages" in (await resp.json())["error"]["message"]
+        resp = await client.post("/v1/chat/completions", json={**CHAT, "max_tokens": 10**6})
+        assert resp.status == 400 and "--context-length" in (await resp.json())["error"]["message"]
+        # No host tier, no offload endpoint: probes then report consistency as N/A.
+        assert (await client.post("/admin/hicache/offload", json={})).status == 404
+        await client.post("/v1/chat/completions", json=CHAT)
+        metrics = await (await client.get("/metrics")).text()
+        assert 'sglang:generation_tokens_total{model_name="dsv4-reference"} 5' in metrics
+        assert "sglang:cache_hit_rate" in metrics and "dsv4:index_k_gated" in metrics
+
+    with_client(ServeSettings(), scenario)
+
+
+def test_offload_then_reload_is_counted():
+    async def scenario(client: TestClient) -> None:
+        chat = {**CHAT, "messages": [{"role": "system", "content": "x" * 400}, *CHAT["messages"]]}
+        cold = await (await client.post("/v1/chat/completions", json=chat)).json()
+        offload = await (await client.post("/admin/hicache/offload", json={})).json()
+        assert offload["offloaded_tokens"] >= 384
+        warm = await (await client.post("/v1/chat/completions", json=chat)).json()
+        assert warm["choices"][0]["message"] == cold["choices"][0]["message"]
+        assert warm["usage"]["prompt_tokens_details"]["cached_tokens"] >= 384
+        metrics = await (await client.get("/metrics")).text()
+        assert 'sglang:load_back_tokens_total{model_name="dsv4-reference"} 384' in metrics
+
+    with_client(ServeSettings(enable_hierarchical_cache=True, hicache_ratio=2), scenario)
