@@ -9,6 +9,7 @@ HiCache load has not delivered yet and some answers change.
 from __future__ import annotations
 
 import asyncio
+import urllib.request
 
 import pytest
 
@@ -32,11 +33,21 @@ def mismatches(url: str) -> int:
     return sum(c.text != w.text for c, w in zip(cold, warm, strict=True))
 
 
+def metric(url: str, name: str) -> float:
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
+        lines = resp.read().decode().splitlines()
+    return float(next(ln for ln in lines if ln.startswith(name + "{")).split()[-1])
+
+
 def test_gated_bf16_warm_answers_equal_cold(start_server):
     url = start_server(*FLAGS, "--index-dtype", "bf16")
     assert mismatches(url) == 0
+    assert metric(url, "sglang:load_back_tokens_total") > 0
+    assert metric(url, "dsv4:index_k_reads_during_load_total") == 0
 
 
 def test_ungated_bf16_warm_answers_differ(start_server):
     url = start_server(*FLAGS, "--index-dtype", "bf16", env={"DSV4_INJECT_UNGATED_INDEX_K": "1"})
     assert mismatches(url) >= 8  # measured: ~50 of 64 at 1 MB/s (fp8: ~40)
+    assert metric(url, "dsv4:index_k_reads_during_load_total") > 0
+    assert metric(url, "dsv4:index_k_gated") == 0

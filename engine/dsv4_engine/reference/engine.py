@@ -213,9 +213,13 @@ class Engine:
         try:
             tokens = self.model.forward(self.pool, chunks)
         except (TransferFailed, TransferTimeout) as err:
+            # The failed load's pages are never read again: its requests end with the
+            # error, its nodes drop their device copies, and only then the gate lets go.
             self.stats.transfer_failures += 1
             for req in batch:
                 self._finish(req, "abort", f"HiCache load failed: {err}")
+            for load in self.radix.drop_failed_loads():
+                self.pool.gate.discard(load)
             return
         for req, chunk, token in zip(batch, chunks, tokens, strict=True):
             req.locs = chunk.locs

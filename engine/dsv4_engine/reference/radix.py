@@ -142,6 +142,26 @@ class RadixCache:
                 n.host_page = hp
                 self._by_host[hp] = n
 
+    def drop_failed_loads(self) -> list[LayerLoad]:
+        """Forget the device copies of nodes whose load failed (their host copies stay);
+        returns those loads, for the caller to discard from the gate once nothing uses them.
+        """
+        failed: list[LayerLoad] = []
+        stack = list(self.root.children.values())
+        while stack:
+            n = stack.pop()
+            stack.extend(n.children.values())
+            load = n.load
+            if load is None or not load.done() or load.finished_ok():
+                continue
+            assert n.refs == 0, "a request still holds a node whose load failed"
+            if n.device_page is not None:
+                self.allocator.free([n.device_page])
+            n.device_page, n.load = None, None
+            if load not in failed:
+                failed.append(load)
+        return failed
+
     # -- eviction -------------------------------------------------------------------------
 
     def ensure_free(self, pages: int) -> None:

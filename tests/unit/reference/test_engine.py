@@ -8,6 +8,8 @@ import threading
 import pytest
 
 from dsv4_engine.features import IndexDtype
+from dsv4_engine.hicache.transfer import TransferFault
+from dsv4_engine.pools.layout import BufferKind
 from dsv4_engine.reference.engine import Engine, Request
 from dsv4_engine.reference.settings import ServeSettings
 
@@ -110,3 +112,24 @@ def test_without_hicache_eviction_drops_and_recomputes(make_engine):
     generate(engine, [prompt(60 + i, 300) for i in range(2)])
     assert generate(engine, first) == cold
     assert engine.stats.load_back_tokens == 0
+
+
+def test_a_corrupted_load_fails_its_requests_and_the_engine_recovers(make_engine):
+    engine = make_engine(enable_hierarchical_cache=True, hicache_ratio=2)
+    prompts = [prompt(70, 300)]
+    cold = generate(engine, prompts)
+    engine.call(engine.offload).result(timeout=TIMEOUT_S)
+    controller = engine.hicache.controller
+    real_load = controller.load
+    # Fault injection: flip a byte of layer 1's index-K in transit, once.
+    fault = TransferFault(layer=1, kind=BufferKind.INDEX_K, byte=7)
+    controller.load = lambda host, dev, _=None: real_load(host, dev, fault)
+    errors: list[str] = []
+    finished = threading.Event()
+    engine.submit(Request(prompts[0], 4, lambda _: None,
+                          lambda _, err: (errors.append(err), finished.set())))  # fmt: skip
+    assert finished.wait(TIMEOUT_S)
+    assert errors and "checksum" in errors[0]
+    controller.load = real_load
+    assert generate(engine, prompts) == cold  # reloaded from the intact host copy
+    assert engine.stats.transfer_failures == 1
