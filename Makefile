@@ -46,10 +46,13 @@ manifests: venv ## Regenerate crds/ from the typed API models (operator/dsv4_ope
 	$(PY) -m dsv4_operator.api.crd crds/dsv4deployment.yaml
 	$(PY) hack/api_reference.py crds/dsv4deployment.yaml docs/api-reference.md
 
-bench: bench-plan bench-probe bench-engine-server bench-engine ## Run every benchmark (each bench-* target adds itself here)
+bench: bench-plan bench-probe bench-engine-server bench-engine bench-rollout ## Run every benchmark (each bench-* target adds itself here)
 
 bench-probe: venv ## Probe client throughput at concurrency 64, samples needed to PASS / FAIL
 	$(PY) bench/bench_probe.py
+
+bench-rollout: venv control-plane ## Flag change -> canary verdict -> promotion time, and API writes per rollout
+	$(PY) bench/bench_rollout.py
 
 bench-plan: venv ## Time `dsv4ctl plan` (must stay interactive: well under a second)
 	$(PY) bench/bench_plan.py
