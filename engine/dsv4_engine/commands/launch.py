@@ -31,6 +31,8 @@ from dsv4_engine.engine_config import (
 
 PLUGIN_ENTRY_POINT = "dsv4_index_k"  # engine/pyproject.toml, group sglang.srt.plugins
 PLUGIN_INDEX_DTYPE_ENV = "DSV4_INDEX_K_DTYPE"  # what dsv4_engine.sglang_plugin reads
+# dsv4_engine.pools.device_pool.UNGATED_INDEX_K_ENV (not imported: that imports torch).
+UNGATED_INDEX_K_ENV = "DSV4_INJECT_UNGATED_INDEX_K"
 HICACHE_SWITCH = "--enable-hierarchical-cache"
 HICACHE_VALUED_FLAGS = (
     "--hicache-ratio", "--hicache-size", "--hicache-write-policy", "--hicache-mem-layout"
@@ -111,8 +113,15 @@ def sglang_placement(config: EngineConfig) -> tuple[int, str | None]:
 
 def command(config: EngineConfig) -> tuple[list[str], dict[str, str]]:
     """(argv, extra environment) of the engine process."""
+    injected = config.features.fault_injection.ungated_index_k
     if config.backend is Backend.REFERENCE:
-        return [sys.executable, "-m", "dsv4_engine.cli", *reference_args(config)], {}
+        env = {UNGATED_INDEX_K_ENV: "1"} if injected else {}
+        return [sys.executable, "-m", "dsv4_engine.cli", *reference_args(config)], env
+    if injected:
+        raise CommandError(
+            "features.faultInjection.ungatedIndexK: only backend: reference can inject "
+            "the seed's race; refusing to start SGLang with it"
+        )
     rank, addr = sglang_placement(config)
     env = {
         "SGLANG_PLUGINS": PLUGIN_ENTRY_POINT,

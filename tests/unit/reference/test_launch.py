@@ -73,3 +73,14 @@ def test_dry_run_prints_environment_and_command(tmp_path, capsys):
     assert main(["launch", "--config", str(path), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "serve --host 0.0.0.0 --port 30000" in out and "--index-dtype bf16" in out
+
+
+def test_fault_injection_reaches_only_the_reference_engine():
+    from dsv4_engine.features import FaultInjection
+    from dsv4_engine.pools.device_pool import UNGATED_INDEX_K_ENV
+
+    features = EngineFeatures(fault_injection=FaultInjection(ungated_index_k=True))
+    _, env = launch.command(config(backend="reference", features=features))
+    assert env == {UNGATED_INDEX_K_ENV: "1"}
+    with pytest.raises(CommandError, match="faultInjection"):
+        launch.command(config(features=features))
