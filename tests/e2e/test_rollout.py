@@ -200,7 +200,9 @@ def test_a_canary_that_never_answers_is_inconclusive_and_rolled_back(world):
             ),
             120,
         )
-        assert "not Ready" in done["message"]
+        assert done["rejectedRevision"] == done["canaryRevision"]
+        reasons = [e["message"] for e in events(cluster, "RolledBack")]
+        assert any(m.startswith("INCONCLUSIVE: canary not Ready within 15s") for m in reasons)
     finally:
         runtime.start()
 

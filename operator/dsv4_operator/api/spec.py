@@ -46,6 +46,11 @@ class RoutingPolicy(StrEnum):
     POWER_OF_TWO = "power_of_two"
 
 
+class ModelPreset(StrEnum):
+    V4_FLASH = "v4-flash"
+    V4_PRO = "v4-pro"
+
+
 class PvcSource(CamelModel):
     claim_name: str = Field(min_length=1, max_length=253)
     path: str = Field(default="", max_length=1024, description="Sub-path of the weights.")
@@ -65,6 +70,11 @@ class ModelSpec(CamelModel):
     host_path: str | None = Field(default=None, min_length=1, max_length=1024)
     served_model_name: str = Field(min_length=1, max_length=253)
     tool_call_parser: str = Field(default="deepseekv4", min_length=1, max_length=63)
+    preset: ModelPreset = Field(
+        default=ModelPreset.V4_FLASH,
+        description="Which published DeepSeek-V4 config the weights are: sizes the KV pools "
+        "and the HiCache host memory the operator adds to engine pods.",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelSpec:

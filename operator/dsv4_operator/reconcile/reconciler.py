@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from dsv4_engine.features import Role
 from dsv4_operator import metrics
 from dsv4_operator.api import API_VERSION, KIND
-from dsv4_operator.api.rollout import FlagSet, RolloutStatus
+from dsv4_operator.api.rollout import FlagSet, RolloutStatus, RolloutVerdict
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.api.status import DSV4DeploymentStatus
 from dsv4_operator.reconcile.kube import ApiError, Kube
@@ -27,9 +27,10 @@ from dsv4_operator.reconcile.plan import Action, plan, with_applied_hash
 from dsv4_operator.reconcile.status import Problem, decide_status, observe_roles
 from dsv4_operator.render import render_all
 from dsv4_operator.render.engine import feature_revision
+from dsv4_operator.render.memory import MemorySizingError, pod_memory
 from dsv4_operator.render.meta import Owner, instance_selector
 from dsv4_operator.render.placement import GPU_PRODUCT_LABEL
-from dsv4_operator.render.workloads import HostMemory, requested_memory
+from dsv4_operator.render.workloads import HostMemory
 from dsv4_operator.rollout.controller import RolloutController, RolloutOutcome, RolloutSpecError
 from dsv4_operator.rollout.decide import role_flags
 from dsv4_operator.rollout.observe import rolled_roles
@@ -100,7 +101,7 @@ class Reconciler:
         self,
         kube: Kube,
         rollout: RolloutController,
-        host_memory: HostMemory = requested_memory,
+        host_memory: HostMemory = pod_memory,
     ) -> None:
         self.kube = kube
         self.rollout = rollout
@@ -139,10 +140,16 @@ class Reconciler:
         if problem is None:
             try:
                 rollout = self._rollout_step(owner, obj, spec, previous, live)
-            except RolloutSpecError as err:
-                problem = Problem("InvalidSpec", str(err))
+                desired = self._render(owner, spec, rollout.flags)
+            except (RolloutSpecError, MemorySizingError) as err:
+                problem, rollout = Problem("InvalidSpec", str(err)), None
         if rollout is not None:
-            desired = self._render(owner, spec, rollout.flags)
+            if rollout.status.stable_probe_verdict is RolloutVerdict.FAIL:
+                problem = Problem(
+                    "StableCorruption",
+                    "the periodic probe of the promoted deployment FAILed; nothing was changed "
+                    "automatically (see docs/runbook-canary-failed.md)",
+                )
             actions = plan(desired, live)
             for action in actions:
                 self._act(namespace, action)

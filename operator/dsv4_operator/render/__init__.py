@@ -9,15 +9,16 @@ from dsv4_engine.engine_config import dump_engine_yaml
 from dsv4_engine.features import Role
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.render.engine import config_map, engine_config, short_hash
+from dsv4_operator.render.memory import pod_memory
 from dsv4_operator.render.meta import Owner
 from dsv4_operator.render.router import router_objects
-from dsv4_operator.render.workloads import HostMemory, requested_memory, role_objects
+from dsv4_operator.render.workloads import HostMemory, role_objects
 
 
 def render_all(
     owner: Owner,
     spec: DSV4DeploymentSpec,
-    host_memory: HostMemory = requested_memory,
+    host_memory: HostMemory = pod_memory,
     by_role: Mapping[Role, DSV4DeploymentSpec] | None = None,
 ) -> list[dict[str, Any]]:
     """Every child object, in apply order (the ConfigMap before the pods that mount it).

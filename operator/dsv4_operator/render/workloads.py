@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dsv4_engine.engine_config import GroupRole
-from dsv4_engine.features import EngineFeatures, Role
+from dsv4_engine.features import Role
 from dsv4_operator.api.spec import DSV4DeploymentSpec, RoleSpec
 from dsv4_operator.render.engine import (
     DIST_INIT_PORT,
@@ -34,13 +34,9 @@ from dsv4_operator.render.placement import GPU_RESOURCE, pod_placement
 CONFIG_MOUNT = "/etc/dsv4"
 BOOTSTRAP_PORT_ANNOTATION = "sglang.ai/bootstrap-port"
 
-# Seam for HiCache host-memory sizing: given the role and the flags, the memory a pod
-# needs.  The pool configurator provides the real one; by default the user's request.
-HostMemory = Callable[[Role, RoleSpec, EngineFeatures], str]
-
-
-def requested_memory(role: Role, role_spec: RoleSpec, features: EngineFeatures) -> str:
-    return role_spec.resources.memory
+# The memory an engine pod asks for: the user's request, plus the HiCache host tier the pool
+# configurator computes when the role runs HiCache (dsv4_operator.render.memory).
+HostMemory = Callable[[DSV4DeploymentSpec, Role], str]
 
 
 def role_spec_of(spec: DSV4DeploymentSpec, role: Role) -> RoleSpec:
@@ -187,10 +183,10 @@ def role_objects(
     spec: DSV4DeploymentSpec,
     role: Role,
     config_hash: str,
-    host_memory: HostMemory = requested_memory,
+    host_memory: HostMemory,
 ) -> list[dict[str, Any]]:
     role_spec = role_spec_of(spec, role)
-    memory = host_memory(role, role_spec, spec.features)
+    memory = host_memory(spec, role)
     groups = [GroupRole.LEADER] + ([GroupRole.WORKER] if role_spec.nodes_per_replica > 1 else [])
     sets = [_stateful_set(owner, spec, role, g, config_hash, memory) for g in groups]
     return [*sets, _headless_service(owner, role), _disruption_budget(owner, role, role_spec)]

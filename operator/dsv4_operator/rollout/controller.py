@@ -25,6 +25,7 @@ from dsv4_operator.api.rollout import CanarySpec, FlagSet, RolloutSpec, RolloutS
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.reconcile.plan import plan, with_applied_hash
 from dsv4_operator.render import render_all
+from dsv4_operator.render.memory import pod_memory
 from dsv4_operator.render.meta import Owner
 from dsv4_operator.render.router import ROUTER_PORT, router_name
 from dsv4_operator.render.workloads import HostMemory
@@ -67,7 +68,7 @@ class RolloutController:
     executor: ProbeExecutor
     service_url: ServiceUrl = cluster_service_url
     backend: Backend = Backend.SGLANG
-    host_memory: HostMemory | None = None
+    host_memory: HostMemory = pod_memory
 
     def step(
         self,
@@ -154,8 +155,7 @@ class RolloutController:
         if status is None or status.canary is None:
             return []
         cspec = canary_spec(spec, status.canary, canary_cfg)
-        kwargs = {"host_memory": self.host_memory} if self.host_memory else {}
-        rendered = render_all(canary_owner(owner), cspec, **kwargs)
+        rendered = render_all(canary_owner(owner), cspec, self.host_memory)
         return [with_applied_hash(o) for o in as_canary(owner, rendered)]
 
     def _warm(self, owner: Owner) -> bool:

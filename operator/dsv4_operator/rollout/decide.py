@@ -142,8 +142,9 @@ class _Step:
         if desired.revision == self.status.stable_revision:
             return
         if desired.revision == self.status.rejected_revision:
+            verdict = self.status.verdict.value if self.status.verdict else "a failed canary"
             message = (
-                f"flags {desired.revision} were rejected by their canary; they are not retried "
+                f"flags {desired.revision} were rejected ({verdict}); they are not retried "
                 "until the spec changes or `dsv4ctl rollout retry` is run"
             )
             if self.status.message != message:

@@ -129,7 +129,7 @@ def test_router_discovers_leaders_by_label_and_uses_the_policy():
 def test_model_from_a_pvc_and_the_host_memory_seam():
     objs = render(
         {"model": {"hostPath": None, "pvc": {"claimName": "weights", "path": "v4/flash"}}},
-        host_memory=lambda role, rs, features: "300Gi" if role is Role.DECODE else "100Gi",
+        host_memory=lambda spec, role: "300Gi" if role is Role.DECODE else "100Gi",
     )
     spec = pod_spec(objs, "flash-decode")
     (model,) = [v for v in spec["volumes"] if v["name"] == "model"]
