@@ -162,6 +162,7 @@ def test_the_pro_sample_is_multi_node_on_gb200_in_one_nvlink_domain():
     (pro,) = [yaml.safe_load(p.read_text()) for p in SAMPLES if "pro" in p.name]
     spec = DSV4DeploymentSpec.model_validate(pro["spec"])
     assert spec.placement.gpu_products == ("NVIDIA-GB200",)
+    assert spec.model.preset.value == "v4-pro"  # KV pools and HiCache memory sized for Pro
     assert spec.placement.topology_key == "nvidia.com/gpu.clique"
     assert spec.prefill.nodes_per_replica > 1 and spec.decode.nodes_per_replica > 1
     gpus = sum(r.replicas * r.gpus_per_replica for r in (spec.prefill, spec.decode))
@@ -172,6 +173,7 @@ def test_the_flash_sample_is_one_prefill_and_one_decode_on_b200():
     (flash,) = [yaml.safe_load(p.read_text()) for p in SAMPLES if "flash" in p.name]
     spec = DSV4DeploymentSpec.model_validate(flash["spec"])
     assert spec.placement.gpu_products == ("NVIDIA-B200",)
+    assert spec.model.preset.value == "v4-flash"
     assert (spec.prefill.replicas, spec.decode.replicas) == (1, 1)
     assert spec.prefill.gpus_per_replica == spec.decode.gpus_per_replica == 8
 
