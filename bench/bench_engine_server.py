@@ -90,7 +90,7 @@ def main() -> None:
     print("== warm != cold, 64 sessions, gated vs DSV4_INJECT_UNGATED_INDEX_K=1")
     race_bodies = shared_prefix_bodies(64, 8, 60, 8, seed=0, session_words=40)
     runs = [(d, inj, "2") for d in ("fp8", "bf16") for inj in ("0", "1")]
-    runs += [("fp8", "1", "3"), ("bf16", "1", "3")]  # faster copies: fp8's window closes first
+    runs += [("fp8", "1", "3"), ("bf16", "1", "3")]  # a shorter copy window
     for dtype, injected, bandwidth in runs:
         proc, url = start(
             "--enable-hierarchical-cache", "--hicache-ratio", "2", "--hicache-bandwidth", bandwidth,
