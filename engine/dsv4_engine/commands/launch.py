@@ -30,7 +30,6 @@ from dsv4_engine.engine_config import (
 )
 
 PLUGIN_ENTRY_POINT = "dsv4_index_k"  # engine/pyproject.toml, group sglang.srt.plugins
-PLUGIN_INDEX_DTYPE_ENV = "DSV4_INDEX_K_DTYPE"  # what dsv4_engine.sglang_plugin reads
 # dsv4_engine.pools.device_pool.UNGATED_INDEX_K_ENV (not imported: that imports torch).
 UNGATED_INDEX_K_ENV = "DSV4_INJECT_UNGATED_INDEX_K"
 HICACHE_SWITCH = "--enable-hierarchical-cache"
@@ -123,11 +122,8 @@ def command(config: EngineConfig) -> tuple[list[str], dict[str, str]]:
             "the seed's race; refusing to start SGLang with it"
         )
     rank, addr = sglang_placement(config)
-    env = {
-        "SGLANG_PLUGINS": PLUGIN_ENTRY_POINT,
-        **plugin_env(config),
-        PLUGIN_INDEX_DTYPE_ENV: config.features.index_dtype.value,
-    }
+    # plugin_env carries the index-K dtype under the name dsv4_engine.sglang_plugin reads.
+    env = {"SGLANG_PLUGINS": PLUGIN_ENTRY_POINT, **plugin_env(config)}
     argv = [sys.executable, "-m", "sglang.launch_server", *to_sglang_args(config, rank, addr)]
     return argv, env
 

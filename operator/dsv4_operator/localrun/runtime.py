@@ -58,8 +58,11 @@ class Process:
     component: str  # prefill | decode | router
     url: str
     popen: subprocess.Popen
+    command: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
     bootstrap_port: int | None = None
     log_path: Path | None = None
+    restarts: int = 0
 
 
 def local_engine_yaml(text: str, port: int, bootstrap_port: int) -> tuple[str, dict[str, str]]:
@@ -97,6 +100,8 @@ class LocalRuntime:
         for uid in list(self.processes):
             if uid not in running:
                 self._stop(self.processes.pop(uid))
+            elif self.processes[uid].popen.poll() is not None:
+                self._restart(self.processes[uid])  # like kubelet: same pod, same port
         engines = [p for p in running.values() if _component(p) in ("prefill", "decode")]
         routers = [p for p in running.values() if _component(p) == "router"]
         for pod in engines:
@@ -150,14 +155,7 @@ class LocalRuntime:
         self, pod: Any, command: list[str], env: dict[str, str], port: int, bootstrap: int | None
     ) -> None:
         log_path = self.workdir / f"{pod.metadata.name}-{pod.metadata.uid[:8]}.log"
-        with log_path.open("w") as out:
-            popen = subprocess.Popen(
-                command,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, **env},
-                start_new_session=True,
-            )
+        popen = _popen(command, env, log_path)
         process = Process(
             pod_uid=pod.metadata.uid,
             namespace=pod.metadata.namespace,
@@ -165,6 +163,8 @@ class LocalRuntime:
             component=_component(pod),
             url=f"http://127.0.0.1:{port}",
             popen=popen,
+            command=tuple(command),
+            env=env,
             bootstrap_port=bootstrap,
             log_path=log_path,
         )
@@ -176,6 +176,21 @@ class LocalRuntime:
             pod.metadata.name,
             process.url,
             f" with {env}" if env else "",
+        )
+
+    def _restart(self, process: Process) -> None:
+        assert process.log_path is not None
+        code = process.popen.returncode
+        process.restarts += 1
+        process.popen = _popen(list(process.command), process.env, process.log_path)
+        log.warning(
+            "%s of %s/%s exited (%s); restarted (%d restarts), log %s",
+            process.component,
+            process.namespace,
+            process.instance,
+            code,
+            process.restarts,
+            process.log_path,
         )
 
     def _healthy(self, process: Process) -> bool:
@@ -231,6 +246,17 @@ class LocalRuntime:
                 time.sleep(interval)
         finally:
             self.stop_all()
+
+
+def _popen(command: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen:
+    with log_path.open("a") as out:
+        return subprocess.Popen(
+            command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **env},
+            start_new_session=True,
+        )
 
 
 def _read_or_none(core: Any, name: str, namespace: str) -> Any:

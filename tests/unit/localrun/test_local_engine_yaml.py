@@ -1,0 +1,44 @@
+"""The local runtime runs exactly the flags the operator rendered; only what cannot run on a
+CPU (backend, parallelism, ports) changes."""
+
+from __future__ import annotations
+
+import yaml
+
+from dsv4_engine.engine_config import Backend, EngineConfig, dump_engine_yaml, load_engine_yaml
+from dsv4_engine.features import EngineFeatures, FaultInjection, HiCacheFeature, IndexDtype, Role
+from dsv4_operator.localrun.runtime import INJECT_ENV, local_engine_yaml
+
+
+def rendered(features: EngineFeatures) -> str:
+    config = EngineConfig(
+        role=Role.DECODE,
+        model_path="/models",
+        served_model_name="deepseek-v4-flash",
+        tp=4,
+        ep=2,
+        features=features,
+        extra_args=("--mem-fraction-static", "0.8"),
+    )
+    return dump_engine_yaml(config)
+
+
+def test_flags_are_kept_and_cpu_only_fields_are_replaced():
+    features = EngineFeatures(
+        hicache=HiCacheFeature(enabled=True, ratio=2.0), index_dtype=IndexDtype.BF16
+    )
+    text, env = local_engine_yaml(rendered(features), port=31001, bootstrap_port=31002)
+    local = load_engine_yaml(text)
+    assert local.features == features
+    assert local.role is Role.DECODE
+    assert (local.backend, local.tp, local.ep, local.port) == (Backend.REFERENCE, 1, 1, 31001)
+    assert local.disaggregation.bootstrap_port == 31002
+    assert local.extra_args == ()  # SGLang-only tuning has no meaning for the CPU engine
+    assert env == {}
+    assert yaml.safe_load(text)["features"]["indexDtype"] == "bf16"
+
+
+def test_the_demo_fault_reaches_the_engine_as_its_environment_switch():
+    features = EngineFeatures(fault_injection=FaultInjection(ungated_index_k=True))
+    _, env = local_engine_yaml(rendered(features), port=31001, bootstrap_port=31002)
+    assert env == {INJECT_ENV: "1"}
