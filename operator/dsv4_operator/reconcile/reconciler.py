@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from dsv4_engine.features import Role
 from dsv4_operator import metrics
 from dsv4_operator.api import API_VERSION, KIND
+from dsv4_operator.api.errors import first_error
 from dsv4_operator.api.rollout import FlagSet, RolloutStatus, RolloutVerdict
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.api.status import DSV4DeploymentStatus
@@ -52,13 +53,6 @@ CHILD_KINDS = (
 
 def now_rfc3339() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def first_error(err: ValidationError) -> str:
-    """`spec.prefill.tp: tp must divide …`: the field first, as the API server says it."""
-    first = err.errors()[0]
-    where = ".".join(str(p) for p in ("spec", *first["loc"]))
-    return f"{where}: {first['msg']}"
 
 
 def parse_rollout(status: DSV4DeploymentStatus | None) -> RolloutStatus | None:

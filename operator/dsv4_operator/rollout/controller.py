@@ -21,6 +21,7 @@ from dsv4_engine.engine_config import Backend
 from dsv4_engine.features import Role
 from dsv4_engine.probe import ProbeSettings
 from dsv4_operator import metrics
+from dsv4_operator.api.errors import first_error
 from dsv4_operator.api.rollout import CanarySpec, FlagSet, RolloutSpec, RolloutStatus
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.reconcile.plan import plan, with_applied_hash
@@ -203,9 +204,7 @@ def _section(model: type[T], name: str, raw: dict[str, Any] | None) -> T:
     try:
         return model.model_validate(raw or {})
     except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in ("spec", name, *first["loc"]))
-        raise RolloutSpecError(f"{where}: {first['msg']}") from None
+        raise RolloutSpecError(first_error(err, name)) from None
 
 
 def _canary_report(owner: Owner, status: RolloutStatus) -> str:

@@ -7,9 +7,9 @@ import yaml
 from pydantic import ValidationError
 
 from dsv4_engine.features import IndexDtype, KvCanary
+from dsv4_operator.api.errors import first_error
 from dsv4_operator.api.samples import load_sample, merge_patch
 from dsv4_operator.api.spec import DEFAULT_GPU_PRODUCTS, DSV4DeploymentSpec, RoleSpec
-from dsv4_operator.reconcile.reconciler import first_error
 
 INVALID = yaml.safe_load(
     (Path(__file__).parents[2] / "data" / "invalid_dsv4_specs.yaml").read_text()

@@ -191,3 +191,14 @@ def test_stable_probe_runs_on_its_interval_and_flags_corruption():
     assert failed.status.stable_probe_verdict is RolloutVerdict.FAIL
     assert failed.events[0][1] == "StableCorruption"
     assert failed.status.stable == STABLE  # no automatic change to production
+
+
+def test_a_bad_canary_section_names_its_field():
+    import pytest
+
+    from dsv4_operator.rollout.controller import RolloutSpecError, _section
+
+    with pytest.raises(RolloutSpecError, match=r"^spec\.canary\.requests: "):
+        _section(CanarySpec, "canary", {"requests": 1})
+    with pytest.raises(RolloutSpecError, match=r"^spec\.rollout\.order\.0: "):
+        _section(RolloutSpec, "rollout", {"order": ["router"]})
