@@ -248,3 +248,16 @@ def test_clean_flags_pass_and_promote_once_across_an_operator_restart(world):
     assert stable_hashes(cluster) != hashes
     assert len(events(cluster, "Promoted")) == 1
     wait_for("canary deleted after promotion", lambda: not canary_exists(cluster), 120)
+
+
+def test_the_promoted_deployment_is_probed_periodically(world):
+    cluster, *_ = world
+    patch_spec(cluster, {"rollout": {"stableProbeIntervalSeconds": 5}})
+    done = wait_for(
+        "a stable probe verdict",
+        lambda: (r := rollout(cluster)).get("stableProbeVerdict") and r,
+        VERDICT_TIMEOUT,
+    )
+    assert done["stableProbeVerdict"] == "PASS"
+    assert status(cluster)["phase"] == "Ready"  # a clean production probe changes nothing
+    patch_spec(cluster, {"rollout": {"stableProbeIntervalSeconds": 0}})

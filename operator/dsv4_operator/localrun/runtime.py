@@ -110,6 +110,8 @@ class LocalRuntime:
         for pod in routers:
             if pod.metadata.uid not in self.processes:
                 self._start_router(pod)
+            else:
+                self._follow_engines(self.processes[pod.metadata.uid])
         self._publish()
 
     def stop_all(self) -> None:
@@ -134,22 +136,50 @@ class LocalRuntime:
         command = [sys.executable, "-m", "dsv4_engine.cli", "launch", "--config", str(config_path)]
         self._spawn(pod, command, env, port, bootstrap)
 
-    def _start_router(self, pod: Any) -> None:
-        ns, instance = pod.metadata.namespace, _instance(pod)
+    def _router_command(self, namespace: str, instance: str, port: int) -> list[str] | None:
+        """The router in front of its slice's healthy engines; None while there are none."""
         slice_ = [
-            p for p in self.processes.values() if p.namespace == ns and p.instance == instance
+            p
+            for p in self.processes.values()
+            if p.namespace == namespace and p.instance == instance
         ]
         prefill = [p for p in slice_ if p.component == "prefill" and self._healthy(p)]
         decode = [p for p in slice_ if p.component == "decode" and self._healthy(p)]
         if not prefill or not decode:
-            return  # engines first, like a router whose workers are not up yet
-        port = free_port()
+            return None  # engines first, like a router whose workers are not up yet
         command = [sys.executable, "-m", "dsv4_engine.cli", "router", "--port", str(port)]
-        for p in prefill:
+        for p in sorted(prefill, key=lambda p: p.url):
             command += ["--prefill", p.url, str(p.bootstrap_port)]
-        for p in decode:
+        for p in sorted(decode, key=lambda p: p.url):
             command += ["--decode", p.url]
-        self._spawn(pod, command, {}, port, None)
+        return command
+
+    def _start_router(self, pod: Any) -> None:
+        port = free_port()
+        command = self._router_command(pod.metadata.namespace, _instance(pod), port)
+        if command is not None:
+            self._spawn(pod, command, {}, port, None)
+
+    def _follow_engines(self, router: Process) -> None:
+        """sglang-router discovers workers by label; ours is told them: when the slice's
+        engines change (a rolled pod), restart the router on the same port with the new ones."""
+        engines = [
+            p
+            for p in self.processes.values()
+            if p.namespace == router.namespace
+            and p.instance == router.instance
+            and p.component != "router"
+        ]
+        if not all(self._healthy(p) for p in engines):
+            return  # settle first: a slow health answer must not bounce the router
+        port = int(router.url.rsplit(":", 1)[1])
+        command = self._router_command(router.namespace, router.instance, port)
+        if command is None or tuple(command) == router.command:
+            return
+        self._stop(router)
+        router.command = tuple(command)
+        router.popen = _popen(command, {}, router.log_path or self.workdir / "router.log")
+        log.info("router of %s/%s now routes to %s", router.namespace, router.instance, command[6:])
 
     def _spawn(
         self, pod: Any, command: list[str], env: dict[str, str], port: int, bootstrap: int | None

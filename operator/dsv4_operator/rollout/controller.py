@@ -94,11 +94,14 @@ class RolloutController:
             probe_running=previous is not None
             and self.executor.running(_canary_report(owner, previous)),
             stable_probe=self._stable_outcome(owner, previous),
+            stable_probe_running=previous is not None
+            and previous.stable_probe_at is not None
+            and self.executor.running(_stable_report(owner, previous)),
             rolled=rolled,
             manual=manual.parse(obj["metadata"].get("annotations")),
         )
         decision = decide(desired, previous, observed, canary_cfg, rollout_cfg)
-        self._carry_out(owner, spec, decision, canary_cfg, canary_live)
+        self._carry_out(owner, spec, previous, decision, canary_cfg, canary_live)
         status = decision.status
         since = dt.datetime.strptime(
             status.phase_since or "1970-01-01T00:00:00Z", "%Y-%m-%dT%H:%M:%SZ"
@@ -114,6 +117,7 @@ class RolloutController:
         self,
         owner: Owner,
         spec: DSV4DeploymentSpec,
+        previous: RolloutStatus | None,
         decision: Decision,
         canary_cfg: CanarySpec,
         canary_live: list[dict[str, Any]],
@@ -139,11 +143,28 @@ class RolloutController:
                     self._settings(self.service_url(owner.namespace, service, port), canary_cfg),
                 )
             elif effect is Effect.START_STABLE_PROBE:
-                url = self.service_url(owner.namespace, router_name(owner), ROUTER_PORT)
-                low_rate = canary_cfg.model_copy(update={"concurrency": 4, "requests": 50})
-                self.executor.start(
-                    owner, _stable_report(owner, status), "stable", self._settings(url, low_rate)
-                )
+                self._probe_stable(owner, previous, status, canary_cfg)
+
+    def _probe_stable(
+        self,
+        owner: Owner,
+        previous: RolloutStatus | None,
+        status: RolloutStatus,
+        canary_cfg: CanarySpec,
+    ) -> None:
+        """A low-rate probe of production.  Only the latest report is kept: its verdict is
+        already in status.rollout.stableProbeVerdict."""
+        if previous is not None and previous.stable_probe_at is not None:
+            self.kube.delete("ConfigMap", owner.namespace, _stable_report(owner, previous))
+        try:
+            url = self.service_url(owner.namespace, router_name(owner), ROUTER_PORT)
+        except ValueError as err:
+            log.warning("stable probe of %s/%s skipped: %s", owner.namespace, owner.name, err)
+            return
+        low_rate = canary_cfg.model_copy(update={"concurrency": 4, "requests": 50})
+        self.executor.start(
+            owner, _stable_report(owner, status), "stable", self._settings(url, low_rate)
+        )
 
     # -- observations --------------------------------------------------------------------
     def _canary_objects(

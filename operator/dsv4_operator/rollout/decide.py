@@ -63,6 +63,7 @@ class Observed:
     probe: ProbeOutcome | None = None  # the result of the current attempt, once it exists
     probe_running: bool = False
     stable_probe: ProbeOutcome | None = None
+    stable_probe_running: bool = False
     rolled: frozenset[Role] = frozenset()  # roles whose pods run their target flags, all Ready
     manual: Manual | None = None
 
@@ -282,6 +283,8 @@ class _Step:
             if outcome.verdict is RolloutVerdict.FAIL:
                 self.events.append(("Warning", "StableCorruption", _evidence(outcome)))
         interval = rollout.stable_probe_interval_seconds
+        if self.observed.stable_probe_running:
+            return  # one low-rate probe at a time; the interval counts from its start
         if interval and self.waited(self.status.stable_probe_at) >= interval:
             self.update(stable_probe_at=self.now)
             self.effects.append(Effect.START_STABLE_PROBE)

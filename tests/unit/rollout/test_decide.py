@@ -187,6 +187,10 @@ def test_stable_probe_runs_on_its_interval_and_flags_corruption():
     assert early.effects == ()
     due = decide(STABLE, status, Observed(now=at(601)), CANARY, rollout)
     assert due.effects == (Effect.START_STABLE_PROBE,)
+    busy = decide(
+        STABLE, due.status, Observed(now=at(1300), stable_probe_running=True), CANARY, rollout
+    )
+    assert busy.effects == (), "never two production probes at once"
     failed = decide(STABLE, due.status, Observed(now=at(700), stable_probe=FAIL), CANARY, rollout)
     assert failed.status.stable_probe_verdict is RolloutVerdict.FAIL
     assert failed.events[0][1] == "StableCorruption"
