@@ -5,7 +5,6 @@ bounded.  Tests run in file order on one namespace: the sample is created, chang
 deleted, as a user would.
 """
 
-import contextlib
 import json
 import signal
 import socket
@@ -24,7 +23,7 @@ from dsv4_operator.api.samples import load_sample, merge_patch
 from dsv4_operator.rollout import manual
 from dsv4_operator.rollout.decide import ManualAction
 from dsv4_operator.runtime import USER_AGENT
-from tests.e2e.helpers import apply, get_json, wait_for
+from tests.e2e.helpers import apply, audit_events, get_json, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -178,16 +177,9 @@ def audit_offset(cluster):
 def audited(cluster, offset):
     """Requests of the operator process (its client and kopf's) that the API server's audit
     log recorded after byte `offset`: (writes, reads of the DSV4Deployment)."""
-    with cluster.audit_log.open("rb") as log:
-        log.seek(offset)
-        lines = log.read().decode(errors="replace").splitlines()
-    events = []
-    for line in lines:
-        with contextlib.suppress(ValueError):
-            events.append(json.loads(line))
     ours = [
         e
-        for e in events
+        for e in audit_events(cluster, offset)
         if e.get("stage") == "ResponseComplete"
         and e.get("userAgent", "").startswith((USER_AGENT, "kopf"))
     ]

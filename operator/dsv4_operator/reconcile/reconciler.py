@@ -23,6 +23,7 @@ from dsv4_operator.api.errors import first_error
 from dsv4_operator.api.rollout import FlagSet, RolloutStatus, RolloutVerdict
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.api.status import DSV4DeploymentStatus
+from dsv4_operator.api.times import now_rfc3339
 from dsv4_operator.reconcile.kube import ApiError, Kube
 from dsv4_operator.reconcile.plan import Action, plan, with_applied_hash
 from dsv4_operator.reconcile.status import Problem, decide_status, observe_roles
@@ -49,10 +50,6 @@ CHILD_KINDS = (
     "RoleBinding",
     "Deployment",
 )
-
-
-def now_rfc3339() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_rollout(status: DSV4DeploymentStatus | None) -> RolloutStatus | None:
@@ -133,8 +130,13 @@ class Reconciler:
         rollout: RolloutOutcome | None = None
         if problem is None:
             try:
-                rollout = self._rollout_step(owner, obj, spec, previous, live)
-                desired = self._render(owner, spec, rollout.flags)
+                rollout, current, rendered = self._rollout_step(owner, obj, spec, previous, live)
+                # Most passes change no flags: the rendering made to observe is the desired one.
+                desired = (
+                    rendered
+                    if rollout.flags == current
+                    else self._render(owner, spec, rollout.flags)
+                )
             except (RolloutSpecError, MemorySizingError) as err:
                 problem, rollout = Problem("InvalidSpec", str(err)), None
         if rollout is not None:
@@ -172,16 +174,25 @@ class Reconciler:
         spec: DSV4DeploymentSpec,
         previous: DSV4DeploymentStatus | None,
         live: list[dict[str, Any]],
-    ) -> RolloutOutcome:
+    ) -> tuple[RolloutOutcome, dict[Role, FlagSet], list[dict[str, Any]]]:
+        """The rollout's step, with the flags the stable roles ran before it and their
+        rendering (what `rolled_roles` compares the live workloads against)."""
         before = parse_rollout(previous)
         current = {
             role: (role_flags(before, role) if before else spec_flags(spec)) for role in Role
         }
-        rolled = rolled_roles(self._render(owner, spec, current), live)
+        rendered = self._render(owner, spec, current)
         canary_live = self._children(canary_owner(owner))
-        return self.rollout.step(
-            owner, obj, spec, before, canary_live, rolled, dt.datetime.now(dt.UTC)
+        outcome = self.rollout.step(
+            owner,
+            obj,
+            spec,
+            before,
+            canary_live,
+            rolled_roles(rendered, live),
+            dt.datetime.now(dt.UTC),
         )
+        return outcome, current, rendered
 
     def _act(self, namespace: str, action: Action) -> None:
         log.info(

@@ -24,6 +24,7 @@ from dsv4_operator import metrics
 from dsv4_operator.api.errors import first_error
 from dsv4_operator.api.rollout import CanarySpec, FlagSet, RolloutSpec, RolloutStatus
 from dsv4_operator.api.spec import DSV4DeploymentSpec
+from dsv4_operator.api.times import parse_stamp
 from dsv4_operator.reconcile.plan import plan, with_applied_hash
 from dsv4_operator.render import render_all
 from dsv4_operator.render.memory import pod_memory
@@ -31,7 +32,14 @@ from dsv4_operator.render.meta import Owner
 from dsv4_operator.render.router import ROUTER_PORT, router_name
 from dsv4_operator.render.workloads import HostMemory
 from dsv4_operator.rollout import manual
-from dsv4_operator.rollout.decide import Decision, Effect, Observed, decide, role_flags
+from dsv4_operator.rollout.decide import (
+    Decision,
+    Effect,
+    Observed,
+    ProbeOutcome,
+    decide,
+    role_flags,
+)
 from dsv4_operator.rollout.executor import ProbeExecutor
 from dsv4_operator.rollout.observe import slice_ready
 from dsv4_operator.rollout.reports import outcome_from_config_map, report_name
@@ -85,29 +93,28 @@ class RolloutController:
         rollout_cfg = _section(RolloutSpec, "rollout", spec.rollout)
         desired = spec_flags(spec)
         canary_objects = self._canary_objects(owner, spec, previous, canary_cfg)
+        canary_report = _canary_report(owner, previous)
+        stable_report = _stable_report(owner, previous)
         observed = Observed(
             now=now,
             canary_ready=bool(canary_objects)
             and slice_ready(canary_objects, canary_live)
             and self._warm(owner),
-            probe=self._outcome(owner, previous),
-            probe_running=previous is not None
-            and self.executor.running(_canary_report(owner, previous)),
-            stable_probe=self._stable_outcome(owner, previous),
-            stable_probe_running=previous is not None
-            and previous.stable_probe_at is not None
-            and self.executor.running(_stable_report(owner, previous)),
+            probe=self._report_outcome(owner, canary_report),
+            probe_running=canary_report is not None and self.executor.running(canary_report),
+            stable_probe=self._report_outcome(owner, stable_report),
+            stable_probe_running=stable_report is not None and self.executor.running(stable_report),
             rolled=rolled,
             manual=manual.parse(obj["metadata"].get("annotations")),
         )
         decision = decide(desired, previous, observed, canary_cfg, rollout_cfg)
-        self._carry_out(owner, spec, previous, decision, canary_cfg, canary_live)
+        same_canary = previous is not None and decision.status.canary == previous.canary
+        rendered = canary_objects if same_canary else None
+        self._carry_out(owner, spec, stable_report, decision, canary_cfg, canary_live, rendered)
         status = decision.status
-        since = dt.datetime.strptime(
-            status.phase_since or "1970-01-01T00:00:00Z", "%Y-%m-%dT%H:%M:%SZ"
-        )
+        since = parse_stamp(status.phase_since) if status.phase_since else None
         metrics.record_phase(
-            owner.namespace, owner.name, status.phase, since.replace(tzinfo=dt.UTC).timestamp()
+            owner.namespace, owner.name, status.phase, since.timestamp() if since else 0.0
         )
         flags = {role: role_flags(status, role) for role in Role}
         return RolloutOutcome(status, flags, decision.events)
@@ -117,15 +124,19 @@ class RolloutController:
         self,
         owner: Owner,
         spec: DSV4DeploymentSpec,
-        previous: RolloutStatus | None,
+        previous_stable_report: str | None,
         decision: Decision,
         canary_cfg: CanarySpec,
         canary_live: list[dict[str, Any]],
+        rendered_canary: list[dict[str, Any]] | None,
     ) -> None:
+        """``rendered_canary``: the canary objects already rendered for this status, if any."""
         status = decision.status
         for effect in decision.effects:
             if effect is Effect.APPLY_CANARY:
-                desired = self._canary_objects(owner, spec, status, canary_cfg)
+                desired = rendered_canary
+                if desired is None:
+                    desired = self._canary_objects(owner, spec, status, canary_cfg)
                 for action in plan(desired, canary_live):
                     if action.verb == "apply":
                         self.kube.apply(action.obj)
@@ -143,19 +154,19 @@ class RolloutController:
                     self._settings(self.service_url(owner.namespace, service, port), canary_cfg),
                 )
             elif effect is Effect.START_STABLE_PROBE:
-                self._probe_stable(owner, previous, status, canary_cfg)
+                self._probe_stable(owner, previous_stable_report, status, canary_cfg)
 
     def _probe_stable(
         self,
         owner: Owner,
-        previous: RolloutStatus | None,
+        previous_report: str | None,
         status: RolloutStatus,
         canary_cfg: CanarySpec,
     ) -> None:
         """A low-rate probe of production.  Only the latest report is kept: its verdict is
         already in status.rollout.stableProbeVerdict."""
-        if previous is not None and previous.stable_probe_at is not None:
-            self.kube.delete("ConfigMap", owner.namespace, _stable_report(owner, previous))
+        if previous_report is not None:
+            self.kube.delete("ConfigMap", owner.namespace, previous_report)
         try:
             url = self.service_url(owner.namespace, router_name(owner), ROUTER_PORT)
         except ValueError as err:
@@ -192,16 +203,10 @@ class RolloutController:
             log.info("canary of %s/%s not answering yet: %s", owner.namespace, owner.name, err)
             return False
 
-    def _outcome(self, owner: Owner, status: RolloutStatus | None) -> Any:
-        if status is None or status.canary_revision is None or status.probe_attempt == 0:
+    def _report_outcome(self, owner: Owner, report: str | None) -> ProbeOutcome | None:
+        if report is None:
             return None
-        config_map = self.kube.get("ConfigMap", owner.namespace, _canary_report(owner, status))
-        return outcome_from_config_map(config_map) if config_map else None
-
-    def _stable_outcome(self, owner: Owner, status: RolloutStatus | None) -> Any:
-        if status is None or status.stable_probe_at is None:
-            return None
-        config_map = self.kube.get("ConfigMap", owner.namespace, _stable_report(owner, status))
+        config_map = self.kube.get("ConfigMap", owner.namespace, report)
         return outcome_from_config_map(config_map) if config_map else None
 
     def _settings(self, url: str, canary_cfg: CanarySpec) -> ProbeSettings:
@@ -228,10 +233,16 @@ def _section(model: type[T], name: str, raw: dict[str, Any] | None) -> T:
         raise RolloutSpecError(first_error(err, name)) from None
 
 
-def _canary_report(owner: Owner, status: RolloutStatus) -> str:
-    return report_name(owner, "canary", status.canary_revision or "none", status.probe_attempt)
+def _canary_report(owner: Owner, status: RolloutStatus | None) -> str | None:
+    """The report of the current canary probe attempt; None before the first attempt."""
+    if status is None or status.canary_revision is None or status.probe_attempt == 0:
+        return None
+    return report_name(owner, "canary", status.canary_revision, status.probe_attempt)
 
 
-def _stable_report(owner: Owner, status: RolloutStatus) -> str:
-    stamp = (status.stable_probe_at or "").replace(":", "").replace("-", "").lower()
-    return report_name(owner, "stable", status.stable_revision, 0) + f"-{stamp}"
+def _stable_report(owner: Owner, status: RolloutStatus | None) -> str | None:
+    """The report of the latest low-rate probe of production; None before the first one."""
+    if status is None or status.stable_probe_at is None:
+        return None
+    started = status.stable_probe_at.replace(":", "").replace("-", "").lower()
+    return f"{report_name(owner, 'stable', status.stable_revision, 0)}-{started}"

@@ -23,6 +23,7 @@ from dsv4_operator.api.rollout import (
     RolloutStatus,
     RolloutVerdict,
 )
+from dsv4_operator.api.times import parse_stamp, stamp
 
 
 class Effect(StrEnum):
@@ -90,7 +91,7 @@ def decide(
     canary: CanarySpec,
     rollout: RolloutSpec,
 ) -> Decision:
-    now = _stamp(observed.now)
+    now = stamp(observed.now)
     if status is None:
         # First sight of the resource: nothing serves users yet, so there is nothing to guard.
         first = RolloutStatus(
@@ -293,7 +294,7 @@ class _Step:
         start = since or self.status.phase_since
         if start is None:
             return 0.0
-        return (self.observed.now - _parse(start)).total_seconds()
+        return (self.observed.now - parse_stamp(start)).total_seconds()
 
 
 def _evidence(outcome: ProbeOutcome) -> str:
@@ -309,11 +310,3 @@ def _flags(flags: FlagSet) -> str:
     f = flags.features
     hicache = "on" if f.hicache.enabled else "off"
     return f"hicache={hicache} indexDtype={f.index_dtype.value} image={flags.image}"
-
-
-def _stamp(when: dt.datetime) -> str:
-    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _parse(stamp: str) -> dt.datetime:
-    return dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
