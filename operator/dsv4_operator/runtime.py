@@ -17,6 +17,7 @@ import signal
 import socket
 import sys
 from collections.abc import Sequence
+from enum import Enum
 from typing import Any
 
 import kopf
@@ -32,10 +33,12 @@ from dsv4_operator.reconcile.kube import Kube
 from dsv4_operator.reconcile.reconciler import Reconciler
 from dsv4_operator.render.meta import Owner
 from dsv4_operator.rollout.controller import RolloutController, cluster_service_url
-from dsv4_operator.rollout.executor import ProbeExecutor
+from dsv4_operator.rollout.executor import LocalProbeExecutor, ProbeExecutor
+from dsv4_operator.rollout.job_executor import JobProbeExecutor
 
 log = logging.getLogger("dsv4_operator.runtime")
 USER_AGENT = "dsv4-operator"
+OPERATOR_CONTAINER = "operator"  # manifests/base/deployment.yaml
 _STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
 
 
@@ -59,6 +62,11 @@ class JsonFormatter(logging.Formatter):
 
 def _jsonable(value: Any) -> bool:
     return isinstance(value, (str, int, float, bool, type(None), list, dict))
+
+
+class ProbeMode(Enum):
+    JOB = "job"
+    LOCAL = "local"
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -95,8 +103,51 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="Local cluster: reach Services through the local runtime's endpoint map, not DNS.",
     )
+    run.add_argument(
+        "--probe-mode",
+        choices=[m.value for m in ProbeMode],
+        default=None,
+        help=(
+            "Where canary probes run: 'job' (a Job per attempt with the operator image, "
+            "the default) or 'local' (inside this process, the default with --local-endpoints)."
+        ),
+    )
+    run.add_argument(
+        "--probe-image",
+        default=None,
+        help="Image of the probe Jobs (default: this operator pod's own image, via $POD_NAME).",
+    )
     run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.probe_mode is None:
+        args.probe_mode = (ProbeMode.LOCAL if args.local_endpoints else ProbeMode.JOB).value
+    if args.probe_mode == ProbeMode.LOCAL.value and not args.local_endpoints:
+        # In a real cluster the operator's own network may not reach every canary, and a
+        # probe inside it dies with it; refuse rather than probe from the wrong place.
+        parser.error("--probe-mode local needs --local-endpoints (the local cluster)")
+    return args
+
+
+def probe_image(kube: Kube, explicit: str | None) -> str:
+    """The image probe Jobs run: `--probe-image`, else the operator pod's own, so an image
+    override of the operator's Deployment (kustomize `images:`) moves its probes too."""
+    if explicit:
+        return explicit
+    pod_name, namespace = os.environ.get("POD_NAME"), os.environ.get("POD_NAMESPACE")
+    if not pod_name or not namespace:
+        raise SystemExit(
+            "dsv4-operator: --probe-mode job needs the probe image: pass --probe-image, or "
+            "run in a pod with POD_NAME and POD_NAMESPACE set (manifests/base does)"
+        )
+    pod = kube.get("Pod", namespace, pod_name)
+    containers = (pod or {}).get("spec", {}).get("containers", [])
+    images = [c["image"] for c in containers if c.get("name") == OPERATOR_CONTAINER]
+    if not images:
+        raise SystemExit(
+            f"dsv4-operator: cannot find container {OPERATOR_CONTAINER!r} of pod "
+            f"{namespace}/{pod_name} for the probe image; pass --probe-image"
+        )
+    return images[0]
 
 
 def load_kube_config() -> None:
@@ -150,6 +201,9 @@ async def serve(args: argparse.Namespace) -> int:
     api = client.ApiClient()
     api.user_agent = USER_AGENT  # so the API server's audit log tells the operator's requests
     kube = Kube(api, crash_after_writes=args.crash_after_writes)
+    image = None
+    if args.probe_mode == ProbeMode.JOB.value:
+        image = await asyncio.to_thread(probe_image, kube, args.probe_image)
     health = Health(kube)
     runner = await health.start(args.health_port)
     lease = leader.LeaseConfig(
@@ -168,7 +222,7 @@ async def serve(args: argparse.Namespace) -> int:
             return 0
         health.leading = True
         lost = asyncio.Event()
-        return await _lead(args, kube, health, lease, stop, lost)
+        return await _lead(args, kube, health, lease, stop, lost, image)
     finally:
         await runner.cleanup()
 
@@ -180,6 +234,7 @@ async def _lead(
     lease: leader.LeaseConfig,
     stop: asyncio.Event,
     lost: asyncio.Event,
+    image: str | None,
 ) -> int:
     loop = asyncio.get_running_loop()
     background: set[asyncio.Task] = set()
@@ -190,15 +245,21 @@ async def _lead(
         background.add(task)
         task.add_done_callback(background.discard)
 
+    executor: ProbeExecutor
+    if image is None:
+        executor = LocalProbeExecutor(kube.apply, loop, probe_done)
+    else:
+        executor = JobProbeExecutor(kube, image)
     rollout = RolloutController(
         kube,
-        ProbeExecutor(kube.apply, loop, probe_done),
+        executor,
         service_url=endpoints.resolver(kube) if args.local_endpoints else cluster_service_url,
+        probe_url=None if image is None else cluster_service_url,  # Jobs run in the cluster
         backend=Backend(args.engine_backend),
     )
     reconciler = Reconciler(kube, rollout)
     registry = kopf.OperatorRegistry()
-    register(registry, reconciler)
+    register(registry, reconciler, watch_probe_jobs=image is not None)
     settings = kopf.OperatorSettings()
     settings.posting.enabled = False  # Events are the reconciler's, one per decision.
     stop_kopf = asyncio.Event()

@@ -71,6 +71,7 @@ class Operator:
             "--resync-seconds", "2",
             "--health-port", str(self.port),
             "--identity", identity,
+            "--probe-image", "ghcr.io/dsv4/operator:test",  # probe Jobs: none run here
             *extra,
         ]  # fmt: skip
         with self.log.open("w") as out:

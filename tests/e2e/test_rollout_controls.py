@@ -19,7 +19,7 @@ from dsv4_operator.reconcile.kube import Kube
 from dsv4_operator.render.meta import Owner
 from dsv4_operator.rollout import manual
 from dsv4_operator.rollout.decide import ManualAction
-from dsv4_operator.rollout.executor import ProbeExecutor
+from dsv4_operator.rollout.executor import LocalProbeExecutor
 from dsv4_operator.rollout.reports import outcome_from_config_map
 from tests.e2e.helpers import get_json, wait_for
 
@@ -42,7 +42,7 @@ def run_attempt(cluster: LocalCluster, owner: Owner, report: str, server_kwargs:
     kube = Kube(config.new_client_from_config(config_file=cluster.kubeconfig))
 
     async def go() -> None:
-        executor = ProbeExecutor(kube.apply, asyncio.get_running_loop())
+        executor = LocalProbeExecutor(kube.apply, asyncio.get_running_loop())
         if server_kwargs is None:
             url = "http://127.0.0.1:9"  # discard port: nothing listens
             await executor.run(owner, report, "canary", ProbeSettings(base_url=url))

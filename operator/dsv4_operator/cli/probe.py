@@ -1,10 +1,16 @@
-"""`dsv4ctl probe`: run corruption probes against an engine and print the verdict."""
+"""`dsv4ctl probe`: run corruption probes against an engine and print the verdict.
+
+With `--report-configmap` it also files the report where a rollout reads it: this is the
+command a rollout's probe Job runs (`probe_args` writes its arguments).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -14,9 +20,16 @@ from dsv4_engine.engine_config import Backend
 from dsv4_engine.probe.dsml import DsmlFormat
 from dsv4_engine.probe.exitcodes import usage_error_exit_3
 from dsv4_engine.probe.html_report import render_html
-from dsv4_engine.probe.report import build_report, summary_table
+from dsv4_engine.probe.report import summary_table
 from dsv4_engine.probe.runner import ProbeConnectionError, Tally, probe
 from dsv4_engine.probe.settings import Determinism, ProbeName, ProbeSettings
+from dsv4_engine.probe.verdict import Verdict
+from dsv4_operator.cli.kubeapi import connect, default_namespace
+from dsv4_operator.reconcile.kube import ApiError, Kube
+from dsv4_operator.rollout.reports import Evidence, report_filing
+
+# Field manager of the report data a probe files (the operator owns the rest).
+MANAGER = "dsv4-probe"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -62,8 +75,47 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--report", type=Path, help="write the JSON report here")
     p.add_argument("--html", type=Path, help="write a self-contained HTML report here")
     p.add_argument("--output", choices=["table", "json"], default="table")
+    p.add_argument(
+        "--report-configmap",
+        metavar="NAME",
+        help=(
+            "also file the report in this ConfigMap, as a rollout reads it (created when "
+            "missing; what a rollout's probe Job runs); an unreachable engine is filed as "
+            "INCONCLUSIVE (exit 2)"
+        ),
+    )
+    p.add_argument(
+        "--report-namespace",
+        metavar="NS",
+        help="namespace of --report-configmap (default: the pod's own, else 'default')",
+    )
+    p.add_argument("--kubeconfig", help="for --report-configmap (default: like kubectl)")
     p.error = usage_error_exit_3(p)
     p.set_defaults(func=run)
+
+
+# ProbeSettings field → its command-line option (the `dest` is the option with `_`).
+OPTIONS: dict[str, str] = {
+    "backend": "backend",
+    "model": "model",
+    "format": "format",
+    "concurrency": "concurrency",
+    "requests": "requests",
+    "max_corruption_rate": "max-corruption-rate",
+    "confidence": "confidence",
+    "max_transport_error_rate": "max-transport-error-rate",
+    "max_tokens": "max-tokens",
+    "request_timeout_s": "timeout",
+    "max_duration_s": "max-duration",
+    "prefix_words": "prefix-words",
+    "sessions_per_prefix": "sessions-per-prefix",
+    "long_context_words": "long-context-words",
+    "seed": "seed",
+    "deterministic": "deterministic",
+}
+# Not on the command line: a Job cannot be told them, so `probe_args` refuses them.
+NOT_OPTIONS = ("consistency_max_tokens", "connect_timeout_s", "api_key")
+NO_OFFLOAD = "none"
 
 
 def _settings(args: argparse.Namespace) -> ProbeSettings:
@@ -74,40 +126,38 @@ def _settings(args: argparse.Namespace) -> ProbeSettings:
         except ValueError:
             valid = ", ".join(p.value for p in ProbeName)
             raise CommandError(f"--probes: unknown probe {name!r} (one of {valid})", 3) from None
+    offload = None if args.admin_offload_path == NO_OFFLOAD else args.admin_offload_path
+    fields = {field: getattr(args, option.replace("-", "_")) for field, option in OPTIONS.items()}
     try:
         return ProbeSettings(
-            base_url=args.url,
-            backend=args.backend,
-            model=args.model,
-            probes=tuple(probes),
-            format=args.format,
-            concurrency=args.concurrency,
-            requests=args.requests,
-            max_corruption_rate=args.max_corruption_rate,
-            confidence=args.confidence,
-            max_transport_error_rate=args.max_transport_error_rate,
-            max_tokens=args.max_tokens,
-            request_timeout_s=args.timeout,
-            seed=args.seed,
-            max_duration_s=args.max_duration,
-            prefix_words=args.prefix_words,
-            sessions_per_prefix=args.sessions_per_prefix,
-            long_context_words=args.long_context_words,
-            deterministic=args.deterministic,
-            admin_offload_path=None
-            if args.admin_offload_path == "none"
-            else args.admin_offload_path,
+            base_url=args.url, probes=tuple(probes), admin_offload_path=offload, **fields
         )
     except ValidationError as err:
         first = err.errors()[0]
         field = ".".join(map(str, first["loc"])) or "settings"
-        renamed = {
-            "base_url": "url",
-            "request_timeout_s": "timeout",
-            "max_duration_s": "max-duration",
-        }
-        option = renamed.get(field, field)
-        raise CommandError(f"--{option.replace('_', '-')}: {first['msg']}", 3) from None
+        option = {"base_url": "url", **OPTIONS}.get(field, field.replace("_", "-"))
+        raise CommandError(f"--{option}: {first['msg']}", 3) from None
+
+
+def probe_args(settings: ProbeSettings) -> list[str]:
+    """The `dsv4ctl probe` arguments that parse back to ``settings``: a probe Job's command.
+
+    Every option is spelled out, defaults included, so the Job shows exactly what it runs.
+    """
+    defaults = ProbeSettings(base_url=settings.base_url)
+    unsupported = [f for f in NOT_OPTIONS if getattr(settings, f) != getattr(defaults, f)]
+    if unsupported:
+        raise ValueError(f"dsv4ctl probe has no option for {', '.join(unsupported)}")
+    args = [settings.base_url]
+    if settings.probes:
+        args += ["--probes", ",".join(p.value for p in settings.probes)]
+    offload = settings.admin_offload_path
+    args += ["--admin-offload-path", NO_OFFLOAD if offload is None else offload]
+    for field, option in OPTIONS.items():
+        value = getattr(settings, field)
+        if value is not None:
+            args += [f"--{option}", str(value.value if isinstance(value, Enum) else value)]
+    return args
 
 
 def _progress_bar(tally: Tally) -> None:
@@ -122,15 +172,22 @@ def _progress_bar(tally: Tally) -> None:
 
 def run(args: argparse.Namespace) -> int:
     settings = _settings(args)
+    # Connect before probing: a bad kubeconfig must not cost a whole probe run.
+    filing = _Filing.connect(args) if args.report_configmap else None
     tty = sys.stderr.isatty()
     try:
         result = probe(settings, _progress_bar if tty else None)
     except ProbeConnectionError as err:
-        raise CommandError(str(err), 3) from None
+        if filing is None:
+            raise CommandError(str(err), 3) from None
+        filing.file(Evidence.unreachable(filing.name, settings, err))
+        print(f"{err}: filed INCONCLUSIVE in {filing}", file=sys.stderr)
+        return Verdict.INCONCLUSIVE.exit_code
     finally:
         if tty:
             sys.stderr.write("\n")
-    report = build_report(result)
+    evidence = Evidence.of(args.report_configmap or "", result)
+    report = evidence.body
     try:
         if args.report:
             args.report.write_text(json.dumps(report, indent=2) + "\n")
@@ -138,5 +195,34 @@ def run(args: argparse.Namespace) -> int:
             args.html.write_text(render_html(report))
     except OSError as err:
         raise CommandError(f"cannot write report: {err}", 3) from None
+    if filing is not None:
+        filing.file(evidence)
     print(json.dumps(report, indent=2) if args.output == "json" else summary_table(report))
     return result.exit_code
+
+
+@dataclass(frozen=True)
+class _Filing:
+    """Where `--report-configmap` files the report, and the API client to do it with."""
+
+    kube: Kube
+    namespace: str
+    name: str
+
+    @classmethod
+    def connect(cls, args: argparse.Namespace) -> _Filing:
+        namespace = args.report_namespace or default_namespace()
+        return cls(connect(args.kubeconfig, exit_code=3), namespace, args.report_configmap)
+
+    def __str__(self) -> str:
+        return f"configmap {self.namespace}/{self.name}"
+
+    def file(self, evidence: Evidence) -> None:
+        """Server-side apply of the verdict and data only, under the probe's own field
+        manager, so the labels and owner the operator gave the ConfigMap stay as they are."""
+        body = report_filing(evidence)
+        body["metadata"].update(name=self.name, namespace=self.namespace)
+        try:
+            self.kube.apply({"apiVersion": "v1", "kind": "ConfigMap", **body}, manager=MANAGER)
+        except ApiError as err:
+            raise CommandError(f"cannot file the report in {self}: {err}", 3) from None

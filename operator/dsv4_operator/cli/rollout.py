@@ -14,6 +14,7 @@ from typing import Any
 
 from dsv4_engine.cliutil import CommandError
 from dsv4_operator.api import KIND
+from dsv4_operator.cli.kubeapi import connect
 from dsv4_operator.rollout.decide import ManualAction
 from dsv4_operator.rollout.manual import ANNOTATION, encode
 from dsv4_operator.rollout.reports import REPORT_KEY
@@ -43,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    kube = _kube(args.kubeconfig)
+    kube = connect(args.kubeconfig)
     obj = kube.get(KIND, args.namespace, args.name)
     if obj is None:
         raise CommandError(f"DSV4Deployment {args.namespace}/{args.name} not found", exit_code=1)
@@ -111,15 +112,3 @@ def _report(kube: Any, namespace: str, rollout: dict[str, Any] | None, output: s
 
 def _pct(value: float | None) -> str | None:
     return None if value is None else f"{value:.3%}"
-
-
-def _kube(kubeconfig: str | None) -> Any:
-    from kubernetes import config
-
-    from dsv4_operator.reconcile.kube import Kube
-
-    try:
-        api = config.new_client_from_config(config_file=kubeconfig)
-    except config.ConfigException as err:
-        raise CommandError(f"cannot load kubeconfig: {err}", exit_code=1) from None
-    return Kube(api)

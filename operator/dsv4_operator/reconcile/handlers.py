@@ -16,13 +16,21 @@ import kopf
 
 from dsv4_operator.api import GROUP, KIND, PLURAL, VERSION
 from dsv4_operator.reconcile.reconciler import Reconciler
-from dsv4_operator.render.meta import LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY
+from dsv4_operator.render.meta import (
+    LABEL_COMPONENT,
+    LABEL_INSTANCE,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+)
+from dsv4_operator.rollout.probe_job import COMPONENT as PROBE_COMPONENT
 
 log = logging.getLogger("dsv4_operator.handlers")
 WATCHED_CHILDREN = (("apps", "v1", "statefulsets"), ("apps", "v1", "deployments"))
 
 
-def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
+def register(
+    registry: kopf.OperatorRegistry, reconciler: Reconciler, watch_probe_jobs: bool = False
+) -> None:
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
         return kopf.login_via_client(**kwargs)
@@ -48,6 +56,18 @@ def register(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
             labels={LABEL_MANAGED_BY: MANAGED_BY, LABEL_INSTANCE: kopf.PRESENT},
             registry=registry,
             id=f"child-{plural}",
+        )(child_changed)
+
+    if watch_probe_jobs:
+        # A probe Job ended: its verdict is in the report now, act on it without waiting
+        # for the resync.
+        kopf.on.event(
+            "batch",
+            "v1",
+            "jobs",
+            labels={LABEL_COMPONENT: PROBE_COMPONENT, LABEL_INSTANCE: kopf.PRESENT},
+            registry=registry,
+            id="probe-jobs",
         )(child_changed)
 
 

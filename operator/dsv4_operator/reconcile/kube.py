@@ -45,9 +45,11 @@ RESOURCES: dict[str, Resource] = {
     "PersistentVolumeClaim": Resource("/api/v1", "persistentvolumeclaims"),
     "Event": Resource("/api/v1", "events"),
     "Node": Resource("/api/v1", "nodes", namespaced=False),
+    "Pod": Resource("/api/v1", "pods"),
     "StatefulSet": Resource("/apis/apps/v1", "statefulsets"),
     "Deployment": Resource("/apis/apps/v1", "deployments"),
     "PodDisruptionBudget": Resource("/apis/policy/v1", "poddisruptionbudgets"),
+    "Job": Resource("/apis/batch/v1", "jobs"),
     "Role": Resource("/apis/rbac.authorization.k8s.io/v1", "roles"),
     "RoleBinding": Resource("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
     "Lease": Resource("/apis/coordination.k8s.io/v1", "leases"),
@@ -176,8 +178,11 @@ class Kube:
         typed = {"apiVersion": listed["apiVersion"], "kind": kind}
         return [{**item, **typed} for item in listed["items"]]
 
-    def apply(self, obj: dict[str, Any], subresource: str | None = None) -> dict[str, Any]:
-        """Server-side apply under the operator's one field manager (conflicts forced)."""
+    def apply(
+        self, obj: dict[str, Any], subresource: str | None = None, manager: str = FIELD_MANAGER
+    ) -> dict[str, Any]:
+        """Server-side apply, conflicts forced, under the operator's one field manager (a
+        probe filing its report uses its own, so it leaves the operator's fields alone)."""
         meta = obj["metadata"]
         url = path(obj["kind"], meta.get("namespace"), meta["name"])
         if subresource:
@@ -187,7 +192,7 @@ class Kube:
             url,
             body=obj,
             content_type="application/apply-patch+yaml",
-            query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+            query=[("fieldManager", manager), ("force", "true")],
         )
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:

@@ -35,11 +35,15 @@ def instance_selector(owner: Owner) -> str:
     return f"{LABEL_INSTANCE}={owner.name},{LABEL_MANAGED_BY}={MANAGED_BY}"
 
 
-def metadata(owner: Owner, name: str, component: str) -> dict[str, Any]:
+def metadata(owner: Owner, name: str, component: str, managed: bool = True) -> dict[str, Any]:
+    """``managed=False`` for what the children reconcile must not list (it would prune it as
+    an orphan): a rollout's reports and probe Jobs.  The owner reference still
+    garbage-collects such objects with the DSV4Deployment."""
+    managed_by = {LABEL_MANAGED_BY: MANAGED_BY} if managed else {}
     return {
         "name": name,
         "namespace": owner.namespace,
-        "labels": {**selector_labels(owner, component), LABEL_MANAGED_BY: MANAGED_BY},
+        "labels": {**selector_labels(owner, component), **managed_by},
         "ownerReferences": [
             {
                 "apiVersion": API_VERSION,

@@ -14,6 +14,7 @@ from dsv4_engine.features import Role
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.render.engine import ENGINE_PORT
 from dsv4_operator.render.meta import LABEL_GROUP_ROLE, Owner, metadata, selector_labels
+from dsv4_operator.render.rbac import identity
 
 ROUTER_PORT = 8000
 COMPONENT = "router"
@@ -40,32 +41,6 @@ def router_args(owner: Owner, spec: DSV4DeploymentSpec) -> list[str]:
         "--prefill-selector", *_selector_args(owner, Role.PREFILL),
         "--decode-selector", *_selector_args(owner, Role.DECODE),
     ]  # fmt: skip
-
-
-def _rbac(owner: Owner) -> list[dict[str, Any]]:
-    name = router_name(owner)
-    return [
-        {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": metadata(owner, name, COMPONENT),
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": metadata(owner, name, COMPONENT),
-            "rules": [
-                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
-            ],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": metadata(owner, name, COMPONENT),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": owner.namespace}],
-        },
-    ]
 
 
 def router_objects(owner: Owner, spec: DSV4DeploymentSpec) -> list[dict[str, Any]]:
@@ -103,4 +78,5 @@ def router_objects(owner: Owner, spec: DSV4DeploymentSpec) -> list[dict[str, Any
             "ports": [{"name": "http", "port": ROUTER_PORT, "targetPort": "http"}],
         },
     }
-    return [*_rbac(owner), deployment, service]
+    pods = {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
+    return [*identity(owner, name, COMPONENT, [pods]), deployment, service]

@@ -71,11 +71,15 @@ class RolloutOutcome:
 
 @dataclass
 class RolloutController:
-    """Holds what outlives a pass: the probe tasks and how to reach a Service."""
+    """Holds what outlives a pass: the probe tasks and how to reach a Service.
+
+    ``service_url`` is how the operator reaches a Service (the canary's warm-up check);
+    ``probe_url`` how the probes do, when they run elsewhere (a Job in the cluster)."""
 
     kube: Any
     executor: ProbeExecutor
     service_url: ServiceUrl = cluster_service_url
+    probe_url: ServiceUrl | None = None
     backend: Backend = Backend.SGLANG
     host_memory: HostMemory = pod_memory
 
@@ -101,9 +105,10 @@ class RolloutController:
             and slice_ready(canary_objects, canary_live)
             and self._warm(owner),
             probe=self._report_outcome(owner, canary_report),
-            probe_running=canary_report is not None and self.executor.running(canary_report),
+            probe_running=canary_report is not None and self.executor.running(owner, canary_report),
             stable_probe=self._report_outcome(owner, stable_report),
-            stable_probe_running=stable_report is not None and self.executor.running(stable_report),
+            stable_probe_running=stable_report is not None
+            and self.executor.running(owner, stable_report),
             rolled=rolled,
             manual=manual.parse(obj["metadata"].get("annotations")),
         )
@@ -151,7 +156,7 @@ class RolloutController:
                     owner,
                     _canary_report(owner, status),
                     "canary",
-                    self._settings(self.service_url(owner.namespace, service, port), canary_cfg),
+                    self._settings(self._probe_url(owner.namespace, service, port), canary_cfg),
                 )
             elif effect is Effect.START_STABLE_PROBE:
                 self._probe_stable(owner, previous_stable_report, status, canary_cfg)
@@ -168,7 +173,7 @@ class RolloutController:
         if previous_report is not None:
             self.kube.delete("ConfigMap", owner.namespace, previous_report)
         try:
-            url = self.service_url(owner.namespace, router_name(owner), ROUTER_PORT)
+            url = self._probe_url(owner.namespace, router_name(owner), ROUTER_PORT)
         except ValueError as err:
             log.warning("stable probe of %s/%s skipped: %s", owner.namespace, owner.name, err)
             return
@@ -208,6 +213,9 @@ class RolloutController:
             return None
         config_map = self.kube.get("ConfigMap", owner.namespace, report)
         return outcome_from_config_map(config_map) if config_map else None
+
+    def _probe_url(self, namespace: str, service: str, port: int) -> str:
+        return (self.probe_url or self.service_url)(namespace, service, port)
 
     def _settings(self, url: str, canary_cfg: CanarySpec) -> ProbeSettings:
         return ProbeSettings(

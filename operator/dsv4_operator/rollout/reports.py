@@ -9,54 +9,120 @@ whose report is absent is simply run again.
 from __future__ import annotations
 
 import json
+from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
+from dsv4_engine.probe import ProbeConnectionError, ProbeResult, ProbeSettings, build_report
+from dsv4_engine.probe.verdict import Verdict
 from dsv4_operator.api.rollout import RolloutVerdict
-from dsv4_operator.render.meta import LABEL_MANAGED_BY, Owner, metadata
+from dsv4_operator.render.meta import Owner, metadata
 from dsv4_operator.rollout.decide import ProbeOutcome
 
 REPORT_KEY = "report.json"
+OUTCOME_KEY = "outcome.json"
 COMPONENT = "rollout-report"
+ANNOTATION_VERDICT = "inference.dsv4.dev/verdict"
+ANNOTATION_SAMPLES = "inference.dsv4.dev/samples"
+VERDICTS = {
+    Verdict.PASS: RolloutVerdict.PASS,
+    Verdict.FAIL: RolloutVerdict.FAIL,
+    Verdict.INCONCLUSIVE: RolloutVerdict.INCONCLUSIVE,
+}
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What one probe attempt found, in the three shapes its readers need: the JSON report
+    (people), the outcome (the state machine) and the requests by outcome (metrics)."""
+
+    body: dict[str, Any]
+    outcome: ProbeOutcome
+    requests: dict[str, int]
+
+    @classmethod
+    def of(cls, report: str, result: ProbeResult) -> Evidence:
+        outcome = ProbeOutcome(
+            verdict=VERDICTS[result.verdict],
+            rate=result.rate,
+            bound=result.upper_bound,
+            samples=result.judged,
+            report=report,
+            message="; ".join(result.reasons),
+        )
+        outcomes = Counter(sample.outcome.value for sample in result.tally.samples)
+        return cls(build_report(result), outcome, dict(outcomes))
+
+    @classmethod
+    def unreachable(
+        cls, report: str, settings: ProbeSettings, err: ProbeConnectionError
+    ) -> Evidence:
+        """A canary that cannot be reached gives no evidence: INCONCLUSIVE, never PASS."""
+        return cls.inconclusive(report, settings.base_url, f"canary endpoint unreachable: {err}")
+
+    @classmethod
+    def inconclusive(cls, report: str, base_url: str, message: str) -> Evidence:
+        body = {"verdict": "INCONCLUSIVE", "reasons": [message], "base_url": base_url}
+        outcome = ProbeOutcome(RolloutVerdict.INCONCLUSIVE, None, None, 0, report, message)
+        return cls(body, outcome, {"transport_error": 1})
 
 
 def report_name(owner: Owner, target: str, revision: str, attempt: int) -> str:
     return f"{owner.name}-{target}-{revision}-{attempt}"
 
 
-def report_config_map(
-    owner: Owner, name: str, report: dict[str, Any], outcome: ProbeOutcome
-) -> dict[str, Any]:
-    meta = metadata(owner, name, COMPONENT)
-    # Not labelled managed-by: the children reconcile lists by that label and would delete a
-    # report as an orphan.  The owner reference still garbage-collects it with the resource.
-    meta["labels"] = {k: v for k, v in meta["labels"].items() if k != LABEL_MANAGED_BY}
-    meta["annotations"] = {
-        "inference.dsv4.dev/verdict": outcome.verdict.value,
-        "inference.dsv4.dev/samples": str(outcome.samples),
-    }
+def report_skeleton(owner: Owner, name: str) -> dict[str, Any]:
+    """The report ConfigMap before its probe has run: owned by the resource, no data yet.
+
+    A probe Job fills it in (`report_filing`); the operator creates it first so that the
+    Job needs no say over ownership and only `get`/`patch` on ConfigMaps.
+    """
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": meta,
+        "metadata": metadata(owner, name, COMPONENT, managed=False),
+    }
+
+
+def report_filing(evidence: Evidence) -> dict[str, Any]:
+    """The part of a report ConfigMap a probe writes: verdict annotations and the data."""
+    outcome = evidence.outcome
+    return {
+        "metadata": {
+            "annotations": {
+                ANNOTATION_VERDICT: outcome.verdict.value,
+                ANNOTATION_SAMPLES: str(outcome.samples),
+            }
+        },
         "data": {
-            REPORT_KEY: json.dumps(report, indent=1, sort_keys=True),
-            "outcome.json": json.dumps(
+            REPORT_KEY: json.dumps(evidence.body, indent=1, sort_keys=True),
+            OUTCOME_KEY: json.dumps(
                 {
                     "verdict": outcome.verdict.value,
                     "rate": outcome.rate,
                     "bound": outcome.bound,
                     "samples": outcome.samples,
                     "message": outcome.message,
+                    "requests": evidence.requests,
                 }
             ),
         },
     }
 
 
+def report_config_map(owner: Owner, name: str, evidence: Evidence) -> dict[str, Any]:
+    """The whole report ConfigMap, as a probe running inside the operator files it."""
+    config_map = report_skeleton(owner, name)
+    filing = report_filing(evidence)
+    config_map["metadata"]["annotations"] = filing["metadata"]["annotations"]
+    config_map["data"] = filing["data"]
+    return config_map
+
+
 def outcome_from_config_map(config_map: dict[str, Any]) -> ProbeOutcome | None:
     """The verdict a report ConfigMap records; None when it is not (yet) a complete report."""
+    raw = _raw_outcome(config_map)
     try:
-        raw = json.loads(config_map["data"]["outcome.json"])
         return ProbeOutcome(
             verdict=RolloutVerdict(raw["verdict"]),
             rate=raw["rate"],
@@ -67,3 +133,17 @@ def outcome_from_config_map(config_map: dict[str, Any]) -> ProbeOutcome | None:
         )
     except (KeyError, TypeError, ValueError):
         return None
+
+
+def requests_from_config_map(config_map: dict[str, Any]) -> dict[str, int]:
+    """The probe requests by outcome a report records (for metrics); {} when absent."""
+    requests = _raw_outcome(config_map).get("requests")
+    return {str(k): int(v) for k, v in requests.items()} if isinstance(requests, dict) else {}
+
+
+def _raw_outcome(config_map: dict[str, Any]) -> dict[str, Any]:
+    try:
+        raw = json.loads((config_map.get("data") or {})[OUTCOME_KEY])
+    except (KeyError, TypeError, ValueError):
+        return {}
+    return raw if isinstance(raw, dict) else {}

@@ -29,6 +29,7 @@ from dsv4_operator.reconcile import kube as kube_module
 from dsv4_operator.reconcile.reconciler import CHILD_KINDS
 from dsv4_operator.render import render_all
 from dsv4_operator.render.meta import Owner
+from dsv4_operator.rollout.probe_job import probe_identity
 
 PACKAGE = Path(inspect.getfile(kube_module)).parents[1]
 # Not run by the installed operator: the CLI and the local cluster tools use the user's own
@@ -104,8 +105,11 @@ def rendered_kinds() -> set[str]:
 
 
 def rendered_role_rules() -> list[dict[str, Any]]:
-    """Rules of the Roles the operator creates; it must hold them itself to grant them."""
-    return [r for o in rendered_objects() if o["kind"] == "Role" for r in o["rules"]]
+    """Rules of the Roles the operator creates (the router's, the probe Jobs'); it must hold
+    them itself to grant them."""
+    owner = Owner(name="x", namespace="ns", uid="00000000-0000-0000-0000-000000000000")
+    objects = [*rendered_objects(), *probe_identity(owner)]
+    return [r for o in objects if o["kind"] == "Role" for r in o["rules"]]
 
 
 class _Resolver:
@@ -182,13 +186,32 @@ class _Resolver:
             raise self.fail(name, "what object the variable holds")
         return values[0]
 
+    def loop_iterable(self, name: ast.Name) -> ast.expr | None:
+        """What `name` iterates over when it is the target of an enclosing `for` loop."""
+        node: ast.AST | None = self.parents.get(name)
+        while node is not None:
+            if (
+                isinstance(node, ast.For)
+                and isinstance(node.target, ast.Name)
+                and node.target.id == name.id
+            ):
+                return node.iter
+            node = self.parents.get(node)
+        return None
+
     def object_kinds(self, node: ast.expr) -> set[str]:
         """Kinds of an object argument (create/apply/replace)."""
         if isinstance(node, ast.Dict):
             for key, value in zip(node.keys, node.values, strict=True):
                 if isinstance(key, ast.Constant) and key.value == "kind":
                     return set(self.names(value))
+        if isinstance(node, (ast.List, ast.Tuple)) and node.elts:
+            # A helper returning several objects (e.g. a ServiceAccount, Role, RoleBinding).
+            return set().union(*(self.object_kinds(element) for element in node.elts))
         if isinstance(node, ast.Name):
+            iterable = self.loop_iterable(node)
+            if iterable is not None:  # `for obj in helper(...)`: the objects it returns
+                return self.object_kinds(iterable)
             return self.object_kinds(self.assigned(node))
         if isinstance(node, ast.Call):
             if _is_kube_call(node, "get"):
@@ -210,7 +233,13 @@ class _Resolver:
         defs = [d for d in self.tree.body if isinstance(d, ast.FunctionDef) and d.name == function]
         if not defs:
             raise self.fail(call, f"what {function}() returns")
-        returns = [r.value for r in ast.walk(defs[0]) if isinstance(r, ast.Return) and r.value]
+        returns = [
+            r.value
+            for r in ast.walk(defs[0])
+            if isinstance(r, ast.Return)
+            and r.value
+            and self.enclosing_function(r) is defs[0]  # not a nested helper's returns
+        ]
         return set().union(*(self.object_kinds(r) for r in returns))
 
     def callback_kinds(self, ref: ast.Attribute) -> set[str]:

@@ -1,0 +1,36 @@
+"""How `dsv4ctl` commands reach the API server: a kubeconfig on a laptop, the pod's own
+ServiceAccount inside a cluster (a probe Job)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dsv4_engine.cliutil import CommandError
+from dsv4_operator.reconcile.kube import Kube
+
+IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def connect(kubeconfig: str | None, exit_code: int = 1) -> Kube:
+    """Like kubectl: `--kubeconfig`, else $KUBECONFIG or ~/.kube/config, else (inside a pod,
+    e.g. a probe Job) the pod's ServiceAccount."""
+    from kubernetes import client, config
+
+    try:
+        return Kube(config.new_client_from_config(config_file=kubeconfig))
+    except config.ConfigException as err:
+        if kubeconfig is None:
+            try:
+                config.load_incluster_config()
+                return Kube(client.ApiClient())
+            except config.ConfigException:
+                pass
+        raise CommandError(f"cannot load kubeconfig: {err}", exit_code=exit_code) from None
+
+
+def default_namespace() -> str:
+    """The pod's own namespace inside a cluster, else `default`."""
+    try:
+        return IN_CLUSTER_NAMESPACE.read_text().strip() or "default"
+    except OSError:
+        return "default"

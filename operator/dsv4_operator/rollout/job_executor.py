@@ -1,0 +1,89 @@
+"""Probe attempts as Kubernetes Jobs (the real-cluster executor; see `probe_job`).
+
+Everything it knows lives in the API: whether an attempt runs is whether its Job is
+active, and its verdict is its report ConfigMap.  A restarted operator therefore finds a
+running Job and waits for it instead of starting a second probe.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from dsv4_engine.probe import ProbeSettings
+from dsv4_operator.render.meta import Owner
+from dsv4_operator.rollout.executor import record
+from dsv4_operator.rollout.probe_job import (
+    LABEL_TARGET,
+    JobState,
+    job_name,
+    job_state,
+    probe_identity,
+    probe_job,
+)
+from dsv4_operator.rollout.reports import (
+    Evidence,
+    outcome_from_config_map,
+    report_config_map,
+    report_skeleton,
+    requests_from_config_map,
+)
+
+log = logging.getLogger("dsv4_operator.rollout")
+
+
+class JobProbeExecutor:
+    def __init__(self, kube: Any, image: str) -> None:
+        self.kube = kube
+        self.image = image
+        self._recorded: set[tuple[str, str]] = set()  # (namespace, report) in metrics already
+
+    def running(self, owner: Owner, report: str) -> bool:
+        job = self.kube.get("Job", owner.namespace, job_name(report))
+        state, _ = job_state(job)
+        if state in (JobState.SUCCEEDED, JobState.FAILED):
+            self._record(owner, report, job)
+        return state is JobState.ACTIVE
+
+    def start(self, owner: Owner, report: str, target: str, settings: ProbeSettings) -> None:
+        job = self.kube.get("Job", owner.namespace, job_name(report))
+        state, why = job_state(job)
+        if state is JobState.ACTIVE:
+            return
+        if state is not JobState.ABSENT:
+            self._ended_without_report(owner, report, target, settings, why)
+            return
+        for obj in probe_identity(owner):
+            self.kube.apply(obj)
+        skeleton = self.kube.apply(report_skeleton(owner, report))
+        self.kube.apply(probe_job(owner, skeleton, target, settings, self.image))
+        log.info("probe %s: Job %s created", report, job_name(report))
+
+    def _ended_without_report(
+        self, owner: Owner, report: str, target: str, settings: ProbeSettings, why: str
+    ) -> None:
+        """The Job is over and left no verdict (its pods crashed, it hit its deadline, or it
+        was never really run): that attempt gave no evidence, which is INCONCLUSIVE.  It is
+        not run again: the rollout decides what happens next, as for any verdict."""
+        config_map = self.kube.get("ConfigMap", owner.namespace, report)
+        if config_map is not None and outcome_from_config_map(config_map) is not None:
+            return  # filed after all (read just now): the next pass reads it
+        message = f"probe Job {job_name(report)} ended without filing its report ({why})"
+        evidence = Evidence.inconclusive(report, settings.base_url, message)
+        self.kube.apply(report_config_map(owner, report, evidence))
+        self._recorded.add((owner.namespace, report))
+        record(owner, target, evidence)
+        log.warning("probe %s: %s", report, message)
+
+    def _record(self, owner: Owner, report: str, job: dict[str, Any] | None) -> None:
+        """Metrics for a verdict a Job filed, once per report and operator process."""
+        key = (owner.namespace, report)
+        if key in self._recorded or job is None:
+            return
+        config_map = self.kube.get("ConfigMap", owner.namespace, report)
+        outcome = outcome_from_config_map(config_map) if config_map else None
+        if outcome is None or config_map is None:
+            return
+        self._recorded.add(key)
+        target = job["metadata"].get("labels", {}).get(LABEL_TARGET, "canary")
+        record(owner, target, Evidence({}, outcome, requests_from_config_map(config_map)))

@@ -1,0 +1,157 @@
+"""A probe attempt as a Kubernetes Job: `dsv4ctl probe` in the operator image, filing its
+verdict into the attempt's report ConfigMap.  Pure functions; `job_executor` does the I/O.
+
+The Job never decides anything: the report ConfigMap stays the only evidence, exactly as
+when the operator probes in-process.  What the Job adds is Kubernetes' own bookkeeping —
+a pod per attempt, logs, a deadline — and a verdict that does not die with the operator.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from enum import Enum
+from typing import Any
+
+from dsv4_engine.probe import ProbeSettings
+from dsv4_engine.probe.verdict import Verdict
+from dsv4_operator.cli.probe import probe_args
+from dsv4_operator.render.meta import Owner, metadata
+from dsv4_operator.render.rbac import identity
+
+COMPONENT = "probe"
+CONTAINER = "probe"
+ANNOTATION_REPORT = "inference.dsv4.dev/report"
+LABEL_TARGET = "inference.dsv4.dev/probe-target"
+MAX_NAME = 63  # a Job's name is also a label value on its pods
+# Past its step's own deadline (decided by the operator) a probe is only load: Kubernetes
+# stops it this long after the probe's last sample could have started.
+DEADLINE_SLACK_S = 60
+# A crashed probe pod (exit 3: the API or the report could not be reached) is retried this
+# often; a verdict (exit 1 FAIL, 2 INCONCLUSIVE) never is — re-running a probe until it
+# passes is exactly what a canary must not do.
+RETRIES = 2
+# Finished Jobs stay a day for `kubectl logs`; the report ConfigMap (their owner) stays as
+# long as the rollout references it and takes its Job with it when deleted.
+TTL_S = 86400
+
+
+class JobState(Enum):
+    ABSENT = "absent"
+    ACTIVE = "active"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+def probe_account(owner: Owner) -> str:
+    return f"{owner.name}-probe"
+
+
+def probe_identity(owner: Owner) -> list[dict[str, Any]]:
+    """What a probe pod may do: read and fill in its report ConfigMap, nothing else (the
+    operator creates the ConfigMap, with its owner, before the Job)."""
+    rules = [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch"]}]
+    return identity(owner, probe_account(owner), COMPONENT, rules, managed=False)
+
+
+def job_name(report: str) -> str:
+    """The report's own name when it fits, else a prefix of it plus a hash of the whole."""
+    if len(report) <= MAX_NAME:
+        return report
+    digest = hashlib.sha256(report.encode()).hexdigest()[:10]
+    return f"{report[: MAX_NAME - len(digest) - 1].rstrip('-')}-{digest}"
+
+
+def probe_job(
+    owner: Owner, report: dict[str, Any], target: str, settings: ProbeSettings, image: str
+) -> dict[str, Any]:
+    """The Job for one attempt; ``report`` is the applied report ConfigMap (its owner)."""
+    name = report["metadata"]["name"]
+    meta = metadata(owner, job_name(name), COMPONENT, managed=False)
+    meta["labels"][LABEL_TARGET] = target
+    meta["annotations"] = {ANNOTATION_REPORT: name}
+    meta["ownerReferences"] = [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "name": name,
+            "uid": report["metadata"]["uid"],
+            "controller": True,
+            "blockOwnerDeletion": False,
+        }
+    ]
+    args = [
+        "probe",
+        *probe_args(settings),
+        "--report-configmap", name,
+        "--report-namespace", owner.namespace,
+    ]  # fmt: skip
+    container = {
+        "name": CONTAINER,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["dsv4ctl"],
+        "args": args,
+        "resources": {
+            "requests": {"cpu": "500m", "memory": "256Mi"},
+            "limits": {"cpu": "2", "memory": "1Gi"},
+        },
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+    }
+    spec: dict[str, Any] = {
+        "backoffLimit": RETRIES,
+        "ttlSecondsAfterFinished": TTL_S,
+        "podFailurePolicy": {
+            "rules": [
+                {
+                    "action": "FailJob",
+                    "onExitCodes": {
+                        "containerName": CONTAINER,
+                        "operator": "In",
+                        "values": [Verdict.FAIL.exit_code, Verdict.INCONCLUSIVE.exit_code],
+                    },
+                },
+                # An evicted or preempted pod is no evidence either way: run it again.
+                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+            ]
+        },
+        "template": {
+            "metadata": {"labels": dict(meta["labels"])},
+            "spec": {
+                "restartPolicy": "Never",
+                "serviceAccountName": probe_account(owner),
+                "securityContext": {
+                    "runAsNonRoot": True,
+                    "runAsUser": 10001,
+                    "runAsGroup": 10001,
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                },
+                "containers": [container],
+                "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}],
+            },
+        },
+    }
+    if settings.max_duration_s is not None:
+        deadline = settings.max_duration_s + settings.request_timeout_s + DEADLINE_SLACK_S
+        spec["activeDeadlineSeconds"] = int(deadline)
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec}
+
+
+def job_state(job: dict[str, Any] | None) -> tuple[JobState, str]:
+    """Where a probe Job is, and in words why it ended (its terminal condition)."""
+    if job is None:
+        return JobState.ABSENT, "absent"
+    for condition in (job.get("status") or {}).get("conditions") or []:
+        if condition.get("status") != "True":
+            continue
+        why = f"{condition.get('reason') or condition['type']}: {condition.get('message', '')}"
+        if condition.get("type") == "Complete":
+            return JobState.SUCCEEDED, why.rstrip(": ")
+        if condition.get("type") == "Failed":
+            return JobState.FAILED, why.rstrip(": ")
+    return JobState.ACTIVE, "running"

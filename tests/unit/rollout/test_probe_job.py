@@ -1,0 +1,167 @@
+"""A probe attempt as a Job: the command it runs parses back to the very probe settings the
+rollout chose, it files into the attempt's report, and a verdict is never re-run."""
+
+from __future__ import annotations
+
+import pytest
+
+from dsv4_engine.cliutil import build_parser
+from dsv4_engine.probe import ProbeName, ProbeSettings
+from dsv4_engine.probe.verdict import Verdict
+from dsv4_operator import cli
+from dsv4_operator.cli import probe as probe_cli
+from dsv4_operator.render.meta import LABEL_MANAGED_BY, Owner
+from dsv4_operator.rollout.probe_job import (
+    CONTAINER,
+    MAX_NAME,
+    JobState,
+    job_name,
+    job_state,
+    probe_account,
+    probe_identity,
+    probe_job,
+)
+
+OWNER = Owner(name="flash", namespace="prod", uid="uid-of-flash")
+REPORT = {"metadata": {"name": "flash-canary-ab12cd34-1", "uid": "uid-of-report"}}
+# Every option `dsv4ctl probe` has, away from its default.
+EVERYTHING = ProbeSettings(
+    base_url="http://flash-canary-router.prod.svc:8000",
+    backend="reference",
+    model="deepseek-v4-flash",
+    probes=(ProbeName.CACHE_CONSISTENCY, ProbeName.TOOLCALL_ECHO_LONG_CONTEXT),
+    format="v41",
+    concurrency=17,
+    requests=321,
+    max_corruption_rate=0.012,
+    confidence=0.99,
+    max_transport_error_rate=0.05,
+    max_tokens=99,
+    request_timeout_s=33.5,
+    max_duration_s=600.0,
+    prefix_words=200,
+    sessions_per_prefix=3,
+    long_context_words=4000,
+    seed=7,
+    deterministic="yes",
+    admin_offload_path=None,
+)
+
+
+def parse(argv: list[str]):
+    return build_parser("dsv4ctl", "", cli, argv).parse_args(argv)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [EVERYTHING, ProbeSettings(base_url="http://x:1")],
+    ids=["every-option", "defaults"],
+)
+def test_probe_args_parse_back_to_the_same_settings(settings):
+    args = parse(["probe", *probe_cli.probe_args(settings)])
+    assert probe_cli._settings(args) == settings
+
+
+def test_every_probe_setting_is_an_option_or_refused_by_name():
+    covered = {"base_url", "probes", "admin_offload_path", *probe_cli.OPTIONS}
+    assert covered | set(probe_cli.NOT_OPTIONS) == set(ProbeSettings.model_fields)
+    with pytest.raises(ValueError, match="api_key"):
+        probe_cli.probe_args(ProbeSettings(base_url="http://x:1", api_key="secret"))
+
+
+def test_the_job_runs_dsv4ctl_probe_with_the_rollouts_settings_and_files_its_report():
+    job = probe_job(OWNER, REPORT, "canary", EVERYTHING, "ghcr.io/dsv4/operator:0.2.0")
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == "ghcr.io/dsv4/operator:0.2.0"
+    assert container["command"] == ["dsv4ctl"]
+    args = parse(container["args"])
+    assert args.command == "probe"
+    assert probe_cli._settings(args) == EVERYTHING
+    assert (args.report_configmap, args.report_namespace) == ("flash-canary-ab12cd34-1", "prod")
+    assert pod["serviceAccountName"] == probe_account(OWNER)
+    # The report owns the Job: deleting an old report takes its Job along.
+    (ref,) = job["metadata"]["ownerReferences"]
+    assert (ref["kind"], ref["name"], ref["uid"]) == (
+        "ConfigMap",
+        REPORT["metadata"]["name"],
+        "uid-of-report",
+    )
+    # Pruned by nobody but its owner: the children reconcile lists by managed-by.
+    assert LABEL_MANAGED_BY not in job["metadata"]["labels"]
+    # Kubernetes stops a probe that outlives its step (the operator decided long before).
+    assert job["spec"]["activeDeadlineSeconds"] > EVERYTHING.max_duration_s
+
+
+def test_a_verdict_ends_the_job_and_only_a_crash_is_retried():
+    spec = probe_job(OWNER, REPORT, "canary", EVERYTHING, "img")["spec"]
+    assert spec["template"]["spec"]["restartPolicy"] == "Never"
+    fail_job, ignore = spec["podFailurePolicy"]["rules"]
+    assert fail_job["action"] == "FailJob"
+    assert fail_job["onExitCodes"]["containerName"] == CONTAINER
+    assert fail_job["onExitCodes"]["values"] == [
+        Verdict.FAIL.exit_code,
+        Verdict.INCONCLUSIVE.exit_code,
+    ]  # re-running a probe until it passes is what a canary must never do
+    assert ignore == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}
+    assert spec["backoffLimit"] >= 1  # exit 3 (could not file the report) is retried
+
+
+def test_the_probe_identity_may_only_read_and_fill_in_configmaps():
+    sa, role, binding = probe_identity(OWNER)
+    assert [o["kind"] for o in (sa, role, binding)] == ["ServiceAccount", "Role", "RoleBinding"]
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch"]}
+    ]
+    assert binding["subjects"][0]["name"] == sa["metadata"]["name"] == probe_account(OWNER)
+    assert all(o["metadata"]["ownerReferences"][0]["uid"] == OWNER.uid for o in (sa, role, binding))
+    assert all(LABEL_MANAGED_BY not in o["metadata"]["labels"] for o in (sa, role, binding))
+
+
+def test_job_names_fit_a_label_and_stay_distinct():
+    assert job_name("flash-canary-ab12cd34-1") == "flash-canary-ab12cd34-1"
+    base = "a-very-long-deployment-name-for-the-team-x-stable-0123456789-0-20261129t141500z"
+    one, two = job_name(base), job_name(base.replace("141500", "151500"))
+    assert len(one) <= MAX_NAME and len(two) <= MAX_NAME
+    assert one != two and one == job_name(base)
+    assert one[0].isalnum() and one[-1].isalnum()
+
+
+def condition(kind: str, status: str = "True", reason: str = "", message: str = "") -> dict:
+    return {"type": kind, "status": status, "reason": reason, "message": message}
+
+
+@pytest.mark.parametrize(
+    ("conditions", "state"),
+    [
+        ([], JobState.ACTIVE),
+        ([condition("FailureTarget", reason="PodFailurePolicy")], JobState.ACTIVE),
+        ([condition("Complete", status="False")], JobState.ACTIVE),
+        ([condition("SuccessCriteriaMet"), condition("Complete")], JobState.SUCCEEDED),
+        (
+            [condition("FailureTarget"), condition("Failed", reason="BackoffLimitExceeded")],
+            JobState.FAILED,
+        ),
+    ],
+)
+def test_job_state_follows_the_terminal_conditions(conditions, state):
+    assert job_state({"status": {"conditions": conditions}})[0] is state
+
+
+def test_job_state_says_why_a_job_failed():
+    job = {
+        "status": {
+            "conditions": [
+                condition(
+                    "Failed",
+                    reason="DeadlineExceeded",
+                    message="Job was active longer than specified deadline",
+                )
+            ]
+        }
+    }
+    assert job_state(job) == (
+        JobState.FAILED,
+        "DeadlineExceeded: Job was active longer than specified deadline",
+    )
+    assert job_state(None) == (JobState.ABSENT, "absent")
