@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
+import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from dsv4_operator.cluster.local import LocalCluster
@@ -43,3 +46,29 @@ def audit_events(cluster: LocalCluster, offset: int) -> list[dict[str, Any]]:
         with contextlib.suppress(ValueError):
             events.append(json.loads(line))
     return events
+
+
+class Background:
+    """A long-running process of a test (the operator, the local runtime), logging to a file."""
+
+    def __init__(self, command: list[str], log: Path, env: dict[str, str]) -> None:
+        self.command, self.log, self.env = command, log, env
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        with self.log.open("a") as out:
+            self.proc = subprocess.Popen(
+                self.command, stdout=out, stderr=subprocess.STDOUT, env=self.env
+            )
+
+    def text(self) -> str:
+        return self.log.read_text()
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)

@@ -21,7 +21,7 @@ from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.samples import load_sample
 from dsv4_operator.cluster.local import LocalCluster
 from dsv4_operator.localrun.runtime import free_port
-from tests.e2e.helpers import get_json, wait_for
+from tests.e2e.helpers import Background, get_json, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -38,30 +38,6 @@ CANARY = {
 }
 HICACHE_BF16 = {"hicache": {"enabled": True, "ratio": 2.0}, "indexDtype": "bf16"}
 VERDICT_TIMEOUT = 600
-
-
-class Background:
-    def __init__(self, command: list[str], log: Path, env: dict[str, str]) -> None:
-        self.command, self.log, self.env = command, log, env
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        with self.log.open("a") as out:
-            self.proc = subprocess.Popen(
-                self.command, stdout=out, stderr=subprocess.STDOUT, env=self.env
-            )
-
-    def text(self) -> str:
-        return self.log.read_text()
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
 
 
 @pytest.fixture(scope="module")

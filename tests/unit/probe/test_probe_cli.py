@@ -1,15 +1,12 @@
 """`dsv4ctl validate` and `dsv4ctl probe` as a user runs them: output, exit codes, errors."""
 
-import asyncio
 import json
-import threading
 from pathlib import Path
 
 import jsonschema
 import pytest
 
 from dsv4_engine.probe import report_schema
-from dsv4_engine.probe.scripted_server import ScriptedCompletionServer
 from dsv4_operator.cli.main import main
 
 CORPUS = Path(__file__).parents[2] / "data" / "dsml_corpus"
@@ -61,43 +58,6 @@ def test_validate_bad_input_names_line_and_field(tmp_path, capsys, line, message
 def test_validate_missing_file(capsys):
     assert main(["validate", "--format", "v4", "/nonexistent.jsonl"]) == 3
     assert "cannot read /nonexistent.jsonl" in capsys.readouterr().err
-
-
-class _ServerThread:
-    """The scripted server on its own loop and thread: the CLI runs its own asyncio.run."""
-
-    def __init__(self, **kwargs) -> None:
-        self.server = ScriptedCompletionServer(**kwargs)
-        self.loop = asyncio.new_event_loop()
-        started = threading.Event()
-
-        def serve() -> None:
-            asyncio.set_event_loop(self.loop)
-            self.url = self.loop.run_until_complete(self.server.start())
-            started.set()
-            self.loop.run_forever()
-
-        self.thread = threading.Thread(target=serve, daemon=True)
-        self.thread.start()
-        assert started.wait(10)
-
-    def close(self) -> None:
-        asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-
-
-@pytest.fixture
-def server_thread():
-    made = []
-
-    def start(**kwargs) -> _ServerThread:
-        made.append(_ServerThread(**kwargs))
-        return made[-1]
-
-    yield start
-    for s in made:
-        s.close()
 
 
 def test_probe_fail_exit_code_report_and_html(server_thread, tmp_path, capsys):
@@ -158,3 +118,17 @@ def test_argparse_usage_errors_exit_3_not_2(argv, capsys):
         main(argv)
     assert exit_info.value.code == 3
     assert "error:" in capsys.readouterr().err
+
+
+def test_probe_refuses_a_bad_kubeconfig_before_probing(server_thread, tmp_path, capsys):
+    srv = server_thread()
+    code = main(
+        [
+            "probe", srv.url, "--backend", "reference", "--requests", "8",
+            "--report-configmap", "flash-canary-x-1",
+            "--kubeconfig", str(tmp_path / "missing.kubeconfig"),
+        ]
+    )  # fmt: skip
+    assert code == 3
+    assert "cannot load kubeconfig" in capsys.readouterr().err
+    assert srv.server.chat_requests == 0  # no probe run whose report could not be filed

@@ -1,0 +1,50 @@
+"""Fixtures shared by every test folder."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from dsv4_engine.probe.scripted_server import ScriptedCompletionServer
+
+
+class ScriptedServerThread:
+    """The scripted server on its own loop and thread: the CLI runs its own asyncio.run."""
+
+    def __init__(self, **kwargs) -> None:
+        self.server = ScriptedCompletionServer(**kwargs)
+        self.loop = asyncio.new_event_loop()
+        started = threading.Event()
+
+        def serve() -> None:
+            asyncio.set_event_loop(self.loop)
+            self.url = self.loop.run_until_complete(self.server.start())
+            started.set()
+            self.loop.run_forever()
+
+        self.thread = threading.Thread(target=serve, daemon=True)
+        self.thread.start()
+        assert started.wait(10)
+
+    def close(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+@pytest.fixture
+def server_thread() -> Iterator[Callable[..., ScriptedServerThread]]:
+    """server_thread(**ScriptedCompletionServer kwargs) → a running server (`.url`), stopped
+    at teardown; for code under test that runs its own event loop (a CLI, a subprocess)."""
+    made = []
+
+    def start(**kwargs) -> ScriptedServerThread:
+        made.append(ScriptedServerThread(**kwargs))
+        return made[-1]
+
+    yield start
+    for s in made:
+        s.close()

@@ -1,0 +1,304 @@
+"""Probe Jobs on a real control plane.
+
+The Job a rollout creates runs `dsv4ctl probe` as the probe's own ServiceAccount: here the
+test plays the pod (KWOK runs no containers) and runs the Job's exact arguments under that
+account's token, so the command line, the report filing and the least-privilege Role are
+all checked by the real API server.  Then an operator in Job mode takes a flag change
+through a canary whose probe Job ends without filing anything (what KWOK's fake pods do):
+no evidence, so INCONCLUSIVE, rolled back.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import config
+
+from dsv4_engine.probe import ProbeSettings
+from dsv4_operator.api.crd import CRD_PATH
+from dsv4_operator.api.rollout import RolloutVerdict
+from dsv4_operator.api.samples import load_sample
+from dsv4_operator.cluster.local import LocalCluster
+from dsv4_operator.localrun.runtime import free_port
+from dsv4_operator.reconcile.kube import Kube
+from dsv4_operator.render.meta import LABEL_COMPONENT, Owner
+from dsv4_operator.rollout.job_executor import JobProbeExecutor
+from dsv4_operator.rollout.probe_job import (
+    ANNOTATION_REPORT,
+    COMPONENT,
+    JobState,
+    job_state,
+    probe_account,
+    probe_identity,
+    probe_job,
+)
+from dsv4_operator.rollout.reports import REPORT_KEY, outcome_from_config_map, report_skeleton
+from dsv4_operator.runtime import probe_image
+from tests.e2e.helpers import Background, get_json, wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+IMAGE = "ghcr.io/dsv4/operator:e2e"
+BIN = Path(sys.executable).parent
+
+
+def create_deployment(cluster: LocalCluster, namespace: str, spec: dict | None = None) -> Owner:
+    cluster.kubectl("apply", "--server-side", "-f", str(CRD_PATH))
+    cluster.kubectl("wait", "--for=condition=Established", "crd/dsv4deployments.inference.dsv4.dev")
+    cluster.kubectl("create", "namespace", namespace, check=False)
+    sample = load_sample()
+    sample["metadata"] = {"name": "flash", "namespace": namespace}
+    sample["spec"].update(spec or {})
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(sample))
+    uid = get_json(cluster, "dsv4", "flash", "-n", namespace)["metadata"]["uid"]
+    return Owner(name="flash", namespace=namespace, uid=uid)
+
+
+def admin(cluster: LocalCluster) -> Kube:
+    return Kube(config.new_client_from_config(config_file=cluster.kubeconfig))
+
+
+def account_kubeconfig(cluster: LocalCluster, owner: Owner, path: Path) -> Path:
+    """A kubeconfig that authenticates as the probe's ServiceAccount (a bound token), as the
+    probe pod's mounted token does."""
+    token = cluster.kubectl(
+        "create", "token", probe_account(owner), "-n", owner.namespace, "--duration", "1h"
+    ).stdout.strip()
+    kubeconfig = yaml.safe_load(Path(cluster.kubeconfig).read_text())
+    context = next(c for c in kubeconfig["contexts"] if c["name"] == kubeconfig["current-context"])
+    cluster_entry = next(
+        c for c in kubeconfig["clusters"] if c["name"] == context["context"]["cluster"]
+    )
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [cluster_entry],
+                "users": [{"name": "probe", "user": {"token": token}}],
+                "contexts": [
+                    {
+                        "name": "probe",
+                        "context": {"cluster": cluster_entry["name"], "user": "probe"},
+                    }
+                ],
+                "current-context": "probe",
+            }
+        )
+    )
+    return path
+
+
+# -- the Job's command, run as the probe's own ServiceAccount --------------------------------
+COMMAND_NS = "probe-job-command"
+
+
+@pytest.fixture(scope="module")
+def owner(cluster: LocalCluster) -> Owner:
+    """A DSV4Deployment to own the reports; no operator watches this namespace."""
+    owner = create_deployment(cluster, COMMAND_NS)
+    kube = admin(cluster)
+    for obj in probe_identity(owner):
+        kube.apply(obj)
+    return owner
+
+
+@pytest.mark.parametrize(
+    ("server", "exit_code", "verdict"),
+    [
+        ({"corruption_rate": 0.0}, 0, RolloutVerdict.PASS),
+        ({"corruption_rate": 0.3, "seed": 5}, 1, RolloutVerdict.FAIL),
+        (None, 2, RolloutVerdict.INCONCLUSIVE),  # nothing listens: no evidence
+    ],
+    ids=["pass", "fail", "unreachable"],
+)
+def test_the_jobs_command_files_its_verdict_as_the_probe_account(
+    cluster, owner, server_thread, tmp_path, server, exit_code, verdict
+):
+    kube = admin(cluster)
+    report = f"flash-canary-cmd{exit_code}-1"
+    skeleton = kube.apply(report_skeleton(owner, report))
+    url = server_thread(**server).url if server is not None else "http://127.0.0.1:9"
+    settings = ProbeSettings(
+        base_url=url, backend="reference", concurrency=8, requests=60, max_corruption_rate=0.1
+    )
+    job = probe_job(owner, skeleton, "canary", settings, IMAGE)
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    kubeconfig = account_kubeconfig(cluster, owner, tmp_path / "probe.kubeconfig")
+
+    ran = subprocess.run(
+        [str(BIN / container["command"][0]), *container["args"], "--kubeconfig", str(kubeconfig)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+    assert ran.returncode == exit_code, ran.stderr
+    filed = kube.get("ConfigMap", COMMAND_NS, report)
+    outcome = outcome_from_config_map(filed)
+    assert outcome is not None and outcome.verdict is verdict
+    assert json.loads(filed["data"][REPORT_KEY])["verdict"] == verdict.value
+    # The probe wrote only the verdict: what the operator set (owner, labels) is intact.
+    assert filed["metadata"]["ownerReferences"] == skeleton["metadata"]["ownerReferences"]
+    assert filed["metadata"]["labels"] == skeleton["metadata"]["labels"]
+    managers = {m["manager"] for m in filed["metadata"]["managedFields"]}
+    assert managers == {"dsv4-operator", "dsv4-probe"}
+
+
+@pytest.mark.parametrize(
+    ("verb", "resource", "namespace", "allowed"),
+    [
+        ("patch", "configmaps", COMMAND_NS, True),
+        ("get", "configmaps", COMMAND_NS, True),
+        ("create", "configmaps", COMMAND_NS, False),  # the operator creates the report
+        ("delete", "configmaps", COMMAND_NS, False),
+        ("patch", "configmaps", "default", False),  # only its own namespace
+        ("get", "secrets", COMMAND_NS, False),
+        ("patch", "dsv4deployments", COMMAND_NS, False),
+    ],
+)
+def test_the_probe_account_may_fill_in_reports_and_nothing_else(
+    cluster, owner, verb, resource, namespace, allowed
+):
+    user = f"system:serviceaccount:{COMMAND_NS}:{probe_account(owner)}"
+    answer = cluster.kubectl(
+        "auth", "can-i", verb, resource, "-n", namespace, "--as", user, check=False
+    ).stdout.strip()
+    assert answer == ("yes" if allowed else "no")
+
+
+def test_probe_jobs_run_the_operator_pods_own_image(cluster, owner, monkeypatch):
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "dsv4-operator-5f7d9", "namespace": COMMAND_NS},
+        "spec": {
+            "containers": [
+                {"name": "proxy", "image": "ghcr.io/example/proxy:1"},
+                {"name": "operator", "image": "registry.example/dsv4/operator:1.2.3"},
+            ]
+        },
+    }
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(pod))
+    kube = admin(cluster)
+    monkeypatch.setenv("POD_NAMESPACE", COMMAND_NS)
+    monkeypatch.setenv("POD_NAME", "dsv4-operator-5f7d9")
+    assert probe_image(kube, None) == "registry.example/dsv4/operator:1.2.3"
+    assert probe_image(kube, "pinned:1") == "pinned:1"
+    monkeypatch.delenv("POD_NAME")
+    with pytest.raises(SystemExit, match="--probe-image"):
+        probe_image(kube, None)
+
+
+def test_a_restarted_operator_never_starts_a_second_job_for_one_attempt(cluster, owner):
+    """Two executors are two operator lives: the second finds the first one's Job and, once
+    it ended without a report (KWOK's pods run nothing), files INCONCLUSIVE instead of
+    probing again."""
+    kube = admin(cluster)
+    report = "flash-canary-restart-1"
+    settings = ProbeSettings(base_url="http://flash-canary-router.x.svc:8000", backend="reference")
+    JobProbeExecutor(kube, IMAGE).start(owner, report, "canary", settings)
+    job = wait_for(
+        "the Job to end",
+        lambda: (
+            (j := kube.get("Job", COMMAND_NS, report))
+            and job_state(j)[0] is not JobState.ACTIVE
+            and j
+        ),
+        60,
+    )
+    restarted = JobProbeExecutor(kube, IMAGE)
+    assert not restarted.running(owner, report)
+    restarted.start(owner, report, "canary", settings)
+    restarted.start(owner, report, "canary", settings)  # every later pass, too
+    assert kube.get("Job", COMMAND_NS, report)["metadata"]["uid"] == job["metadata"]["uid"]
+    outcome = outcome_from_config_map(kube.get("ConfigMap", COMMAND_NS, report))
+    assert outcome is not None and outcome.verdict is RolloutVerdict.INCONCLUSIVE
+
+
+# -- an operator in Job mode -------------------------------------------------------------------
+MODE_NS = "probe-job-mode"
+CANARY = {"requests": 32, "concurrency": 16, "maxCorruptionRate": 0.1, "readyTimeoutSeconds": 240}
+HICACHE_BF16 = {"hicache": {"enabled": True, "ratio": 2.0}, "indexDtype": "bf16"}
+
+
+@pytest.fixture(scope="module")
+def job_mode(cluster: LocalCluster, tmp_path_factory):
+    logs = tmp_path_factory.mktemp("probe-job-mode")
+    env = {**cluster.env, "DSV4_LOCALRUN_DIR": str(logs)}
+    operator = Background(
+        [
+            str(BIN / "dsv4-operator"), "run",
+            "--namespace", MODE_NS, "--lease-namespace", MODE_NS, "--lease-seconds", "6",
+            "--engine-backend", "reference", "--local-endpoints",
+            "--probe-mode", "job", "--probe-image", IMAGE,
+            "--resync-seconds", "2", "--health-port", str(free_port()),
+        ],
+        logs / "operator.log",
+        env,
+    )  # fmt: skip
+    runtime = Background(
+        [sys.executable, "-m", "dsv4_operator.localrun.runtime"], logs / "localrun.log", env
+    )
+    owner = create_deployment(cluster, MODE_NS, {"canary": CANARY})
+    operator.start()
+    runtime.start()
+    try:
+        wait_for("deployment Ready", lambda: status(cluster).get("phase") == "Ready", 180)
+        yield owner, operator
+    finally:
+        cluster.kubectl("delete", "dsv4", "flash", "-n", MODE_NS, "--wait=false", check=False)
+        operator.stop()
+        runtime.stop()
+
+
+def status(cluster: LocalCluster) -> dict:
+    return get_json(cluster, "dsv4", "flash", "-n", MODE_NS).get("status") or {}
+
+
+def probe_jobs(cluster: LocalCluster) -> list[dict]:
+    selector = f"{LABEL_COMPONENT}={COMPONENT}"
+    return get_json(cluster, "jobs", "-n", MODE_NS, "-l", selector)["items"]
+
+
+def test_a_probe_job_that_files_nothing_is_inconclusive_and_rolls_back(cluster, job_mode):
+    owner, operator = job_mode
+    before = get_json(cluster, "statefulset", "flash-decode", "-n", MODE_NS)["spec"]["template"]
+    cluster.kubectl(
+        "patch", "dsv4", "flash", "-n", MODE_NS, "--type=merge",
+        "-p", json.dumps({"spec": {"features": HICACHE_BF16}}),
+    )  # fmt: skip
+
+    (job,) = wait_for("the canary's probe Job", lambda: probe_jobs(cluster), 300, interval=1)
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == IMAGE and container["command"] == ["dsv4ctl"]
+    # The Job reaches the canary the way a pod does: through the router Service's DNS name.
+    assert container["args"][1] == f"http://flash-canary-router.{MODE_NS}.svc:8000"
+    report = job["metadata"]["annotations"][ANNOTATION_REPORT]
+    (ref,) = job["metadata"]["ownerReferences"]
+    assert (ref["kind"], ref["name"]) == ("ConfigMap", report)
+    assert job["spec"]["template"]["spec"]["serviceAccountName"] == probe_account(owner)
+
+    rollout = wait_for(
+        "rolled back",
+        lambda: (r := status(cluster).get("rollout") or {}).get("phase") == "RolledBack" and r,
+        300,
+    )
+    assert (rollout["verdict"], rollout["report"]) == ("INCONCLUSIVE", report)
+    outcome = outcome_from_config_map(get_json(cluster, "configmap", report, "-n", MODE_NS))
+    assert outcome is not None and outcome.verdict is RolloutVerdict.INCONCLUSIVE
+    assert "ended without filing its report" in outcome.message
+    events = get_json(cluster, "events", "-n", MODE_NS)["items"]
+    (rolled_back,) = [e for e in events if e["reason"] == "RolledBack"]
+    assert "ended without filing its report" in rolled_back["message"]
+    # Ran once, never again: the same attempt is not re-probed after its Job ended.
+    assert [j["metadata"]["name"] for j in probe_jobs(cluster)] == [job["metadata"]["name"]]
+    # Production never saw the untested flags.
+    after = get_json(cluster, "statefulset", "flash-decode", "-n", MODE_NS)["spec"]["template"]
+    assert after == before
+    assert "Traceback" not in operator.text()
