@@ -204,6 +204,7 @@ async def serve(args: argparse.Namespace) -> int:
     image = None
     if args.probe_mode == ProbeMode.JOB.value:
         image = await asyncio.to_thread(probe_image, kube, args.probe_image)
+        log.info("probes run as Jobs", extra={"probe_image": image})
     health = Health(kube)
     runner = await health.start(args.health_port)
     lease = leader.LeaseConfig(

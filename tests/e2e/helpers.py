@@ -6,12 +6,14 @@ import contextlib
 import json
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from dsv4_operator.cluster.local import LocalCluster
+from dsv4_operator.localrun.runtime import free_port
 
 
 def wait_for(
@@ -72,3 +74,26 @@ class Background:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+
+
+def operator_and_runtime(
+    cluster: LocalCluster, namespace: str, logs: Path, *extra: str
+) -> tuple[Background, Background]:
+    """The operator for one namespace, probing reference engines that the local runtime runs
+    for the engine pods (both returned unstarted; ``extra``: more `run` flags)."""
+    env = {**cluster.env, "DSV4_LOCALRUN_DIR": str(logs)}
+    operator = Background(
+        [
+            str(Path(sys.executable).with_name("dsv4-operator")), "run",
+            "--namespace", namespace, "--lease-namespace", namespace, "--lease-seconds", "6",
+            "--engine-backend", "reference", "--local-endpoints",
+            "--resync-seconds", "2", "--health-port", str(free_port()),
+            *extra,
+        ],
+        logs / "operator.log",
+        env,
+    )  # fmt: skip
+    runtime = Background(
+        [sys.executable, "-m", "dsv4_operator.localrun.runtime"], logs / "localrun.log", env
+    )
+    return operator, runtime

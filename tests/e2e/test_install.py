@@ -142,6 +142,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+OPERATOR_POD = "app.kubernetes.io/name=dsv4-operator"
+
+
 def deployed_args(base: list[dict[str, Any]]) -> list[str]:
     """The operator's arguments exactly as the base Deployment runs them."""
     deployment = next(o for o in base if o["kind"] == "Deployment")
@@ -169,6 +172,13 @@ def installed(prepared: LocalCluster, tmp_path_factory: pytest.TempPathFactory) 
     prepared.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=as_list(base))
     workdir = tmp_path_factory.mktemp("install")
     kubeconfig = token_kubeconfig(prepared, workdir / "sa-kubeconfig.yaml")
+    # The local process stands in for the Deployment's pod (KWOK runs nothing): it gets that
+    # pod's name, as the downward API gives it, and so finds its probe image the same way.
+    (pod,) = wait_for(
+        "the operator Deployment's pod",
+        lambda: get_json(prepared, "pods", "-n", OPERATOR_NS, "-l", OPERATOR_POD)["items"],
+        60,
+    )
     port = free_port()
     log = workdir / "operator.log"
     offset = prepared.audit_log.stat().st_size
@@ -177,7 +187,12 @@ def installed(prepared: LocalCluster, tmp_path_factory: pytest.TempPathFactory) 
         *with_port(deployed_args(base), port),
         "--resync-seconds", "5",
     ]  # fmt: skip
-    env = {**prepared.env, "KUBECONFIG": str(kubeconfig), "POD_NAMESPACE": OPERATOR_NS}
+    env = {
+        **prepared.env,
+        "KUBECONFIG": str(kubeconfig),
+        "POD_NAMESPACE": OPERATOR_NS,
+        "POD_NAME": pod["metadata"]["name"],
+    }
     with log.open("w") as out:
         proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
@@ -206,11 +221,13 @@ def test_the_operator_reconciles_a_sample_with_only_its_own_rbac(installed):
     status = wait_for("sample flash Ready under the ServiceAccount's RBAC", ready, timeout=180)
     # The Deployment's own pod was admitted under the namespace's restricted policy (KWOK
     # only pretends to run it; the operator under test is the local process).
-    pods = get_json(
-        cluster, "pods", "-n", OPERATOR_NS, "-l", "app.kubernetes.io/name=dsv4-operator"
-    )
+    pods = get_json(cluster, "pods", "-n", OPERATOR_NS, "-l", OPERATOR_POD)
     assert len(pods["items"]) == 1
     assert {c["type"]: c["status"] for c in status["conditions"]}["Ready"] == "True"
+    # Probe Jobs will run the image the Deployment runs, read from its pod under its RBAC.
+    (image,) = [c["image"] for c in pods["items"][0]["spec"]["containers"]]
+    started = [json.loads(line) for line in log.read_text().splitlines() if "probe_image" in line]
+    assert [entry["probe_image"] for entry in started] == [image]
 
     def operator_requests() -> list[dict[str, Any]]:
         return [e for e in responses(cluster, offset) if e["user"]["username"] == OPERATOR_SA]

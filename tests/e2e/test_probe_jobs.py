@@ -24,7 +24,6 @@ from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.rollout import RolloutVerdict
 from dsv4_operator.api.samples import load_sample
 from dsv4_operator.cluster.local import LocalCluster
-from dsv4_operator.localrun.runtime import free_port
 from dsv4_operator.reconcile.kube import Kube
 from dsv4_operator.render.meta import LABEL_COMPONENT, Owner
 from dsv4_operator.rollout.job_executor import JobProbeExecutor
@@ -39,7 +38,7 @@ from dsv4_operator.rollout.probe_job import (
 )
 from dsv4_operator.rollout.reports import REPORT_KEY, outcome_from_config_map, report_skeleton
 from dsv4_operator.runtime import probe_image
-from tests.e2e.helpers import Background, get_json, wait_for
+from tests.e2e.helpers import get_json, operator_and_runtime, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -221,6 +220,35 @@ def test_a_restarted_operator_never_starts_a_second_job_for_one_attempt(cluster,
     assert outcome is not None and outcome.verdict is RolloutVerdict.INCONCLUSIVE
 
 
+def test_a_running_job_is_waited_for_across_restarts_and_stopped_when_told(cluster):
+    """A pod quota of zero keeps the Job active (its controller may create no pod), the way
+    a probe Job waits in a busy cluster."""
+    owner = create_deployment(cluster, "probe-job-held")
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "no-pods", "namespace": owner.namespace},
+        "spec": {"hard": {"pods": "0"}},
+    }
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(quota))
+    kube = admin(cluster)
+    report = "flash-canary-held-1"
+    settings = ProbeSettings(base_url="http://flash-canary-router.x.svc:8000", backend="reference")
+    JobProbeExecutor(kube, IMAGE).start(owner, report, "canary", settings)
+    job = kube.get("Job", owner.namespace, report)
+
+    restarted = JobProbeExecutor(kube, IMAGE)
+    assert restarted.running(owner, report)
+    restarted.start(owner, report, "canary", settings)
+    assert kube.get("Job", owner.namespace, report)["metadata"]["uid"] == job["metadata"]["uid"]
+
+    restarted.stop(owner, report)
+    wait_for("the Job gone", lambda: kube.get("Job", owner.namespace, report) is None, 30)
+    assert not restarted.running(owner, report)
+    # Stopped is not a verdict: the report holds none, and the rollout says what happened.
+    assert outcome_from_config_map(kube.get("ConfigMap", owner.namespace, report)) is None
+
+
 # -- an operator in Job mode -------------------------------------------------------------------
 MODE_NS = "probe-job-mode"
 CANARY = {"requests": 32, "concurrency": 16, "maxCorruptionRate": 0.1, "readyTimeoutSeconds": 240}
@@ -230,21 +258,8 @@ HICACHE_BF16 = {"hicache": {"enabled": True, "ratio": 2.0}, "indexDtype": "bf16"
 @pytest.fixture(scope="module")
 def job_mode(cluster: LocalCluster, tmp_path_factory):
     logs = tmp_path_factory.mktemp("probe-job-mode")
-    env = {**cluster.env, "DSV4_LOCALRUN_DIR": str(logs)}
-    operator = Background(
-        [
-            str(BIN / "dsv4-operator"), "run",
-            "--namespace", MODE_NS, "--lease-namespace", MODE_NS, "--lease-seconds", "6",
-            "--engine-backend", "reference", "--local-endpoints",
-            "--probe-mode", "job", "--probe-image", IMAGE,
-            "--resync-seconds", "2", "--health-port", str(free_port()),
-        ],
-        logs / "operator.log",
-        env,
-    )  # fmt: skip
-    runtime = Background(
-        [sys.executable, "-m", "dsv4_operator.localrun.runtime"], logs / "localrun.log", env
-    )
+    job_flags = ("--probe-mode", "job", "--probe-image", IMAGE)
+    operator, runtime = operator_and_runtime(cluster, MODE_NS, logs, *job_flags)
     owner = create_deployment(cluster, MODE_NS, {"canary": CANARY})
     operator.start()
     runtime.start()

@@ -12,16 +12,13 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.samples import load_sample
 from dsv4_operator.cluster.local import LocalCluster
-from dsv4_operator.localrun.runtime import free_port
-from tests.e2e.helpers import Background, get_json, wait_for
+from tests.e2e.helpers import get_json, operator_and_runtime, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -43,21 +40,7 @@ VERDICT_TIMEOUT = 600
 @pytest.fixture(scope="module")
 def world(cluster: LocalCluster, tmp_path_factory):
     logs = tmp_path_factory.mktemp("rollout")
-    env = {**cluster.env, "DSV4_LOCALRUN_DIR": str(logs)}
-    bin_dir = Path(sys.executable).parent
-    operator = Background(
-        [
-            str(bin_dir / "dsv4-operator"), "run",
-            "--namespace", NS, "--lease-namespace", NS, "--lease-seconds", "6",
-            "--engine-backend", "reference", "--local-endpoints",
-            "--resync-seconds", "2", "--health-port", str(free_port()),
-        ],
-        logs / "operator.log",
-        env,
-    )  # fmt: skip
-    runtime = Background(
-        [sys.executable, "-m", "dsv4_operator.localrun.runtime"], logs / "localrun.log", env
-    )
+    operator, runtime = operator_and_runtime(cluster, NS, logs)
     cluster.kubectl("apply", "--server-side", "-f", str(CRD_PATH))
     cluster.kubectl("wait", "--for=condition=Established", "crd/dsv4deployments.inference.dsv4.dev")
     cluster.kubectl("create", "namespace", NS, check=False)
@@ -229,9 +212,12 @@ def test_clean_flags_pass_and_promote_once_across_an_operator_restart(world):
 def test_the_promoted_deployment_is_probed_periodically(world):
     cluster, *_ = world
     patch_spec(cluster, {"rollout": {"stableProbeIntervalSeconds": 5}})
+    # KWOK marks the promoted pods Ready at once, while the local runtime needs a few seconds
+    # to swap their engine processes; a probe in that window meets a dying engine and is
+    # INCONCLUSIVE (never FAIL).  The next ones, 5 s apart, must PASS.
     done = wait_for(
-        "a stable probe verdict",
-        lambda: (r := rollout(cluster)).get("stableProbeVerdict") and r,
+        "a PASS from a stable probe",
+        lambda: (r := rollout(cluster)).get("stableProbeVerdict") in ("PASS", "FAIL") and r,
         VERDICT_TIMEOUT,
     )
     assert done["stableProbeVerdict"] == "PASS"

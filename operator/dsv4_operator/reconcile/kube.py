@@ -202,9 +202,13 @@ class Kube:
         meta = obj["metadata"]
         return self.request("PUT", path(obj["kind"], meta.get("namespace"), meta["name"]), obj)
 
-    def delete(self, kind: str, namespace: str, name: str) -> None:
+    def delete(self, kind: str, namespace: str, name: str, propagation: str | None = None) -> None:
+        """``propagation``: Background/Foreground/Orphan; None: the API's default for kind."""
+        body = None
+        if propagation is not None:
+            body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
         try:
-            self.request("DELETE", path(kind, namespace, name))
+            self.request("DELETE", path(kind, namespace, name), body)
         except ApiError as err:
             if err.status != 404:
                 raise

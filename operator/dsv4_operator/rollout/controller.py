@@ -115,7 +115,9 @@ class RolloutController:
         decision = decide(desired, previous, observed, canary_cfg, rollout_cfg)
         same_canary = previous is not None and decision.status.canary == previous.canary
         rendered = canary_objects if same_canary else None
-        self._carry_out(owner, spec, stable_report, decision, canary_cfg, canary_live, rendered)
+        self._carry_out(
+            owner, spec, canary_report, stable_report, decision, canary_cfg, canary_live, rendered
+        )
         status = decision.status
         since = parse_stamp(status.phase_since) if status.phase_since else None
         metrics.record_phase(
@@ -129,6 +131,7 @@ class RolloutController:
         self,
         owner: Owner,
         spec: DSV4DeploymentSpec,
+        previous_canary_report: str | None,
         previous_stable_report: str | None,
         decision: Decision,
         canary_cfg: CanarySpec,
@@ -158,6 +161,8 @@ class RolloutController:
                     "canary",
                     self._settings(self._probe_url(owner.namespace, service, port), canary_cfg),
                 )
+            elif effect is Effect.STOP_PROBE and previous_canary_report is not None:
+                self.executor.stop(owner, previous_canary_report)
             elif effect is Effect.START_STABLE_PROBE:
                 self._probe_stable(owner, previous_stable_report, status, canary_cfg)
 

@@ -30,6 +30,10 @@ class Effect(StrEnum):
     APPLY_CANARY = "ApplyCanary"  # render the canary slice from status.canary and apply it
     DELETE_CANARY = "DeleteCanary"
     START_PROBE = "StartProbe"  # probe the canary for attempt status.probe_attempt
+    # Stop the probe attempt the previous status was waiting for: it can no longer decide
+    # anything (aborted, timed out, superseded or promoted by hand) and would only load a
+    # canary that is going away.
+    STOP_PROBE = "StopProbe"
     START_STABLE_PROBE = "StartStableProbe"  # low-rate probe of the promoted deployment
 
 
@@ -109,6 +113,12 @@ def decide(
         step.canary_phase(desired, canary)
     elif phase is RolloutPhase.PROMOTING:
         step.promote(rollout)
+    if (
+        phase is RolloutPhase.PROBING
+        and step.status.phase is not RolloutPhase.PROBING
+        and observed.probe is None
+    ):
+        step.effects.append(Effect.STOP_PROBE)
     return Decision(step.status, tuple(step.effects), tuple(step.events))
 
 

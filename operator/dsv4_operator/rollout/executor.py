@@ -14,6 +14,7 @@ the only thing the state machine trusts:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -35,6 +36,10 @@ class ProbeExecutor(Protocol):
 
     def start(self, owner: Owner, report: str, target: str, settings: ProbeSettings) -> None:
         """Run the attempt filing ``report`` (``target``: canary | stable), unless it runs."""
+        ...
+
+    def stop(self, owner: Owner, report: str) -> None:
+        """Stop that attempt if it still runs; whatever it filed stays as it is."""
         ...
 
 
@@ -63,7 +68,7 @@ class LocalProbeExecutor:
         self._apply = apply
         self._loop = loop
         self._on_done = on_done
-        self._running: set[str] = set()
+        self._running: dict[str, concurrent.futures.Future[None]] = {}
 
     def running(self, owner: Owner, report: str) -> bool:
         return report in self._running
@@ -71,8 +76,13 @@ class LocalProbeExecutor:
     def start(self, owner: Owner, report: str, target: str, settings: ProbeSettings) -> None:
         if report in self._running:
             return
-        self._running.add(report)
-        asyncio.run_coroutine_threadsafe(self.run(owner, report, target, settings), self._loop)
+        coroutine = self.run(owner, report, target, settings)
+        self._running[report] = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+
+    def stop(self, owner: Owner, report: str) -> None:
+        future = self._running.get(report)
+        if future is not None:
+            future.cancel()  # cancels the task on the loop; its `finally` forgets it
 
     async def run(self, owner: Owner, report: str, target: str, settings: ProbeSettings) -> None:
         """One attempt, start to report; never raises (a failure is retried, not lost)."""
@@ -84,7 +94,7 @@ class LocalProbeExecutor:
         except Exception:  # noqa: BLE001 - the attempt is retried by the next reconcile
             log.exception("probe %s could not file its report; it will be run again", report)
         finally:
-            self._running.discard(report)
+            self._running.pop(report, None)
         self._on_done(owner)
 
 

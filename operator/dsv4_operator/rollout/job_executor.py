@@ -59,6 +59,13 @@ class JobProbeExecutor:
         self.kube.apply(probe_job(owner, skeleton, target, settings, self.image))
         log.info("probe %s: Job %s created", report, job_name(report))
 
+    def stop(self, owner: Owner, report: str) -> None:
+        name = job_name(report)
+        if job_state(self.kube.get("Job", owner.namespace, name))[0] is JobState.ACTIVE:
+            # Background propagation: the API's default for a Job orphans its running pod.
+            self.kube.delete("Job", owner.namespace, name, propagation="Background")
+            log.info("probe %s: Job %s stopped", report, name)
+
     def _ended_without_report(
         self, owner: Owner, report: str, target: str, settings: ProbeSettings, why: str
     ) -> None:

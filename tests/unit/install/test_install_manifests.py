@@ -12,7 +12,7 @@ import yaml
 
 from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.spec import DSV4DeploymentSpec
-from dsv4_operator.runtime import Health, parse_args
+from dsv4_operator.runtime import OPERATOR_CONTAINER, Health, ProbeMode, parse_args
 
 ROOT = Path(__file__).resolve().parents[3]
 MANIFESTS = ROOT / "manifests"
@@ -107,6 +107,24 @@ def test_the_pod_user_is_the_image_user(pod):
 def test_the_lease_namespace_is_the_pods_own(container):
     env = {e["name"]: e for e in container["env"]}
     assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+
+
+def test_the_installed_operator_probes_with_jobs_running_its_own_image(container):
+    args = parse_args(container["args"])
+    assert args.probe_mode == ProbeMode.JOB.value
+    assert args.probe_image is None  # found from the pod itself, so image overrides carry
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert container["name"] == OPERATOR_CONTAINER
+
+
+def test_probes_run_inside_the_operator_only_on_the_local_cluster(capsys):
+    assert parse_args(["run", "--local-endpoints"]).probe_mode == ProbeMode.LOCAL.value
+    assert parse_args(["run", "--local-endpoints", "--probe-mode", "job"]).probe_mode == "job"
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(["run", "--probe-mode", "local"])
+    assert exit_info.value.code == 2
+    assert "--probe-mode local needs --local-endpoints" in capsys.readouterr().err
 
 
 def test_metrics_service_and_service_monitor_line_up(container):

@@ -180,6 +180,25 @@ def test_abort_and_manual_promote():
     assert promoted.status.verdict is RolloutVerdict.MANUAL_PROMOTE
 
 
+def test_a_probe_that_can_no_longer_decide_is_stopped_once():
+    other = BF16_HICACHE.model_copy(update={"image": "engine:2"})
+    late = at(CANARY.probe_timeout_seconds + 1)
+    for decision in (
+        step(BF16_HICACHE, probing(), manual=Manual(ManualAction.ABORT)),
+        step(BF16_HICACHE, probing(), manual=Manual(ManualAction.PROMOTE)),
+        step(BF16_HICACHE, probing(), probe_running=True, now=late),
+        step(other, probing(), probe_running=True),
+    ):
+        assert decision.status.phase is not RolloutPhase.PROBING
+        assert decision.effects.count(Effect.STOP_PROBE) == 1
+        after = step(BF16_HICACHE, decision.status)
+        assert Effect.STOP_PROBE not in after.effects
+    # A probe that filed its verdict is over already; one still running is left alone.
+    assert Effect.STOP_PROBE not in step(BF16_HICACHE, probing(), probe=FAIL).effects
+    assert Effect.STOP_PROBE not in step(BF16_HICACHE, probing(), probe=PASS).effects
+    assert Effect.STOP_PROBE not in step(BF16_HICACHE, probing(), probe_running=True).effects
+
+
 def test_stable_probe_runs_on_its_interval_and_flags_corruption():
     rollout = RolloutSpec(stable_probe_interval_seconds=600)
     status = decide(STABLE, None, Observed(now=T0), CANARY, rollout).status
