@@ -29,7 +29,7 @@ from dsv4_engine.engine_config import Backend
 from dsv4_operator import leader, metrics
 from dsv4_operator.localrun import endpoints
 from dsv4_operator.reconcile.handlers import register, resync_forever
-from dsv4_operator.reconcile.kube import Kube
+from dsv4_operator.reconcile.kube import ApiError, Kube
 from dsv4_operator.reconcile.reconciler import Reconciler
 from dsv4_operator.render.meta import Owner
 from dsv4_operator.rollout.controller import RolloutController, cluster_service_url
@@ -139,7 +139,13 @@ def probe_image(kube: Kube, explicit: str | None) -> str:
             "dsv4-operator: --probe-mode job needs the probe image: pass --probe-image, or "
             "run in a pod with POD_NAME and POD_NAMESPACE set (manifests/base does)"
         )
-    pod = kube.get("Pod", namespace, pod_name)
+    try:
+        pod = kube.get("Pod", namespace, pod_name)
+    except ApiError as err:
+        raise SystemExit(
+            f"dsv4-operator: cannot read pod {namespace}/{pod_name} for the probe image "
+            f"({err}); pass --probe-image"
+        ) from None
     containers = (pod or {}).get("spec", {}).get("containers", [])
     images = [c["image"] for c in containers if c.get("name") == OPERATOR_CONTAINER]
     if not images:

@@ -42,7 +42,12 @@ from dsv4_operator.rollout.decide import (
 )
 from dsv4_operator.rollout.executor import ProbeExecutor
 from dsv4_operator.rollout.observe import slice_ready
-from dsv4_operator.rollout.reports import outcome_from_config_map, report_name
+from dsv4_operator.rollout.reports import (
+    outcome_from_config_map,
+    report_name,
+    report_selector,
+    stale_canary_reports,
+)
 from dsv4_operator.rollout.slices import (
     as_canary,
     canary_owner,
@@ -161,6 +166,7 @@ class RolloutController:
                     "canary",
                     self._settings(self._probe_url(owner.namespace, service, port), canary_cfg),
                 )
+                self._prune_reports(owner)
             elif effect is Effect.STOP_PROBE and previous_canary_report is not None:
                 self.executor.stop(owner, previous_canary_report)
             elif effect is Effect.START_STABLE_PROBE:
@@ -186,6 +192,11 @@ class RolloutController:
         self.executor.start(
             owner, _stable_report(owner, status), "stable", self._settings(url, low_rate)
         )
+
+    def _prune_reports(self, owner: Owner) -> None:
+        reports = self.kube.list("ConfigMap", owner.namespace, report_selector(owner))
+        for name in stale_canary_reports(owner, reports):
+            self.kube.delete("ConfigMap", owner.namespace, name)
 
     # -- observations --------------------------------------------------------------------
     def _canary_objects(

@@ -16,7 +16,7 @@ from typing import Any
 from dsv4_engine.probe import ProbeConnectionError, ProbeResult, ProbeSettings, build_report
 from dsv4_engine.probe.verdict import Verdict
 from dsv4_operator.api.rollout import RolloutVerdict
-from dsv4_operator.render.meta import Owner, metadata
+from dsv4_operator.render.meta import LABEL_COMPONENT, LABEL_INSTANCE, Owner, metadata
 from dsv4_operator.rollout.decide import ProbeOutcome
 
 REPORT_KEY = "report.json"
@@ -67,8 +67,33 @@ class Evidence:
         return cls(body, outcome, {"transport_error": 1})
 
 
+# Canary reports kept per DSV4Deployment: the evidence of the latest rollouts, bounded.
+REPORTS_KEPT = 10
+
+
 def report_name(owner: Owner, target: str, revision: str, attempt: int) -> str:
     return f"{owner.name}-{target}-{revision}-{attempt}"
+
+
+def report_selector(owner: Owner) -> str:
+    return f"{LABEL_INSTANCE}={owner.name},{LABEL_COMPONENT}={COMPONENT}"
+
+
+def stale_canary_reports(
+    owner: Owner, config_maps: list[dict[str, Any]], keep: int = REPORTS_KEPT
+) -> list[str]:
+    """Canary reports beyond the ``keep`` newest, oldest first (their probe Jobs go with
+    them).  Every attempt files one, so without this they would pile up forever."""
+    prefix = f"{owner.name}-canary-"
+    reports = sorted(
+        (
+            (cm["metadata"].get("creationTimestamp", ""), cm["metadata"]["name"])
+            for cm in config_maps
+            if cm["metadata"]["name"].startswith(prefix)
+        ),
+        reverse=True,
+    )
+    return [name for _, name in reversed(reports[keep:])]
 
 
 def report_skeleton(owner: Owner, name: str) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from dsv4_operator.rollout.probe_job import (
     probe_identity,
     probe_job,
 )
+from dsv4_operator.rollout.reports import stale_canary_reports
 
 OWNER = Owner(name="flash", namespace="prod", uid="uid-of-flash")
 REPORT = {"metadata": {"name": "flash-canary-ab12cd34-1", "uid": "uid-of-report"}}
@@ -165,3 +166,18 @@ def test_job_state_says_why_a_job_failed():
         "DeadlineExceeded: Job was active longer than specified deadline",
     )
     assert job_state(None) == (JobState.ABSENT, "absent")
+
+
+def test_only_the_newest_canary_reports_are_kept():
+    def report(name: str, created: str) -> dict:
+        return {"metadata": {"name": name, "creationTimestamp": created}}
+
+    reports = [
+        report(f"flash-canary-rev{i}-1", f"2026-11-29T12:{i:02d}:00Z") for i in range(12)
+    ] + [report("flash-stable-rev9-0-20261129t120000z", "2026-11-29T11:00:00Z")]
+    stale = stale_canary_reports(OWNER, reports, keep=10)
+    assert stale == ["flash-canary-rev0-1", "flash-canary-rev1-1"]  # oldest first
+    assert stale_canary_reports(OWNER, reports[:10], keep=10) == []
+    # Another deployment's reports (a name sharing the prefix letters) are not ours.
+    other = Owner(name="flash-canary", namespace="prod", uid="u")
+    assert stale_canary_reports(other, reports, keep=10) == []
