@@ -311,6 +311,15 @@ def test_a_probe_job_that_files_nothing_is_inconclusive_and_rolls_back(cluster, 
     events = get_json(cluster, "events", "-n", MODE_NS)["items"]
     (rolled_back,) = [e for e in events if e["reason"] == "RolledBack"]
     assert "ended without filing its report" in rolled_back["message"]
+    shown = subprocess.run(
+        [str(BIN / "dsv4ctl"), "rollout", "report", "flash", "-n", MODE_NS],
+        capture_output=True,
+        text=True,
+        env=cluster.env,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "INCONCLUSIVE" in shown.stdout and "ended without filing its report" in shown.stdout
     # Ran once, never again: the same attempt is not re-probed after its Job ended.
     assert [j["metadata"]["name"] for j in probe_jobs(cluster)] == [job["metadata"]["name"]]
     # Production never saw the untested flags.

@@ -101,13 +101,21 @@ def _report(kube: Any, namespace: str, rollout: dict[str, Any] | None, output: s
     if output == "json":
         print(json.dumps(report, indent=2))
     else:
-        from dsv4_engine.probe import summary_table
-
-        print(summary_table(report))
+        print(_table(report))
         print(
             f"\nJSON: kubectl get configmap {name} -n {namespace} -o jsonpath='{{.data.report\\.json}}'"
         )
     return 0
+
+
+def _table(report: dict[str, Any]) -> str:
+    if "samples" not in report:
+        # No probe ran (the canary was unreachable, a probe Job filed nothing): only why.
+        lines = [f"verdict  {report.get('verdict')}", f"target   {report.get('base_url')}"]
+        return "\n".join([*lines, *(f"- {reason}" for reason in report.get("reasons", []))])
+    from dsv4_engine.probe import summary_table
+
+    return summary_table(report)
 
 
 def _pct(value: float | None) -> str | None:
