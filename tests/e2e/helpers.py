@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from dsv4_operator.cluster.local import LocalCluster
 from dsv4_operator.localrun.runtime import free_port
 
@@ -97,3 +99,22 @@ def operator_and_runtime(
         [sys.executable, "-m", "dsv4_operator.localrun.runtime"], logs / "localrun.log", env
     )
     return operator, runtime
+
+
+def account_kubeconfig(cluster: LocalCluster, namespace: str, account: str, path: Path) -> Path:
+    """A kubeconfig whose only credential is a fresh token of a ServiceAccount: the API
+    server then judges every request by that account's RBAC, as for its pod."""
+    admin = json.loads(cluster.kubectl("config", "view", "--raw", "--minify", "-o", "json").stdout)
+    token = cluster.kubectl(
+        "create", "token", account, "-n", namespace, "--duration=1h"
+    ).stdout.strip()
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "local", "cluster": admin["clusters"][0]["cluster"]}],
+        "users": [{"name": account, "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "local", "user": account}}],
+        "current-context": "sa",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path

@@ -20,9 +20,15 @@ from typing import Any
 
 import pytest
 import yaml
+from kubernetes import config
 
+from dsv4_engine.probe import ProbeSettings
 from dsv4_operator.cluster.local import LocalCluster
-from tests.e2e.helpers import audit_events, get_json, wait_for
+from dsv4_operator.reconcile.kube import Kube
+from dsv4_operator.render.meta import Owner
+from dsv4_operator.rollout.job_executor import JobProbeExecutor
+from dsv4_operator.rollout.probe_job import probe_account
+from tests.e2e.helpers import account_kubeconfig, audit_events, get_json, wait_for
 from tests.unit.install import rbac_from_code
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -118,24 +124,6 @@ def test_a_bad_sample_is_refused_in_the_dry_run(prepared):
 # -- the operator, installed from base, with its ServiceAccount's token -------------------
 
 
-def token_kubeconfig(cluster: LocalCluster, path: Path) -> Path:
-    """A kubeconfig whose only credential is a fresh token of the operator's ServiceAccount."""
-    admin = json.loads(cluster.kubectl("config", "view", "--raw", "--minify", "-o", "json").stdout)
-    token = cluster.kubectl(
-        "create", "token", "dsv4-operator", "-n", OPERATOR_NS, "--duration=1h"
-    ).stdout.strip()
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "local", "cluster": admin["clusters"][0]["cluster"]}],
-        "users": [{"name": "dsv4-operator", "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "local", "user": "dsv4-operator"}}],
-        "current-context": "sa",
-    }
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -171,7 +159,9 @@ def installed(prepared: LocalCluster, tmp_path_factory: pytest.TempPathFactory) 
     base = render(prepared, "base")
     prepared.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=as_list(base))
     workdir = tmp_path_factory.mktemp("install")
-    kubeconfig = token_kubeconfig(prepared, workdir / "sa-kubeconfig.yaml")
+    kubeconfig = account_kubeconfig(
+        prepared, OPERATOR_NS, "dsv4-operator", workdir / "sa-kubeconfig.yaml"
+    )
     # The local process stands in for the Deployment's pod (KWOK runs nothing): it gets that
     # pod's name, as the downward API gives it, and so finds its probe image the same way.
     (pod,) = wait_for(
@@ -196,7 +186,7 @@ def installed(prepared: LocalCluster, tmp_path_factory: pytest.TempPathFactory) 
     with log.open("w") as out:
         proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
-        yield prepared, proc, log, offset
+        yield prepared, proc, log, offset, kubeconfig
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -209,7 +199,7 @@ def installed(prepared: LocalCluster, tmp_path_factory: pytest.TempPathFactory) 
 
 
 def test_the_operator_reconciles_a_sample_with_only_its_own_rbac(installed):
-    cluster, proc, log, offset = installed
+    cluster, proc, log, offset, _ = installed
     flash = next(o for o in render(cluster, "samples") if o["metadata"]["name"] == "flash")
     cluster.kubectl("apply", "-n", SAMPLE_NS, "-f", "-", input=json.dumps(flash))
 
@@ -277,6 +267,29 @@ def test_the_operator_reconciles_a_sample_with_only_its_own_rbac(installed):
         if (ref := e.get("objectRef")) and "resource" in ref
     }
     assert made - derived == set(), "requests the code analysis missed"
+
+
+def test_the_operators_rbac_lets_it_run_probe_jobs(installed):
+    """What Job mode does on a canary's first probe, done with the operator's own token:
+    its ClusterRole must allow the probe identity (a Role granting ConfigMap access, which
+    RBAC allows only to a holder of that access), the report and the Job."""
+    cluster, *_, kubeconfig = installed
+    kube = Kube(config.new_client_from_config(config_file=str(kubeconfig)))
+    flash = get_json(cluster, "dsv4", "flash", "-n", SAMPLE_NS)["metadata"]
+    owner = Owner(name="flash", namespace=SAMPLE_NS, uid=flash["uid"])
+    report = "flash-canary-rbac-1"
+    settings = ProbeSettings(base_url=f"http://flash-canary-router.{SAMPLE_NS}.svc:8000")
+    executor = JobProbeExecutor(kube, "ghcr.io/dsv4/operator:0.1.0")
+    executor.start(owner, report, "canary", settings)  # an ApiError (403) would raise here
+    executor.running(owner, report)
+    job = get_json(cluster, "job", report, "-n", SAMPLE_NS)
+    assert job["spec"]["template"]["spec"]["serviceAccountName"] == probe_account(owner)
+    role = get_json(cluster, "role", probe_account(owner), "-n", SAMPLE_NS)
+    assert role["rules"][0]["resources"] == ["configmaps"]
+    result = cluster.kubectl(
+        "auth", "can-i", "delete", "jobs", "-n", SAMPLE_NS, f"--as={OPERATOR_SA}", check=False
+    )
+    assert result.stdout.strip() == "yes"  # stopping a probe the rollout gave up on
 
 
 @pytest.mark.parametrize(

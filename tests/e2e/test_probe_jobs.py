@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from kubernetes import config
 
 from dsv4_engine.probe import ProbeSettings
@@ -38,7 +37,7 @@ from dsv4_operator.rollout.probe_job import (
 )
 from dsv4_operator.rollout.reports import REPORT_KEY, outcome_from_config_map, report_skeleton
 from dsv4_operator.runtime import probe_image
-from tests.e2e.helpers import get_json, operator_and_runtime, wait_for
+from tests.e2e.helpers import account_kubeconfig, get_json, operator_and_runtime, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -60,37 +59,6 @@ def create_deployment(cluster: LocalCluster, namespace: str, spec: dict | None =
 
 def admin(cluster: LocalCluster) -> Kube:
     return Kube(config.new_client_from_config(config_file=cluster.kubeconfig))
-
-
-def account_kubeconfig(cluster: LocalCluster, owner: Owner, path: Path) -> Path:
-    """A kubeconfig that authenticates as the probe's ServiceAccount (a bound token), as the
-    probe pod's mounted token does."""
-    token = cluster.kubectl(
-        "create", "token", probe_account(owner), "-n", owner.namespace, "--duration", "1h"
-    ).stdout.strip()
-    kubeconfig = yaml.safe_load(Path(cluster.kubeconfig).read_text())
-    context = next(c for c in kubeconfig["contexts"] if c["name"] == kubeconfig["current-context"])
-    cluster_entry = next(
-        c for c in kubeconfig["clusters"] if c["name"] == context["context"]["cluster"]
-    )
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [cluster_entry],
-                "users": [{"name": "probe", "user": {"token": token}}],
-                "contexts": [
-                    {
-                        "name": "probe",
-                        "context": {"cluster": cluster_entry["name"], "user": "probe"},
-                    }
-                ],
-                "current-context": "probe",
-            }
-        )
-    )
-    return path
 
 
 # -- the Job's command, run as the probe's own ServiceAccount --------------------------------
@@ -128,7 +96,9 @@ def test_the_jobs_command_files_its_verdict_as_the_probe_account(
     )
     job = probe_job(owner, skeleton, "canary", settings, IMAGE)
     (container,) = job["spec"]["template"]["spec"]["containers"]
-    kubeconfig = account_kubeconfig(cluster, owner, tmp_path / "probe.kubeconfig")
+    kubeconfig = account_kubeconfig(
+        cluster, owner.namespace, probe_account(owner), tmp_path / "probe.kubeconfig"
+    )
 
     ran = subprocess.run(
         [str(BIN / container["command"][0]), *container["args"], "--kubeconfig", str(kubeconfig)],
