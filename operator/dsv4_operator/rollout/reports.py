@@ -2,8 +2,9 @@
 
 The ConfigMap is the durable half of a probe run.  Its name is derived from the rollout
 (target, flags revision, attempt), so after an operator restart the reconciler finds the
-verdict of an attempt that finished while it was down instead of losing it, and an attempt
-whose report is absent is simply run again.
+verdict of an attempt that finished while it was down instead of losing it.  An attempt with
+no report and no probe running is run again; a probe Job that ended without filing one is
+recorded as INCONCLUSIVE instead (see `job_executor`).
 """
 
 from __future__ import annotations
@@ -58,13 +59,17 @@ class Evidence:
         cls, report: str, settings: ProbeSettings, err: ProbeConnectionError
     ) -> Evidence:
         """A canary that cannot be reached gives no evidence: INCONCLUSIVE, never PASS."""
-        return cls.inconclusive(report, settings.base_url, f"canary endpoint unreachable: {err}")
+        message = f"canary endpoint unreachable: {err}"
+        return cls.inconclusive(report, settings.base_url, message, {"transport_error": 1})
 
     @classmethod
-    def inconclusive(cls, report: str, base_url: str, message: str) -> Evidence:
+    def inconclusive(
+        cls, report: str, base_url: str, message: str, requests: dict[str, int] | None = None
+    ) -> Evidence:
+        """No probe result to show, only why (the report then has no samples)."""
         body = {"verdict": "INCONCLUSIVE", "reasons": [message], "base_url": base_url}
         outcome = ProbeOutcome(RolloutVerdict.INCONCLUSIVE, None, None, 0, report, message)
-        return cls(body, outcome, {"transport_error": 1})
+        return cls(body, outcome, requests or {})
 
 
 # Canary reports kept per DSV4Deployment: the evidence of the latest rollouts, bounded.
