@@ -13,10 +13,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
 from kubernetes import config
+from prometheus_client.parser import text_string_to_metric_families
 
 from dsv4_engine.probe import ProbeSettings
 from dsv4_operator.api.crd import CRD_PATH
@@ -37,7 +39,13 @@ from dsv4_operator.rollout.probe_job import (
 )
 from dsv4_operator.rollout.reports import REPORT_KEY, outcome_from_config_map, report_skeleton
 from dsv4_operator.runtime import probe_image
-from tests.e2e.helpers import account_kubeconfig, get_json, operator_and_runtime, wait_for
+from tests.e2e.helpers import (
+    Background,
+    account_kubeconfig,
+    get_json,
+    operator_and_runtime,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -292,7 +300,24 @@ def test_a_probe_job_that_files_nothing_is_inconclusive_and_rolls_back(cluster, 
     assert "INCONCLUSIVE" in shown.stdout and "ended without filing its report" in shown.stdout
     # Ran once, never again: the same attempt is not re-probed after its Job ended.
     assert [j["metadata"]["name"] for j in probe_jobs(cluster)] == [job["metadata"]["name"]]
+    # The verdict reached the metrics once, from the report the Job's attempt left.
+    assert metric(operator, "dsv4_operator_canary_verdicts", verdict="INCONCLUSIVE") == 1
+    assert metric(operator, "dsv4_operator_rollbacks") == 1
     # Production never saw the untested flags.
     after = get_json(cluster, "statefulset", "flash-decode", "-n", MODE_NS)["spec"]["template"]
     assert after == before
     assert "Traceback" not in operator.text()
+
+
+def metric(operator: Background, name: str, **labels: str) -> float:
+    """The operator's own counter `name` for this namespace's DSV4Deployment."""
+    port = operator.command[operator.command.index("--health-port") + 1]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    wanted = {"namespace": MODE_NS, "name": "flash", **labels}
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == f"{name}_total" and wanted.items() <= sample.labels.items()
+    )

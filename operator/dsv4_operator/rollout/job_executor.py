@@ -36,12 +36,17 @@ class JobProbeExecutor:
     def __init__(self, kube: Any, image: str) -> None:
         self.kube = kube
         self.image = image
-        self._recorded: set[tuple[str, str]] = set()  # (namespace, report) in metrics already
+        # (namespace, report) of the Jobs this process saw running: their verdicts go into
+        # the metrics once they end.  A Job that ended before this process started was
+        # counted by the one that watched it.
+        self._watching: set[tuple[str, str]] = set()
 
     def running(self, owner: Owner, report: str) -> bool:
         job = self.kube.get("Job", owner.namespace, job_name(report))
         state, _ = job_state(job)
-        if state in (JobState.SUCCEEDED, JobState.FAILED):
+        if state is JobState.ACTIVE:
+            self._watching.add((owner.namespace, report))
+        elif job is not None:  # ended
             self._record(owner, report, job)
         return state is JobState.ACTIVE
 
@@ -57,6 +62,7 @@ class JobProbeExecutor:
             self.kube.apply(obj)
         skeleton = self.kube.apply(report_skeleton(owner, report))
         self.kube.apply(probe_job(owner, skeleton, target, settings, self.image))
+        self._watching.add((owner.namespace, report))
         log.info("probe %s: Job %s created", report, job_name(report))
 
     def stop(self, owner: Owner, report: str) -> None:
@@ -78,19 +84,19 @@ class JobProbeExecutor:
         message = f"probe Job {job_name(report)} ended without filing its report ({why})"
         evidence = Evidence.inconclusive(report, settings.base_url, message)
         self.kube.apply(report_config_map(owner, report, evidence))
-        self._recorded.add((owner.namespace, report))
+        self._watching.discard((owner.namespace, report))
         record(owner, target, evidence)
         log.warning("probe %s: %s", report, message)
 
-    def _record(self, owner: Owner, report: str, job: dict[str, Any] | None) -> None:
-        """Metrics for a verdict a Job filed, once per report and operator process."""
+    def _record(self, owner: Owner, report: str, job: dict[str, Any]) -> None:
+        """Metrics for the verdict a watched Job filed, once."""
         key = (owner.namespace, report)
-        if key in self._recorded or job is None:
+        if key not in self._watching:
             return
         config_map = self.kube.get("ConfigMap", owner.namespace, report)
         outcome = outcome_from_config_map(config_map) if config_map else None
         if outcome is None or config_map is None:
-            return
-        self._recorded.add(key)
+            return  # none filed: `start` records the INCONCLUSIVE it files instead
+        self._watching.discard(key)
         target = job["metadata"].get("labels", {}).get(LABEL_TARGET, "canary")
         record(owner, target, Evidence({}, outcome, requests_from_config_map(config_map)))
