@@ -92,9 +92,13 @@ class LocalRuntime:
     workdir: Path
     extra_engine_args: dict[str, str] = field(default_factory=dict)
     processes: dict[str, Process] = field(default_factory=dict)
+    # Health answers of this pass, by pod uid: the router, the endpoint map and the restart
+    # checks all ask, and each answer is an HTTP round trip (up to 2 s on a busy machine).
+    _health: dict[str, bool] = field(default_factory=dict, init=False, repr=False)
 
     def sync(self) -> None:
         """One pass: start what new Running pods need, stop what vanished pods left."""
+        self._health.clear()
         pods = self.core.list_pod_for_all_namespaces(label_selector=f"{LABEL_NAME}=dsv4").items
         running = {p.metadata.uid: p for p in pods if _running(p)}
         for uid in list(self.processes):
@@ -226,11 +230,9 @@ class LocalRuntime:
     def _healthy(self, process: Process) -> bool:
         if process.popen.poll() is not None:
             return False
-        try:
-            with urllib.request.urlopen(f"{process.url}/health", timeout=2) as response:
-                return response.status == 200
-        except OSError:
-            return False
+        if process.pod_uid not in self._health:
+            self._health[process.pod_uid] = _answers(process.url)
+        return self._health[process.pod_uid]
 
     def _stop(self, process: Process) -> None:
         if process.popen.poll() is None:
@@ -287,6 +289,14 @@ def _popen(command: list[str], env: dict[str, str], log_path: Path) -> subproces
             env={**os.environ, **env},
             start_new_session=True,
         )
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
 
 
 def _read_or_none(core: Any, name: str, namespace: str) -> Any:

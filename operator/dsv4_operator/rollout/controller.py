@@ -22,7 +22,13 @@ from dsv4_engine.features import Role
 from dsv4_engine.probe import ProbeSettings
 from dsv4_operator import metrics
 from dsv4_operator.api.errors import first_error
-from dsv4_operator.api.rollout import CanarySpec, FlagSet, RolloutSpec, RolloutStatus
+from dsv4_operator.api.rollout import (
+    CanarySpec,
+    FlagSet,
+    RolloutPhase,
+    RolloutSpec,
+    RolloutStatus,
+)
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.api.times import parse_stamp
 from dsv4_operator.reconcile.plan import plan, with_applied_hash
@@ -104,9 +110,13 @@ class RolloutController:
         canary_objects = self._canary_objects(owner, spec, previous, canary_cfg)
         canary_report = _canary_report(owner, previous)
         stable_report = _stable_report(owner, previous)
+        # Readiness only decides anything while the canary starts; the warm-up request is a
+        # network call, not to be made on every pass of a probe or a promotion.
+        starting = previous is not None and previous.phase is RolloutPhase.CANARY_STARTING
         observed = Observed(
             now=now,
-            canary_ready=bool(canary_objects)
+            canary_ready=starting
+            and bool(canary_objects)
             and slice_ready(canary_objects, canary_live)
             and self._warm(owner),
             probe=self._report_outcome(owner, canary_report),
