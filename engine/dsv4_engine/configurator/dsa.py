@@ -8,8 +8,14 @@ indexer cell size, the first of the two places the seed's bf16 bug sat.
 
 from __future__ import annotations
 
+from dsv4_engine.configurator.budget import GiB
 from dsv4_engine.configurator.errors import ConfigError
-from dsv4_engine.configurator.index_k import FP8_SCALE_BLOCK, index_k_bytes_per_token
+from dsv4_engine.configurator.index_k import (
+    FP8_SCALE_BLOCK,
+    fp8_index_k_bytes,
+    index_k_budget_bytes,
+    index_k_bytes_per_token,
+)
 from dsv4_engine.configurator.model import ModelSpec
 from dsv4_engine.configurator.result import Pool, PoolPlan
 from dsv4_engine.configurator.settings import EngineSettings
@@ -37,16 +43,14 @@ def latent_bytes_per_token(model: ModelSpec, settings: EngineSettings) -> int:
 
 
 def indexer_bytes_per_token_layer(model: ModelSpec, settings: EngineSettings) -> int:
-    """Index-K bytes per token and indexer layer, split over ``index_kpool`` pooled keys.
-    fp4 is budgeted like DSV4's on NVIDIA unless ``fp4_budget == "exact"``."""
-    dtype = settings.index_dtype
-    if dtype is IndexDtype.FP4 and settings.fp4_budget == "fp8":
-        dtype = IndexDtype.FP8
-    if settings.legacy and dtype is IndexDtype.BF16:
-        # The fork priced bf16 as ceil(fp8 row / kpool) elements of 2 bytes.
-        fp8_row = index_k_bytes_per_token(model.index_head_dim, IndexDtype.FP8)
-        return -(-fp8_row // model.index_kpool) * 2
-    return -(-index_k_bytes_per_token(model.index_head_dim, dtype) // model.index_kpool)
+    """Index-K bytes per token and indexer layer, split over ``index_kpool`` pooled keys,
+    at the size the sizing budgets (fp4 as DSV4's)."""
+    kpool = model.index_kpool
+    if settings.legacy and settings.index_dtype is IndexDtype.BF16:
+        # The fork priced bf16 as ceil(fp8 row / kpool) elements of 2 bytes (rounded per
+        # pooled key before doubling, so not the legacy row split over kpool).
+        return -(-fp8_index_k_bytes(model.index_head_dim) // kpool) * 2
+    return -(-index_k_budget_bytes(model.index_head_dim, settings) // kpool)
 
 
 def plan_dsa(model: ModelSpec, settings: EngineSettings, kv_budget_bytes: int) -> PoolPlan:
@@ -64,7 +68,7 @@ def plan_dsa(model: ModelSpec, settings: EngineSettings, kv_budget_bytes: int) -
     tokens = kv_budget_bytes // cell // page * page
     if tokens <= 0:
         raise ConfigError(
-            f"memory: {kv_budget_bytes / 2**30:.3f} GiB per rank is less than one "
+            f"memory: {kv_budget_bytes / GiB:.3f} GiB per rank is less than one "
             f"{page}-token page at {cell} bytes per token"
         )
     pools = [Pool("kv", kv_cell, tokens), Pool("indexer", index_cell, tokens)]

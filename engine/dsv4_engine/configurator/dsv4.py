@@ -15,12 +15,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from dsv4_engine.configurator.budget import GiB
 from dsv4_engine.configurator.errors import ConfigError
-from dsv4_engine.configurator.index_k import index_k_bytes_per_token
+from dsv4_engine.configurator.index_k import index_k_budget_bytes, index_k_bytes_per_token
 from dsv4_engine.configurator.model import ModelSpec
 from dsv4_engine.configurator.result import Pool, PoolPlan
 from dsv4_engine.configurator.settings import EngineSettings
-from dsv4_engine.features import IndexDtype
 
 DEFAULT_SWA_RATIO = 0.1
 CAP_MODE_MODEL_TYPE = "deepseek_v41"
@@ -128,16 +128,6 @@ def _uses_cap_mode(model: ModelSpec, settings: EngineSettings) -> bool:
     )
 
 
-def index_k_budget_bytes(model: ModelSpec, settings: EngineSettings) -> int:
-    """Index-K bytes the sizing budgets.  fp4 is budgeted at the fp8 size unless
-    ``fp4_budget == "exact"``, as SGLang 0.5.23 does on NVIDIA."""
-    if settings.index_dtype is IndexDtype.FP4 and settings.fp4_budget == "fp8":
-        return index_k_bytes_per_token(model.index_head_dim, IndexDtype.FP8)
-    return index_k_bytes_per_token(
-        model.index_head_dim, settings.index_dtype, legacy=settings.legacy
-    )
-
-
 def dsv4_geometry(model: ModelSpec, settings: EngineSettings) -> Dsv4Geometry:
     page = settings.page_size
     if page % 128:
@@ -163,11 +153,9 @@ def dsv4_geometry(model: ModelSpec, settings: EngineSettings) -> Dsv4Geometry:
     bytes_per_swa_token = paged_swa * n_layers + (
         ring4 / page * (c4_state_row + c4_index_state_row) * n_c4
     )
-    index_budget = index_k_budget_bytes(model, settings)
-    compressed = {
-        4: 1 / 4 * paged_c4 + 1 / 4 * index_budget,
-        128: 1 / 128 * paged_c128,
-    }
+    index_budget = index_k_budget_bytes(model.index_head_dim, settings)
+    c4_per_full_token = 1 / 4 * paged_c4 + 1 / 4 * index_budget
+    c128_per_full_token = 1 / 128 * paged_c128
     mrr = settings.max_running_requests_per_worker or DEFAULT_MAX_RUNNING_REQUESTS
     swa_cap = _request_cap_tokens(model, settings, mrr) if _uses_cap_mode(model, settings) else None
     ratio = (
@@ -176,8 +164,8 @@ def dsv4_geometry(model: ModelSpec, settings: EngineSettings) -> Dsv4Geometry:
         else DEFAULT_SWA_RATIO
     )
     coeff_ratio = 0 if swa_cap is not None else ratio
-    bytes_per_full_token = coeff_ratio * bytes_per_swa_token + sum(
-        compressed[r] * model.layers_with_ratio(r) for r in (4, 128) if model.layers_with_ratio(r)
+    bytes_per_full_token = coeff_ratio * bytes_per_swa_token + (
+        c4_per_full_token * n_c4 + c128_per_full_token * n_c128
     )
     inflation = 1.0
     if settings.speculative:
@@ -240,15 +228,15 @@ def plan_dsv4(model: ModelSpec, settings: EngineSettings, kv_budget_bytes: int) 
         swa = geo.swa_cap_tokens
         if full <= 0:
             raise ConfigError(
-                f"memory: the SWA request cap ({swa} tokens, {swa_fixed / 2**30:.2f} GiB) leaves "
+                f"memory: the SWA request cap ({swa} tokens, {swa_fixed / GiB:.2f} GiB) leaves "
                 f"no room for one {page}-token page of the full KV pool in "
-                f"{kv_budget_bytes / 2**30:.2f} GiB; lower max_running_requests or add memory"
+                f"{kv_budget_bytes / GiB:.2f} GiB; lower max_running_requests or add memory"
             )
     else:
         swa = int(full * geo.swa_ratio) // page * page
         if model.sliding_window + page >= swa:
             raise ConfigError(
-                f"memory: {kv_budget_bytes / 2**30:.2f} GiB per rank holds {full} full tokens, "
+                f"memory: {kv_budget_bytes / GiB:.2f} GiB per rank holds {full} full tokens, "
                 f"an SWA pool of {swa} tokens: too small for one request "
                 f"(needs more than sliding_window {model.sliding_window} + page_size {page})"
             )

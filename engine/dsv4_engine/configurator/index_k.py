@@ -7,6 +7,7 @@ the seed's fork priced a bf16 key with the fp8 formula times the bf16 element si
 
 from __future__ import annotations
 
+from dsv4_engine.configurator.settings import EngineSettings
 from dsv4_engine.features import IndexDtype
 
 # fp8 keys carry one fp32 scale per block of this many elements (SGLang's quant_block_size).
@@ -33,3 +34,12 @@ def index_k_bytes_per_token(head_dim: int, dtype: IndexDtype, *, legacy: bool = 
     if legacy:
         return fp8_index_k_bytes(head_dim) * 2
     return head_dim * 2
+
+
+def index_k_budget_bytes(head_dim: int, settings: EngineSettings) -> int:
+    """Index-K bytes per key the sizing budgets (both model families).  fp4 is budgeted at
+    the fp8 size unless ``fp4_budget == "exact"``, as SGLang 0.5.23 does on NVIDIA; the
+    pool still allocates fp4 rows."""
+    if settings.index_dtype is IndexDtype.FP4 and settings.fp4_budget == "fp8":
+        return fp8_index_k_bytes(head_dim)
+    return index_k_bytes_per_token(head_dim, settings.index_dtype, legacy=settings.legacy)

@@ -123,12 +123,14 @@ def hicache_host_bytes(
         raise ConfigError(
             "hicache: give a ratio (host pool as a multiple of the device pool) or a size"
         )
+    # plan_for_gpu's two steps on the one parsed model the host mirror needs too.
     model = model_spec_from_hf_config(hf_config)
-    plan = plan_for_gpu(
-        hf_config,
+    budget = gpu_budget(
+        model,
         settings,
         gpu_memory_bytes,
         mem_fraction_static=mem_fraction_static,
         weight_bytes_per_rank=weight_bytes_per_rank,
     )
+    plan = plan_pools(model, settings, budget.kv_budget_bytes)
     return host_bytes_for_plan(model, settings, plan, ratio)

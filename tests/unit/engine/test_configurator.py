@@ -155,6 +155,11 @@ def test_dsa_indexer_cell_size_per_dtype(dsa):
     assert bf16.fixed.pool("indexer").bytes_per_token == 61 * 256
     assert bf16.legacy.pool("indexer").bytes_per_token == 61 * 264
     assert bf16.over_reserved_bytes == bf16.legacy.full_tokens * 61 * 8
+    # fp4 keys are budgeted at the fp8 size, as for DeepSeek-V4, unless priced exactly.
+    fp4 = plan_pools(dsa, EngineSettings(page_size=64, index_dtype=IndexDtype.FP4), BUDGET)
+    assert fp4.bytes_per_full_token == fp8.bytes_per_full_token
+    exact = EngineSettings(page_size=64, index_dtype=IndexDtype.FP4, fp4_budget="exact")
+    assert plan_pools(dsa, exact, BUDGET).pool("indexer").bytes_per_token == 61 * 68
 
 
 def test_hicache_host_bytes_follow_the_device_pages(flash):
