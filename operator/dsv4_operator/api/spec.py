@@ -4,7 +4,8 @@ Cross-field rules live twice on purpose, each where it is enforced: as CEL
 `x-kubernetes-validations` (the API server refuses a bad object at `kubectl apply`) and as
 pydantic validators (the operator refuses an object that reached it anyway, e.g. through
 an older CRD, and reports `Degraded` instead of crashing).  tests/unit/operator/
-test_api_rules.py and the end-to-end test feed the same invalid specs to both.
+test_op_api.py and the end-to-end test feed the same invalid specs
+(tests/data/invalid_dsv4_specs.yaml) to both.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Annotated, Any
 from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
 from dsv4_engine.engine_config import OPERATOR_OWNED_FLAGS, Disaggregation, owned_flag_in
-from dsv4_engine.features import CamelModel, EngineFeatures
+from dsv4_engine.features import CamelModel, EngineFeatures, Role
 
 DEFAULT_GPU_PRODUCTS = ("NVIDIA-B200", "NVIDIA-GB200")
 QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$"
@@ -240,3 +241,7 @@ class DSV4DeploymentSpec(CamelModel):
         if self.features.hicache.size_gb is not None:
             raise ValueError(_NO_HICACHE_SIZE)
         return self
+
+    def role_spec(self, role: Role) -> RoleSpec:
+        """The section of one engine role: what rendering, sizing and status read per role."""
+        return self.prefill if role is Role.PREFILL else self.decode

@@ -9,11 +9,11 @@ left alone, which is why a steady-state reconcile makes no write at all.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any
 
+from dsv4_operator.render.engine import short_hash
 from dsv4_operator.render.meta import ANNOTATION_APPLIED_HASH
 
 Key = tuple[str, str]  # (kind, name)
@@ -33,7 +33,7 @@ def key(obj: dict[str, Any]) -> Key:
 
 
 def with_applied_hash(obj: dict[str, Any]) -> dict[str, Any]:
-    digest = hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+    digest = short_hash(json.dumps(obj, sort_keys=True))
     meta = obj["metadata"]
     annotations = {**meta.get("annotations", {}), ANNOTATION_APPLIED_HASH: digest}
     return {**obj, "metadata": {**meta, "annotations": annotations}}

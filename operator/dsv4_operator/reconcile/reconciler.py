@@ -30,7 +30,7 @@ from dsv4_operator.reconcile.status import Problem, decide_status, observe_roles
 from dsv4_operator.render import render_all
 from dsv4_operator.render.engine import feature_revision
 from dsv4_operator.render.memory import MemorySizingError, pod_memory
-from dsv4_operator.render.meta import Owner, instance_selector
+from dsv4_operator.render.meta import LABEL_INSTANCE, Owner, instance_selector
 from dsv4_operator.render.placement import GPU_PRODUCT_LABEL
 from dsv4_operator.render.workloads import HostMemory
 from dsv4_operator.rollout.controller import RolloutController, RolloutOutcome, RolloutSpecError
@@ -125,12 +125,14 @@ class Reconciler:
             self._report(obj, owner, previous, Problem("InvalidSpec", first_error(err)), [], [])
             return
         problem = check_prerequisites(self.kube, namespace, spec)
-        live = self._children(owner)
+        live, canary_live = self._children(owner)
         actions: list[Action] = []
         rollout: RolloutOutcome | None = None
         if problem is None:
             try:
-                rollout, current, rendered = self._rollout_step(owner, obj, spec, previous, live)
+                rollout, current, rendered = self._rollout_step(
+                    owner, obj, spec, previous, live, canary_live
+                )
                 # Most passes change no flags: the rendering made to observe is the desired one.
                 desired = (
                     rendered
@@ -152,11 +154,16 @@ class Reconciler:
         workloads = [o for o in live if o["kind"] in ("StatefulSet", "Deployment")]
         self._report(obj, owner, previous, problem, actions, workloads, spec, rollout)
 
-    def _children(self, owner: Owner) -> list[dict[str, Any]]:
-        selector = instance_selector(owner)
-        return [
-            item for kind in CHILD_KINDS for item in self.kube.list(kind, owner.namespace, selector)
-        ]
+    def _children(self, owner: Owner) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The stable children and the canary's, in one list request per kind for both: the
+        steady-state pass is all reads, and each kind is read once."""
+        canary = canary_owner(owner)
+        found: dict[str, list[dict[str, Any]]] = {owner.name: [], canary.name: []}
+        selector = instance_selector(owner, canary)
+        for kind in CHILD_KINDS:
+            for item in self.kube.list(kind, owner.namespace, selector):
+                found[item["metadata"]["labels"][LABEL_INSTANCE]].append(item)
+        return found[owner.name], found[canary.name]
 
     def _render(
         self, owner: Owner, spec: DSV4DeploymentSpec, flags: dict[Role, FlagSet]
@@ -174,6 +181,7 @@ class Reconciler:
         spec: DSV4DeploymentSpec,
         previous: DSV4DeploymentStatus | None,
         live: list[dict[str, Any]],
+        canary_live: list[dict[str, Any]],
     ) -> tuple[RolloutOutcome, dict[Role, FlagSet], list[dict[str, Any]]]:
         """The rollout's step, with the flags the stable roles ran before it and their
         rendering (what `rolled_roles` compares the live workloads against)."""
@@ -182,7 +190,6 @@ class Reconciler:
             role: (role_flags(before, role) if before else spec_flags(spec)) for role in Role
         }
         rendered = self._render(owner, spec, current)
-        canary_live = self._children(canary_owner(owner))
         outcome = self.rollout.step(
             owner,
             obj,

@@ -58,14 +58,11 @@ def observe_roles(
     def component(name: str) -> list[dict[str, Any]]:
         return [w for w in workloads if w["metadata"]["labels"].get(LABEL_COMPONENT) == name]
 
-    roles = {
-        role.value: role_status(
-            rs.replicas,
-            rs.nodes_per_replica,
-            [w for w in component(role.value) if w["kind"] == "StatefulSet"],
-        )
-        for role, rs in ((Role.PREFILL, spec.prefill), (Role.DECODE, spec.decode))
-    }
+    roles: dict[str, RoleStatus] = {}
+    for role in Role:
+        role_spec = spec.role_spec(role)
+        sets = [w for w in component(role.value) if w["kind"] == "StatefulSet"]
+        roles[role.value] = role_status(role_spec.replicas, role_spec.nodes_per_replica, sets)
     roles["router"] = role_status(spec.router.replicas, 1, component("router"))
     return roles
 

@@ -39,7 +39,7 @@ def role_features(features: EngineFeatures, role: Role) -> EngineFeatures:
 
 
 def engine_config(owner: Owner, spec: DSV4DeploymentSpec, role: Role) -> EngineConfig:
-    role_spec = spec.prefill if role is Role.PREFILL else spec.decode
+    role_spec = spec.role_spec(role)
     multinode = None
     if role_spec.nodes_per_replica > 1:
         multinode = MultiNode(

@@ -17,7 +17,6 @@ from dsv4_engine.features import Role
 from dsv4_engine.presets import preset_config
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.render.engine import role_features
-from dsv4_operator.render.workloads import role_spec_of
 
 GIB = 1 << 30
 # HBM per GPU as the engine sees it; a spec allowing several products is sized for the largest.
@@ -33,7 +32,7 @@ def hicache_bytes_per_pod(spec: DSV4DeploymentSpec, role: Role) -> int:
     features = role_features(spec.features, role)
     if not features.hicache.enabled:
         return 0
-    role_spec = role_spec_of(spec, role)
+    role_spec = spec.role_spec(role)
     gpu_memory = max(
         GPU_MEMORY_BYTES.get(p, DEFAULT_GPU_MEMORY_BYTES) for p in spec.placement.gpu_products
     )
@@ -58,7 +57,7 @@ def hicache_bytes_per_pod(spec: DSV4DeploymentSpec, role: Role) -> int:
 
 def pod_memory(spec: DSV4DeploymentSpec, role: Role) -> str:
     """The memory request (= limit) of one engine pod of ``role``."""
-    requested = role_spec_of(spec, role).resources.memory
+    requested = spec.role_spec(role).resources.memory
     extra = hicache_bytes_per_pod(spec, role)
     if not extra:
         return requested

@@ -30,9 +30,10 @@ def selector_labels(owner: Owner, component: str) -> dict[str, str]:
     return {LABEL_NAME: "dsv4", LABEL_INSTANCE: owner.name, LABEL_COMPONENT: component}
 
 
-def instance_selector(owner: Owner) -> str:
-    """Label selector of every child of one DSV4Deployment."""
-    return f"{LABEL_INSTANCE}={owner.name},{LABEL_MANAGED_BY}={MANAGED_BY}"
+def instance_selector(*owners: Owner) -> str:
+    """Label selector of every child of these owners (one list request serves them all)."""
+    names = ",".join(owner.name for owner in owners)
+    return f"{LABEL_INSTANCE} in ({names}),{LABEL_MANAGED_BY}={MANAGED_BY}"
 
 
 def metadata(owner: Owner, name: str, component: str, managed: bool = True) -> dict[str, Any]:

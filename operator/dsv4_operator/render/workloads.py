@@ -39,10 +39,6 @@ BOOTSTRAP_PORT_ANNOTATION = "sglang.ai/bootstrap-port"
 HostMemory = Callable[[DSV4DeploymentSpec, Role], str]
 
 
-def role_spec_of(spec: DSV4DeploymentSpec, role: Role) -> RoleSpec:
-    return spec.prefill if role is Role.PREFILL else spec.decode
-
-
 def _resources(role_spec: RoleSpec, memory: str) -> dict[str, Any]:
     res = role_spec.resources
     amounts = {"cpu": res.cpu, "memory": memory, GPU_RESOURCE: str(role_spec.gpus_per_node)}
@@ -63,7 +59,7 @@ def _model_volume(spec: DSV4DeploymentSpec) -> dict[str, Any]:
 def _engine_container(
     spec: DSV4DeploymentSpec, role: Role, group_role: GroupRole, memory: str
 ) -> dict[str, Any]:
-    role_spec = role_spec_of(spec, role)
+    role_spec = spec.role_spec(role)
     env = [{"name": e.name, "value": e.value} for e in role_spec.env]
     env += [
         {"name": "DSV4_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
@@ -104,7 +100,7 @@ def _stateful_set(
     config_hash: str,
     memory: str,
 ) -> dict[str, Any]:
-    role_spec = role_spec_of(spec, role)
+    role_spec = spec.role_spec(role)
     base = role_name(owner, role)
     name = base if group_role is GroupRole.LEADER else f"{base}-workers"
     replicas = role_spec.replicas * (
@@ -185,7 +181,7 @@ def role_objects(
     config_hash: str,
     host_memory: HostMemory,
 ) -> list[dict[str, Any]]:
-    role_spec = role_spec_of(spec, role)
+    role_spec = spec.role_spec(role)
     memory = host_memory(spec, role)
     groups = [GroupRole.LEADER] + ([GroupRole.WORKER] if role_spec.nodes_per_replica > 1 else [])
     sets = [_stateful_set(owner, spec, role, g, config_hash, memory) for g in groups]

@@ -1,0 +1,48 @@
+"""A pass reads its children once: the stable slice's and the canary's in the same requests."""
+
+from dsv4_operator.reconcile.reconciler import CHILD_KINDS, Reconciler
+from dsv4_operator.render.meta import LABEL_INSTANCE, Owner, metadata
+from dsv4_operator.rollout.slices import canary_owner
+
+OWNER = Owner(name="flash", namespace="serving", uid="u-1")
+
+
+class ListingKube:
+    """Answers every list with the objects of that kind the selector's instances own."""
+
+    def __init__(self, objects):
+        self.objects = objects
+        self.lists = []
+
+    def list(self, kind, namespace, selector=None):
+        self.lists.append((kind, namespace, selector))
+        wanted = selector.split(" in (", 1)[1].split(")", 1)[0].split(",")
+        return [
+            o
+            for o in self.objects
+            if o["kind"] == kind and o["metadata"]["labels"][LABEL_INSTANCE] in wanted
+        ]
+
+
+def child(kind, owner, name):
+    return {"kind": kind, "metadata": metadata(owner, name, "decode")}
+
+
+def test_stable_and_canary_children_come_from_one_list_per_kind():
+    canary = canary_owner(OWNER)
+    stable_sts = child("StatefulSet", OWNER, "flash-decode")
+    canary_sts = child("StatefulSet", canary, "flash-canary-decode")
+    canary_cm = child("ConfigMap", canary, "flash-canary-engine")
+    other = child("StatefulSet", Owner("other", "serving", "u-2"), "other-decode")
+    kube = ListingKube([stable_sts, canary_sts, canary_cm, other])
+
+    stable, canary_live = Reconciler(kube, rollout=None)._children(OWNER)
+
+    # The canary's objects never count as the stable slice's (it would prune them).
+    assert stable == [stable_sts]
+    assert canary_live == [canary_cm, canary_sts]
+    assert [(kind, ns) for kind, ns, _ in kube.lists] == [(k, "serving") for k in CHILD_KINDS]
+    assert {selector for _, _, selector in kube.lists} == {
+        "app.kubernetes.io/instance in (flash,flash-canary),"
+        "app.kubernetes.io/managed-by=dsv4-operator"
+    }
