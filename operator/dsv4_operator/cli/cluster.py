@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from dsv4_engine.cliutil import CommandError
@@ -29,11 +30,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     up = actions.add_parser("up", help="start the cluster (idempotent)")
-    up.add_argument("--gpu-nodes", type=_non_negative, default=4, help="GPU nodes (default 4)")
-    up.add_argument("--cpu-nodes", type=_non_negative, default=2, help="CPU nodes (default 2)")
+    up.add_argument("--gpu-nodes", type=_int_in(0), default=4, help="GPU nodes (default 4)")
+    up.add_argument("--cpu-nodes", type=_int_in(0), default=2, help="CPU nodes (default 2)")
     up.add_argument("--gpu-product", default="NVIDIA-B200", help="nvidia.com/gpu.product label")
-    up.add_argument("--gpus-per-node", type=_positive, default=8, help="GPUs per node (default 8)")
-    up.add_argument("--port", type=_port, default=None, help="kube-apiserver port (default: free)")
+    up.add_argument("--gpus-per-node", type=_int_in(1), default=8, help="GPUs per node (default 8)")
+    up.add_argument(
+        "--port", type=_int_in(1, 65535), default=None, help="kube-apiserver port (default: free)"
+    )
     actions.add_parser("down", help="stop every process the cluster started and remove it")
     status = actions.add_parser("status", help="show whether the cluster runs, and its nodes")
     status.add_argument("--output", choices=("table", "json"), default="table")
@@ -85,29 +88,17 @@ def _log(message: str) -> None:
     print(message, file=sys.stderr)
 
 
-def _non_negative(text: str) -> int:
-    value = _int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text}")
-    return value
+def _int_in(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer in [low, high]; anything else is a usage error."""
 
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low or (high is not None and value > high):
+            bounds = f">= {low}" if high is None else f"{low}-{high}"
+            raise argparse.ArgumentTypeError(f"expected an integer {bounds}, got {text}")
+        return value
 
-def _positive(text: str) -> int:
-    value = _int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text}")
-    return value
-
-
-def _port(text: str) -> int:
-    value = _int(text)
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a port 1-65535, got {text}")
-    return value
-
-
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    return parse

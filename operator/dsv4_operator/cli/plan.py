@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from dsv4_engine.cliutil import CommandError
@@ -131,44 +131,56 @@ def _settings(args: argparse.Namespace) -> EngineSettings:
     )
 
 
+@dataclass(frozen=True)
+class Sizing:
+    """Everything one `dsv4ctl plan` computed: what the table and the JSON both print."""
+
+    model: ModelSpec
+    settings: EngineSettings
+    budget: GpuBudget
+    plan: PoolPlan
+    host: int | None  # HiCache host bytes per rank, when asked
+    legacy: LegacyComparison | None  # with --legacy-compare
+    fp4_exact: PoolPlan | None  # an fp4 index-K priced exactly, when budgeted at fp8
+
+
+def _size(args: argparse.Namespace) -> Sizing:
+    cfg = preset_config(args.preset) if args.preset else load_hf_config(args.model_config)
+    model = model_spec_from_hf_config(cfg)
+    settings = _settings(args)
+    weights = parse_size(args.weights_memory, "--weights-memory") if args.weights_memory else None
+    budget = gpu_budget(
+        model,
+        settings,
+        parse_size(args.gpu_memory, "--gpu-memory"),
+        mem_fraction_static=args.mem_fraction_static,
+        weight_bytes_per_rank=weights,
+    )
+    plan = plan_pools(model, settings, budget.kv_budget_bytes)
+    host = None
+    if args.hicache_size:
+        host = host_bytes_for_size(parse_size(args.hicache_size, "--hicache-size") / GiB)
+    elif args.hicache_ratio is not None:
+        host = host_bytes_for_plan(model, settings, plan, args.hicache_ratio)
+    legacy = (
+        compare_legacy(model, settings, budget.kv_budget_bytes) if args.legacy_compare else None
+    )
+    fp4_exact = None
+    if settings.index_dtype is IndexDtype.FP4 and settings.fp4_budget == "fp8":
+        fp4_exact = plan_pools(model, replace(settings, fp4_budget="exact"), budget.kv_budget_bytes)
+    return Sizing(model, settings, budget, plan, host, legacy, fp4_exact)
+
+
 def run(args: argparse.Namespace) -> int:
     try:
-        cfg = preset_config(args.preset) if args.preset else load_hf_config(args.model_config)
-        model = model_spec_from_hf_config(cfg)
-        settings = _settings(args)
-        weights = (
-            parse_size(args.weights_memory, "--weights-memory") if args.weights_memory else None
-        )
-        budget = gpu_budget(
-            model,
-            settings,
-            parse_size(args.gpu_memory, "--gpu-memory"),
-            mem_fraction_static=args.mem_fraction_static,
-            weight_bytes_per_rank=weights,
-        )
-        plan = plan_pools(model, settings, budget.kv_budget_bytes)
-        host = None
-        if args.hicache_size:
-            host = host_bytes_for_size(parse_size(args.hicache_size, "--hicache-size") / GiB)
-        elif args.hicache_ratio is not None:
-            host = host_bytes_for_plan(model, settings, plan, args.hicache_ratio)
-        legacy = (
-            compare_legacy(model, settings, budget.kv_budget_bytes) if args.legacy_compare else None
-        )
-        fp4_exact = None
-        if settings.index_dtype is IndexDtype.FP4 and settings.fp4_budget == "fp8":
-            fp4_exact = plan_pools(
-                model, replace(settings, fp4_budget="exact"), budget.kv_budget_bytes
-            )
+        sizing = _size(args)
     except ConfigError as err:
         raise CommandError(str(err)) from None
     if args.output == "json":
-        print(
-            json.dumps(_as_json(model, settings, budget, plan, host, legacy, fp4_exact), indent=2)
-        )
+        print(json.dumps(_as_json(sizing), indent=2))
     else:
-        table = render_table(model, settings, budget, plan, host, legacy, fp4_exact)
-        if args.hicache_size and model.kind is ModelKind.DSV4:
+        table = render_table(sizing)
+        if args.hicache_size and sizing.model.kind is ModelKind.DSV4:
             table += (
                 "\n            note: SGLang 0.5.23 refuses --hicache-size for DeepSeek-V4; "
                 "its host pool is sized by --hicache-ratio only"
@@ -177,15 +189,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _as_json(
-    model: ModelSpec,
-    settings: EngineSettings,
-    budget: GpuBudget,
-    plan: PoolPlan,
-    host: int | None,
-    legacy: LegacyComparison | None,
-    fp4_exact: PoolPlan | None,
-) -> dict[str, Any]:
+def _as_json(sizing: Sizing) -> dict[str, Any]:
+    model, legacy = sizing.model, sizing.legacy
     out: dict[str, Any] = {
         "model": {
             "architecture": model.architecture,
@@ -193,11 +198,12 @@ def _as_json(
             "layers": model.num_layers,
         },
         "settings": {
-            k: (v.value if isinstance(v, IndexDtype) else v) for k, v in asdict(settings).items()
+            k: (v.value if isinstance(v, IndexDtype) else v)
+            for k, v in asdict(sizing.settings).items()
         },
-        "budget": asdict(budget),
-        "plan": plan.to_dict(),
-        "hicache_host_bytes_per_rank": host,
+        "budget": asdict(sizing.budget),
+        "plan": sizing.plan.to_dict(),
+        "hicache_host_bytes_per_rank": sizing.host,
     }
     if legacy is not None:
         out["legacy"] = {
@@ -208,8 +214,8 @@ def _as_json(
             "over_reserved_bytes_per_rank": legacy.over_reserved_bytes,
             "tokens_lost_per_rank": legacy.tokens_lost,
         }
-    if fp4_exact is not None:
-        out["fp4_exact"] = fp4_exact.to_dict()
+    if sizing.fp4_exact is not None:
+        out["fp4_exact"] = sizing.fp4_exact.to_dict()
     return out
 
 
@@ -224,15 +230,9 @@ def _layers(model: ModelSpec) -> str:
     return f"{model.num_layers} layers: {swa} SWA-only, {model.layers_with_ratio(4)} c4, {model.layers_with_ratio(128)} c128"
 
 
-def render_table(
-    model: ModelSpec,
-    settings: EngineSettings,
-    budget: GpuBudget,
-    plan: PoolPlan,
-    host: int | None,
-    legacy: LegacyComparison | None,
-    fp4_exact: PoolPlan | None,
-) -> str:
+def render_table(sizing: Sizing) -> str:
+    model, settings, budget, plan = sizing.model, sizing.settings, sizing.budget, sizing.plan
+    host, legacy, fp4_exact = sizing.host, sizing.legacy, sizing.fp4_exact
     mrr_note = "" if settings.max_running_requests else " (SGLang's V4 default)"
     weights_note = " (estimated from config)" if budget.weights_estimated else ""
     lines = [

@@ -15,6 +15,7 @@ from typing import Any
 from dsv4_engine.cliutil import CommandError
 from dsv4_operator.api import KIND
 from dsv4_operator.cli.kubeapi import connect
+from dsv4_operator.reconcile.kube import path
 from dsv4_operator.rollout.decide import ManualAction
 from dsv4_operator.rollout.manual import ANNOTATION, encode
 from dsv4_operator.rollout.reports import REPORT_KEY
@@ -56,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     action = ManualAction(args.action)
     kube.request(
         "PATCH",
-        f"/apis/inference.dsv4.dev/v1alpha1/namespaces/{args.namespace}/dsv4deployments/{args.name}",
+        path(KIND, args.namespace, args.name),
         body={"metadata": {"annotations": {ANNOTATION: encode(action, str(time.time_ns()))}}},
         content_type="application/merge-patch+json",
     )

@@ -26,6 +26,7 @@ from dsv4_operator.cluster.binaries import (
 )
 from dsv4_operator.cluster.nodes import (
     GPU_PRODUCT_LABEL,
+    GPU_RESOURCE,
     KWOK_ANNOTATION,
     NodePool,
     default_pools,
@@ -139,15 +140,14 @@ class LocalCluster:
         }
         if info["exists"] and self.reachable():
             info["reachable"] = True
-            nodes = json.loads(self.kubectl("get", "nodes", "-o", "json").stdout)["items"]
             info["nodes"] = [
                 {
                     "name": n["metadata"]["name"],
                     "ready": _node_ready(n),
-                    "gpuProduct": n["metadata"].get("labels", {}).get("nvidia.com/gpu.product"),
-                    "gpus": n["status"].get("allocatable", {}).get("nvidia.com/gpu", "0"),
+                    "gpuProduct": n["metadata"].get("labels", {}).get(GPU_PRODUCT_LABEL),
+                    "gpus": n["status"].get("allocatable", {}).get(GPU_RESOURCE, "0"),
                 }
-                for n in nodes
+                for n in self._nodes()
             ]
         return info
 
@@ -168,11 +168,14 @@ class LocalCluster:
         return result
 
     # -- internals -----------------------------------------------------------------------
-    def _kwokctl(self, *args: str) -> subprocess.CompletedProcess[str]:
+    def _nodes(self) -> list[dict[str, Any]]:
+        return json.loads(self.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+
+    def _kwokctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         cmd = [str(control_plane_binary("kwokctl")), "--name", self.name, *args]
         env = {**os.environ, "KWOK_WORKDIR": str(self.workdir)}
         result = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-        if result.returncode != 0:
+        if check and result.returncode != 0:
             raise ClusterError(
                 f"kwokctl {' '.join(args)} failed (exit {result.returncode}); "
                 f"component logs are in {self.cluster_dir / 'logs'}:\n{_last_lines(result.stderr)}"
@@ -204,12 +207,7 @@ class LocalCluster:
             self._kwokctl(*args)
         except ClusterError:
             # Leave nothing half-started behind: a failed `up` is followed by a clean slate.
-            subprocess.run(
-                [str(control_plane_binary("kwokctl")), "--name", self.name, "delete", "cluster"],
-                capture_output=True,
-                env={**os.environ, "KWOK_WORKDIR": str(self.workdir)},
-                check=False,
-            )
+            self._kwokctl("delete", "cluster", check=False)
             raise
 
     def _check_port_free(self) -> None:
@@ -229,10 +227,9 @@ class LocalCluster:
         doc = json.dumps({"apiVersion": "v1", "kind": "List", "items": desired})
         self.kubectl("apply", "-f", "-", input=doc)
         wanted = {n["metadata"]["name"] for n in desired}
-        existing = json.loads(self.kubectl("get", "nodes", "-o", "json").stdout)["items"]
         stale = [
             n["metadata"]["name"]
-            for n in existing
+            for n in self._nodes()
             if n["metadata"].get("annotations", {}).get(KWOK_ANNOTATION) == "fake"
             and n["metadata"]["name"] not in wanted
         ]
@@ -242,7 +239,7 @@ class LocalCluster:
     def _wait_nodes_ready(self) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S
         while True:
-            nodes = json.loads(self.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+            nodes = self._nodes()
             not_ready = [n["metadata"]["name"] for n in nodes if not _node_ready(n)]
             if not not_ready and nodes:
                 return

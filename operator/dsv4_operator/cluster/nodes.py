@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-GPU_RESOURCE = "nvidia.com/gpu"
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+# The label and resource the operator places engine pods by: the fake nodes must carry them.
+from dsv4_operator.render.placement import GPU_PRODUCT_LABEL, GPU_RESOURCE
+
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import socket
 
+import pytest
+
 from dsv4_operator.cli.main import main
 from dsv4_operator.cluster.nodes import default_pools, node_manifests
 
@@ -31,13 +33,20 @@ def test_port_in_use_is_refused_before_starting_anything(tmp_path, capsys):
     assert not (tmp_path / "clusters" / "x").exists()
 
 
-def test_bad_flag_values_are_usage_errors(capsys):
-    for argv in (["cluster", "up", "--gpu-nodes", "-1"], ["cluster", "up", "--port", "70000"]):
-        try:
-            main(argv)
-        except SystemExit as exit_:
-            assert exit_.code == 2
-        assert "expected" in capsys.readouterr().err
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--gpu-nodes", "-1", "expected an integer >= 0, got -1"),
+        ("--gpus-per-node", "0", "expected an integer >= 1, got 0"),
+        ("--port", "70000", "expected an integer 1-65535, got 70000"),
+        ("--cpu-nodes", "two", "expected an integer, got 'two'"),
+    ],
+)
+def test_bad_flag_values_are_usage_errors(capsys, flag, value, message):
+    with pytest.raises(SystemExit) as exit_:
+        main(["cluster", "up", flag, value])
+    assert exit_.value.code == 2
+    assert f"argument {flag}: {message}" in capsys.readouterr().err
 
 
 def test_gpu_nodes_have_labels_capacity_and_taint():
