@@ -78,7 +78,7 @@ def bench_gate() -> None:
     pool = DevicePool(FLASH, pages_n, IndexDtype.FP8, max_requests=1, device=DEVICE,
                       ungated_index_k=False)  # fmt: skip
     pages = pool.allocator.allocate(pages_n)
-    for _ in range(4):  # loads that have finished: the gate still checks each of them
+    for _ in range(4):  # finished loads: the gate drops them, then reads take the fast path
         load = LayerLoad(FLASH.num_layers)
         pool.gate.register(load)
         for layer in range(FLASH.num_layers):

@@ -18,13 +18,17 @@ FP8_MAX = 448.0
 FP4_GRID = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 
 
+def page_slot(locs: torch.Tensor, entries: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(page, slot) int64 of each entry location: the one mapping every backend shares."""
+    locs = locs.to(torch.int64)
+    return locs // entries, locs % entries
+
+
 def entry_columns(
     locs: torch.Tensor, fmt: IndexKeyFormat, entries: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(page, key byte columns, scale byte columns) of each entry, as index tensors."""
-    locs = locs.to(torch.int64)
-    page = locs // entries
-    slot = locs % entries
+    page, slot = page_slot(locs, entries)
     dev = locs.device
     keys = slot[:, None] * fmt.key_bytes + torch.arange(fmt.key_bytes, device=dev)
     scale_base = entries * fmt.key_bytes + slot[:, None] * fmt.scale_bytes

@@ -124,14 +124,23 @@ def _views(buf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     return flat, flat.view(torch.float32), flat.view(torch.bfloat16)
 
 
-def _page_slot(locs: torch.Tensor, entries: int) -> tuple[torch.Tensor, torch.Tensor]:
-    locs = locs.to(torch.int64)
-    return (locs // entries).contiguous(), (locs % entries).contiguous()
-
-
-def _check_contiguous(buf: torch.Tensor) -> None:
+def _page_slot(
+    buf: torch.Tensor, locs: torch.Tensor, entries: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Checks `buf` (the kernels index it flat) and splits `locs` into page and slot."""
     if not buf.is_contiguous() or buf.dtype != torch.uint8:
         raise ValueError("index-K buffer: expected a contiguous uint8 [pages, page_bytes] tensor")
+    page, slot = index_k_ref.page_slot(locs, entries)
+    return page.contiguous(), slot.contiguous()
+
+
+def _format_constants(fmt: IndexKeyFormat) -> dict[str, int | bool]:
+    """The compile-time description of `fmt` every kernel takes (NB >= 1: tl.arange needs it)."""
+    return {
+        "D": fmt.head_dim,
+        "NB": max(1, fmt.head_dim // FP8_BLOCK),
+        "IS_FP8": fmt.dtype is IndexDtype.FP8,
+    }
 
 
 def store_index_k(
@@ -140,14 +149,13 @@ def store_index_k(
     if fmt.dtype is IndexDtype.FP4:
         index_k_ref.store_index_k(buf, locs, keys, fmt, entries)
         return
-    _check_contiguous(buf)
-    page, slot = _page_slot(locs, entries)
+    page, slot = _page_slot(buf, locs, entries)
     if page.numel() == 0:
         return
     u8, f32, _ = _views(buf)
     _store_kernel[(page.numel(),)](
         keys.to(torch.float32).contiguous(), u8, f32, u8.view(torch.int16), page, slot, buf.shape[1], entries,
-        D=fmt.head_dim, NB=max(1, fmt.head_dim // FP8_BLOCK), IS_FP8=fmt.dtype is IndexDtype.FP8,
+        **_format_constants(fmt),
     )  # fmt: skip
 
 
@@ -156,16 +164,14 @@ def read_index_k(
 ) -> torch.Tensor:
     if fmt.dtype is IndexDtype.FP4:
         return index_k_ref.read_index_k(buf, locs, fmt, entries)
-    _check_contiguous(buf)
-    page, slot = _page_slot(locs, entries)
+    page, slot = _page_slot(buf, locs, entries)
     n = page.numel()
     out = torch.empty((n, fmt.head_dim), dtype=torch.float32, device=buf.device)
     if n:
         u8, f32, bf16 = _views(buf)
         _read_kernel[(triton.cdiv(n, SCORE_BLOCK_N),)](
             u8, f32, bf16, page, slot, out, n, buf.shape[1], entries,
-            D=fmt.head_dim, NB=max(1, fmt.head_dim // FP8_BLOCK), IS_FP8=fmt.dtype is IndexDtype.FP8,
-            BLOCK_N=SCORE_BLOCK_N,
+            **_format_constants(fmt), BLOCK_N=SCORE_BLOCK_N,
         )  # fmt: skip
     return out
 
@@ -182,9 +188,8 @@ def index_scores(
     heads = q.shape[0]
     if fmt.dtype is IndexDtype.FP4 or heads < 16 or heads & (heads - 1):
         # tl.dot needs >= 16 rows in a power of two; other head counts use the reference.
-        return indexer_ref.indexer_scores(q, w, index_k_ref.read_index_k(buf, locs, fmt, entries))
-    _check_contiguous(buf)
-    page, slot = _page_slot(locs, entries)
+        return indexer_ref.index_scores(buf, locs, fmt, entries, q, w)
+    page, slot = _page_slot(buf, locs, entries)
     n = page.numel()
     out = torch.empty(n, dtype=torch.float32, device=buf.device)
     if n:
@@ -192,7 +197,6 @@ def index_scores(
         _score_kernel[(triton.cdiv(n, SCORE_BLOCK_N),)](
             u8, f32, bf16, page, slot, q.to(torch.float32).contiguous(),
             w.to(torch.float32).contiguous(), out, n, buf.shape[1], entries,
-            H=heads, D=fmt.head_dim, NB=max(1, fmt.head_dim // FP8_BLOCK),
-            IS_FP8=fmt.dtype is IndexDtype.FP8, BLOCK_N=SCORE_BLOCK_N,
+            H=heads, **_format_constants(fmt), BLOCK_N=SCORE_BLOCK_N,
         )  # fmt: skip
     return out

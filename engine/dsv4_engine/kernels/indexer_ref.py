@@ -8,11 +8,29 @@ from __future__ import annotations
 
 import torch
 
+from dsv4_engine.kernels import index_k_ref
+from dsv4_engine.pools.layout import IndexKeyFormat
+
 
 def indexer_scores(q: torch.Tensor, w: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     """q [H, d], w [H], keys [n, d] (float) -> scores [n] float32."""
     logits = q.to(torch.float32) @ keys.to(torch.float32).T
     return (torch.relu(logits) * w.to(torch.float32)[:, None]).sum(0)
+
+
+def index_scores(
+    buf: torch.Tensor,
+    locs: torch.Tensor,
+    fmt: IndexKeyFormat,
+    entries: int,
+    q: torch.Tensor,
+    w: torch.Tensor,
+) -> torch.Tensor:
+    """Scores of paged entries `locs`: read (dequantize) the keys, then score them.
+
+    The reference of the fused Triton kernel, and its fallback where it has no kernel.
+    """
+    return indexer_scores(q, w, index_k_ref.read_index_k(buf, locs, fmt, entries))
 
 
 def topk_entries(scores: torch.Tensor, k: int) -> torch.Tensor:

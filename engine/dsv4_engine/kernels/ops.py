@@ -9,21 +9,9 @@ from dataclasses import dataclass
 import torch
 
 from dsv4_engine.kernels import index_k_ref, indexer_ref, paged_copy_ref
-from dsv4_engine.pools.layout import IndexKeyFormat
 
 BACKEND_ENV = "DSV4_KERNEL_BACKEND"
 BACKENDS = ("torch", "triton")
-
-
-def _index_scores_ref(
-    buf: torch.Tensor,
-    locs: torch.Tensor,
-    fmt: IndexKeyFormat,
-    entries: int,
-    q: torch.Tensor,
-    w: torch.Tensor,
-) -> torch.Tensor:
-    return indexer_ref.indexer_scores(q, w, index_k_ref.read_index_k(buf, locs, fmt, entries))
 
 
 @dataclass(frozen=True)
@@ -52,7 +40,7 @@ def get_ops(backend: str) -> KernelOps:
             "torch",
             index_k_ref.store_index_k,
             index_k_ref.read_index_k,
-            _index_scores_ref,
+            indexer_ref.index_scores,
             paged_copy_ref.copy_pages,
             paged_copy_ref.page_checksums,
         )

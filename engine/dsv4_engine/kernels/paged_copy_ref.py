@@ -13,14 +13,21 @@ import torch
 CHECKSUM_PERIOD = 255  # byte i is weighted by (i % 255) + 1
 
 
-def checksum_weights(row_bytes: int, device: torch.device) -> torch.Tensor:
-    return torch.arange(row_bytes, device=device, dtype=torch.int64) % CHECKSUM_PERIOD + 1
+def row_checksums(rows: torch.Tensor) -> torch.Tensor:
+    """int64 checksum of each row of a uint8 `[n, row_bytes]` tensor."""
+    weights = torch.arange(rows.shape[1], device=rows.device) % CHECKSUM_PERIOD + 1
+    return (rows.to(torch.int64) * weights).sum(1)
 
 
 def page_checksums(buf: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     """int64 checksum of each listed row of `buf`."""
-    data = buf[rows.to(torch.int64)].to(torch.int64)
-    return (data * checksum_weights(buf.shape[1], buf.device)).sum(1)
+    return row_checksums(buf[rows.to(torch.int64)])
+
+
+def check_row_bytes(src: torch.Tensor, dst: torch.Tensor) -> None:
+    """A page copy moves whole rows: both sides must have the same row length."""
+    if src.shape[1] != dst.shape[1]:
+        raise ValueError(f"row bytes differ: src {src.shape[1]} vs dst {dst.shape[1]}")
 
 
 def copy_pages(
@@ -31,10 +38,7 @@ def copy_pages(
     checksum: bool = False,
 ) -> torch.Tensor | None:
     """dst[dst_rows[i]] = src[src_rows[i]]; returns the copied rows' checksums if asked."""
-    if src.shape[1] != dst.shape[1]:
-        raise ValueError(f"row bytes differ: src {src.shape[1]} vs dst {dst.shape[1]}")
+    check_row_bytes(src, dst)
     rows = src[src_rows.to(torch.int64)]
     dst[dst_rows.to(torch.int64)] = rows.to(dst.device)
-    if not checksum:
-        return None
-    return (rows.to(torch.int64) * checksum_weights(src.shape[1], rows.device)).sum(1)
+    return row_checksums(rows) if checksum else None

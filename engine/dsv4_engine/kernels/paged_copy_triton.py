@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from dsv4_engine.kernels.paged_copy_ref import CHECKSUM_PERIOD
+from dsv4_engine.kernels.paged_copy_ref import CHECKSUM_PERIOD, check_row_bytes
 
 COPY_BLOCK = 1024
 
@@ -76,8 +76,7 @@ def copy_pages(
     checksum: bool = False,
 ) -> torch.Tensor | None:
     _check_rows("dst", dst)
-    if src.shape[1] != dst.shape[1]:
-        raise ValueError(f"row bytes differ: src {src.shape[1]} vs dst {dst.shape[1]}")
+    check_row_bytes(src, dst)
     return _launch(src, src_rows, dst, dst_rows, checksum)
 
 

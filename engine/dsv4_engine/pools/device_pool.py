@@ -52,6 +52,11 @@ class DevicePool:
         self.device = torch.device(device)
         self.allocator = PageAllocator(num_pages)
         self.gate = LayerGate(shape.num_layers, gate_timeout_s)
+        # Looked up once: every store, read and score needs it, and the layout is a list scan.
+        self._entries_per_page = {
+            layer: self.layout.segment(layer, BufferKind.KV).entries
+            for layer in range(shape.num_layers)
+        }
         self.ops: KernelOps = get_ops(backend or default_backend(self.device))
         self.ungated_index_k = (
             ungated_index_k_from_env() if ungated_index_k is None else ungated_index_k
@@ -102,7 +107,7 @@ class DevicePool:
     # -- paged entries ------------------------------------------------------------------
 
     def entries_per_page(self, layer: int) -> int:
-        return self.layout.segment(layer, BufferKind.KV).entries
+        return self._entries_per_page[layer]
 
     def entry_locs(
         self, layer: int, pages: list[int], num_tokens: int | None = None

@@ -37,10 +37,6 @@ class LayerLoad:
         self._error: TransferFailed | None = None
         self._cond = threading.Condition()
 
-    @property
-    def layers_done(self) -> int:
-        return self._layers_done
-
     def done(self) -> bool:
         return self._layers_done >= self.num_layers or self._error is not None
 

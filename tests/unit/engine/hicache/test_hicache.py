@@ -150,14 +150,20 @@ def test_a_load_takes_at_least_its_bytes_over_the_bandwidth():
     assert durations[IndexDtype.BF16] > durations[IndexDtype.FP8]
 
 
-def test_a_page_corrupted_in_transit_fails_its_checksum():
-    cache = _hicache()
-    pool = cache.pool
-    pages = pool.allocator.allocate(3)
-    want = _fill(pool, pages, seed=3)
+def _load_back_with_a_flipped_byte(verify):
+    """Fill 3 pages, evict them, load them back flipping a byte of page 1's layer-1 index-K."""
+    cache = _hicache(verify=verify)
+    pages = cache.pool.allocator.allocate(3)
+    want = _fill(cache.pool, pages, seed=3)
     host_pages = cache.evict(pages, cache.on_insert(pages))
     fault = TransferFault(layer=1, kind=BufferKind.INDEX_K, page_index=1, byte=7)
-    new_pages, load = cache.load_back(host_pages, fault=fault)
+    new_pages, _ = cache.load_back(host_pages, fault=fault)
+    return cache, want, host_pages, new_pages
+
+
+def test_a_page_corrupted_in_transit_fails_its_checksum():
+    cache, want, host_pages, new_pages = _load_back_with_a_flipped_byte(verify=True)
+    pool = cache.pool
     locs = pool.entry_locs(0, new_pages)
     assert torch.equal(pool.read_kv(0, locs), want[(0, BufferKind.KV)])
     with pytest.raises(TransferFailed, match=rf"layer 1 index_k: host pages \[{host_pages[1]}\]"):
@@ -166,13 +172,8 @@ def test_a_page_corrupted_in_transit_fails_its_checksum():
 
 
 def test_without_checksums_the_same_corruption_goes_unnoticed():
-    cache = _hicache(verify=False)
+    cache, want, _, new_pages = _load_back_with_a_flipped_byte(verify=False)
     pool = cache.pool
-    pages = pool.allocator.allocate(3)
-    want = _fill(pool, pages, seed=3)
-    host_pages = cache.evict(pages, cache.on_insert(pages))
-    fault = TransferFault(layer=1, kind=BufferKind.INDEX_K, page_index=1, byte=7)
-    new_pages, _ = cache.load_back(host_pages, fault=fault)
     got = pool.read_index_k(1, pool.entry_locs(1, new_pages))
     assert not torch.equal(got, want[(1, BufferKind.INDEX_K)])
     cache.close()

@@ -1,10 +1,11 @@
 """Device pools: byte layout, page reuse, index-K round trips."""
 
-import importlib
-
 import pytest
 import torch
 
+from dsv4_engine.configurator.index_k import (
+    index_k_bytes_per_token as configurator_index_k_bytes,
+)
 from dsv4_engine.features import IndexDtype
 from dsv4_engine.kernels.index_k_ref import FP8_MAX
 from dsv4_engine.pools.allocator import OutOfPages, PageAllocator
@@ -43,14 +44,10 @@ def test_index_k_bytes_follow_the_formulas(dtype, head_dim, expected):
 
 
 def test_index_k_bytes_agree_with_the_configurator():
-    try:
-        configurator = importlib.import_module("dsv4_engine.configurator.index_k")
-    except ModuleNotFoundError:
-        pytest.skip("dsv4_engine.configurator is not in this checkout")
     for dtype in ALL_DTYPES:
         for head_dim in (128, 256, 512):
             assert index_k_bytes_per_token(dtype, head_dim) == (
-                configurator.index_k_bytes_per_token(head_dim, dtype)
+                configurator_index_k_bytes(head_dim, dtype)
             ), (dtype, head_dim)
 
 
