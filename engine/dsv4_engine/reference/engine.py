@@ -127,8 +127,11 @@ class Engine:
         return fut
 
     def offload(self) -> int:
-        """Push every cached prefix not in use to the host tier; tokens offloaded."""
-        return self.radix.offload_all()
+        """Push every cached prefix not in use to the host tier; tokens offloaded.
+        Engine thread only (`call` it): it also counts them in `stats`."""
+        tokens = self.radix.offload_all()
+        self.stats.offloaded_tokens += tokens
+        return tokens
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -265,9 +268,13 @@ class Engine:
 
     # -- PD: the pool contents of a prompt, out and in ----------------------------------
 
-    def _export(self, req: Request) -> PrefilledState:
+    def _prompt_rows(self, req: Request) -> torch.Tensor:
+        """Pool rows of the pages holding the prompt, in page order: what PD moves."""
         n_pages = math.ceil(len(req.prompt) / self.page_size)
-        rows = torch.tensor(req.pages[:n_pages], dtype=torch.int64)
+        return torch.tensor(req.pages[:n_pages], dtype=torch.int64)
+
+    def _export(self, req: Request) -> PrefilledState:
+        rows = self._prompt_rows(req)
         pages = {
             (layer, kind.value): self.pool.buffer(layer, kind)[rows].numpy().tobytes()
             for layer, kind in self.pool.buffer_kinds()
@@ -281,11 +288,10 @@ class Engine:
         return PrefilledState(req.output[0], pages, state)
 
     def _import(self, req: Request, state: PrefilledState) -> None:
-        n_pages = math.ceil(len(req.prompt) / self.page_size)
-        rows = torch.tensor(req.pages[:n_pages], dtype=torch.int64)
+        rows = self._prompt_rows(req)
         for (layer, kind), data in state.pages.items():
             buf = self.pool.buffer(layer, BufferKind(kind))
-            buf[rows] = torch.frombuffer(bytearray(data), dtype=torch.uint8).view(n_pages, -1)
+            buf[rows] = torch.frombuffer(bytearray(data), dtype=torch.uint8).view(len(rows), -1)
         shape = self.pool.shape
         for layer, data in state.compress_state.items():
             ratio = shape.compress_ratios[layer]

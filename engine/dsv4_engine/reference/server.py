@@ -9,6 +9,7 @@ router adds `bootstrap_host` / `bootstrap_port`, SGLang's field names).
 from __future__ import annotations
 
 import asyncio
+import codecs
 import dataclasses
 import json
 from collections.abc import AsyncIterator
@@ -111,13 +112,12 @@ class ReferenceServer:
         if body is None:
             return _error("body: expected a JSON object ({})")
         tokens = await asyncio.wrap_future(self.engine.call(self.engine.offload))
-        self.engine.stats.offloaded_tokens += tokens
         return web.json_response({"offloaded_tokens": tokens})
 
     async def prefill(self, prompt: list[int]) -> PrefilledState:
         """PD prefill: run the prompt (prefix cache and HiCache included), export its pages."""
-        if self.engine.check_fits(len(prompt), 1) is not None:
-            raise ValueError(self.engine.check_fits(len(prompt), 1))
+        if (too_big := self.engine.check_fits(len(prompt), 1)) is not None:
+            raise ValueError(too_big)
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[PrefilledState] = loop.create_future()
 
@@ -203,18 +203,20 @@ class ReferenceServer:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         kind = "chat.completion.chunk" if chat else "text_completion"
-        pending = bytearray()
-        try:
-            async for token in stream.tokens():
-                pending += tokenizer.decode([token]).encode()
-                try:
-                    piece = pending.decode()
-                except UnicodeDecodeError:
-                    continue
-                pending.clear()
+
+        async def send(piece: str) -> None:
+            if piece:
                 delta = {"delta": {"content": piece}} if chat else {"text": piece}
                 chunk = openai_api.envelope(kind, self.model, [{"index": 0, **delta}])
                 await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+
+        # A character can span tokens: decode incrementally, as `tokenizer.decode` does
+        # all at once, so the streamed pieces join to the non-streamed text.
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        try:
+            async for token in stream.tokens():
+                await send(decoder.decode(tokenizer.token_bytes(token)))
+            await send(decoder.decode(b"", final=True))
             end = {"delta": {}} if chat else {"text": ""}
             last = {"index": 0, **end, "finish_reason": stream.finish_reason}
             await resp.write(

@@ -25,7 +25,11 @@ BYTE_TOKENS = 256
 VOCAB_SIZE = BYTE_TOKENS + len(SPECIAL_TOKENS)
 _SPECIAL_IDS = {s: BYTE_TOKENS + i for i, s in enumerate(SPECIAL_TOKENS)}
 BOS_ID = _SPECIAL_IDS["<｜begin▁of▁sentence｜>"]
-EOS_ID = _SPECIAL_IDS["<｜end▁of▁sentence｜>"]
+# id -> its bytes: a special token's are its UTF-8 spelling.
+_BYTES: tuple[bytes, ...] = (
+    *(bytes([i]) for i in range(BYTE_TOKENS)),
+    *(s.encode() for s in SPECIAL_TOKENS),
+)
 
 
 def encode(text: str, special_ranges: Iterable[tuple[int, int]] = ()) -> list[int]:
@@ -45,8 +49,11 @@ def encode(text: str, special_ranges: Iterable[tuple[int, int]] = ()) -> list[in
     return ids
 
 
+def token_bytes(token: int) -> bytes:
+    """The bytes of one token.  A character may span several tokens: decode a stream of
+    them with an incremental UTF-8 decoder, never token by token."""
+    return _BYTES[token]
+
+
 def decode(ids: Sequence[int]) -> str:
-    out = bytearray()
-    for i in ids:
-        out += bytes([i]) if i < BYTE_TOKENS else SPECIAL_TOKENS[i - BYTE_TOKENS].encode()
-    return out.decode("utf-8", errors="replace")
+    return b"".join(_BYTES[i] for i in ids).decode("utf-8", errors="replace")

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from dsv4_engine.reference.engine import Engine
+from dsv4_engine.reference.engine import Engine, Request
 from dsv4_engine.reference.server import ReferenceServer
 from dsv4_engine.reference.settings import ServeSettings
 
@@ -79,5 +80,44 @@ def test_offload_then_reload_is_counted():
         assert warm["usage"]["prompt_tokens_details"]["cached_tokens"] >= 384
         metrics = await (await client.get("/metrics")).text()
         assert 'sglang:load_back_tokens_total{model_name="dsv4-reference"} 384' in metrics
+        offloaded = offload["offloaded_tokens"]
+        assert f'dsv4:offloaded_tokens_total{{model_name="dsv4-reference"}} {offloaded}' in metrics
 
     with_client(ServeSettings(enable_hierarchical_cache=True, hicache_ratio=2), scenario)
+
+
+class _ScriptedEngine:
+    """Stands in for the engine: answers every request with the bytes of `text`, one token
+    each (the reference model itself only emits ASCII, so it never splits a character)."""
+
+    hicache = None
+
+    def __init__(self, text: str) -> None:
+        self.tokens = list(text.encode())
+
+    def check_fits(self, prompt_len: int, max_new_tokens: int) -> None:
+        return None
+
+    def submit(self, req: Request) -> None:
+        for token in self.tokens[: req.max_new_tokens]:
+            req.on_token(token)
+        req.on_done("length", None)
+
+
+@pytest.mark.parametrize(("cut", "expected"), [(0, "héllo 稀疏 ✓"), (2, "héllo 稀疏 \ufffd")])
+def test_streamed_pieces_join_to_the_text_when_characters_span_tokens(cut, expected):
+    """A multi-byte character arrives over several tokens; max_tokens may cut one short."""
+    engine = _ScriptedEngine("héllo 稀疏 ✓")
+    body = {"prompt": "x", "max_tokens": len(engine.tokens) - cut}
+
+    async def main() -> None:
+        server = ReferenceServer(ServeSettings(), engine)  # type: ignore[arg-type]
+        async with TestClient(TestServer(server.app())) as client:
+            whole = await (await client.post("/v1/completions", json=body)).json()
+            resp = await client.post("/v1/completions", json={**body, "stream": True})
+            events = [ln[6:] for ln in (await resp.text()).splitlines() if ln.startswith("data: ")]
+        pieces = [json.loads(e)["choices"][0]["text"] for e in events[:-1]]
+        assert whole["choices"][0]["text"] == expected
+        assert "".join(pieces) == expected
+
+    asyncio.run(main())
