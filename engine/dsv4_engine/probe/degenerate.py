@@ -29,18 +29,14 @@ _NOT_LETTERS = "0123456789_"
 
 def degeneracy(text: str) -> str | None:
     """Why `text` (reasoning split off) is degenerate, or None when it reads as language."""
-    if not text.removesuffix(EOS).strip():
+    body = text.removesuffix(EOS)
+    if not body.strip():
         return "empty output"
-    if why := _stray_special(text):
-        return why
+    if m := _SPECIAL.search(body):
+        return f"stray special token {m[0]!r}"
     # Each well-formed DSML tag counts as one character: tags legitimately repeat.
-    language = TAG.sub("\x00", text.removesuffix(EOS))
+    language = TAG.sub("\x00", body)
     return _loop(language) or _salad(language)
-
-
-def _stray_special(text: str) -> str | None:
-    m = _SPECIAL.search(text.removesuffix(EOS))
-    return f"stray special token {m[0]!r}" if m else None
 
 
 def _may_loop(text: str) -> bool:

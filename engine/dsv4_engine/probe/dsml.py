@@ -26,7 +26,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
-from typing import Any
+from typing import Any, NoReturn
 
 from dsv4_engine.probe.outcome import Outcome
 
@@ -229,9 +229,10 @@ def parse(text: str, fmt: DsmlFormat) -> tuple[ToolCall, ...]:
     pos = 0
     while (hit := body.find(MARKER, pos)) != -1:
         start = hit - 2 if body[max(0, hit - 2) : hit] == "</" else hit - 1
-        m = TAG.match(body, start) if start >= 0 and body[start] == "<" else None
+        opens = start >= 0 and body[start] == "<"
+        m = TAG.match(body, start) if opens else None
         if m is None:
-            _bad_marker(body, start if start >= 0 and body[start] == "<" else hit, parser.state)
+            _bad_marker(body, start if opens else hit, parser.state)
         parser.text(body[pos : m.start()])
         parser.tag(m)
         pos = m.end()
@@ -244,7 +245,7 @@ def parse(text: str, fmt: DsmlFormat) -> tuple[ToolCall, ...]:
     return tuple(parser.calls)
 
 
-def _bad_marker(body: str, start: int, state: _State) -> None:
+def _bad_marker(body: str, start: int, state: _State) -> NoReturn:
     """A DSML marker that does not open a well-formed tag: cut off, or damage."""
     rest = body[start:]
     if _PARTIAL_TAG.fullmatch(rest):

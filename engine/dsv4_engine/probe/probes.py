@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dsv4_engine.probe.client import ChatAnswer, EngineClient, TransportError
-from dsv4_engine.probe.outcome import Judgement, Outcome
+from dsv4_engine.probe.outcome import VALID, Judgement, Outcome
 from dsv4_engine.probe.settings import ProbeName, ProbeSettings
 from dsv4_engine.probe.tools import Echo, tool_validators
 from dsv4_engine.probe.validate import classify_chat_message
@@ -42,7 +42,6 @@ class ProbeContext:
     client: EngineClient
     settings: ProbeSettings
     model: str
-    offload_path: str | None
     _prefixes: dict[int, str] = field(default_factory=dict)
 
     def shared_prefix(self, index: int) -> str:
@@ -139,11 +138,11 @@ async def _consistency(
     messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
     body = ctx.body(messages, ctx.settings.consistency_max_tokens, tools=False)
     cold = await ctx.client.chat(body)
-    if ctx.offload_path is not None:
-        await ctx.client.offload(ctx.offload_path)
+    if (path := ctx.settings.offload_path) is not None:
+        await ctx.client.offload(path)
     warm = await ctx.client.chat(body)
     if cold.comparable == warm.comparable:
-        return Judgement(Outcome.VALID), warm
+        return VALID, warm
     return Judgement(Outcome.CACHE_MISMATCH, _first_difference(cold, warm)), warm
 
 

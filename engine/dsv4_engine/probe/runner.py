@@ -127,7 +127,7 @@ async def run_probes(settings: ProbeSettings, progress: ProgressFn | None = None
         not_applicable = await _inapplicable(client, settings)
         applicable = tuple(p for p in settings.probe_set if p not in not_applicable)
         client.meter.reset()
-        ctx = ProbeContext(client, settings, model, settings.offload_path)
+        ctx = ProbeContext(client, settings, model)
         tally = Tally(settings, settings.sample_budget)
         if applicable:
             await _drive(ctx, applicable, tally, progress)

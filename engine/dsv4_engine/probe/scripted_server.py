@@ -20,21 +20,19 @@ from typing import Any
 
 from aiohttp import web
 
-from dsv4_engine.probe.dsml import EOS, MARKER, DsmlFormat
+from dsv4_engine.probe.dsml import EOS, DsmlFormat
 
 
 def render_dsml(fmt: DsmlFormat, name: str, args: dict[str, Any]) -> str:
     """One call as DeepSeek's encoder renders it (strings raw, everything else JSON)."""
-    s = " " if fmt.spaced else ""
     params = "".join(
-        f'<{MARKER}{s}parameter name="{k}" string="{"true" if isinstance(v, str) else "false"}">'
-        f"{v if isinstance(v, str) else json.dumps(v)}</{MARKER}{s}parameter>\n"
+        f'{fmt.tag("parameter")} name="{k}" string="{"true" if isinstance(v, str) else "false"}">'
+        f"{v if isinstance(v, str) else json.dumps(v)}{fmt.tag('parameter', close=True)}>\n"
         for k, v in args.items()
     )
-    envelope = f"{MARKER}{s}{fmt.envelope}"
     return (
-        f'\n\n<{envelope}>\n<{MARKER}{s}invoke name="{name}">\n{params}'
-        f"</{MARKER}{s}invoke>\n</{envelope}>"
+        f'\n\n{fmt.tag(fmt.envelope)}>\n{fmt.tag("invoke")} name="{name}">\n{params}'
+        f"{fmt.tag('invoke', close=True)}>\n{fmt.tag(fmt.envelope, close=True)}>"
     )
 
 
