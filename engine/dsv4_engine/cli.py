@@ -11,7 +11,10 @@ from dsv4_engine.cliutil import build_parser, run
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(
-        "dsv4-engine", "DeepSeek-V4 engine launcher and CPU reference engine.", commands
+        "dsv4-engine",
+        "DeepSeek-V4 engine launcher and CPU reference engine.",
+        commands,
+        sys.argv[1:] if argv is None else argv,
     )
     return run(parser, argv)
 

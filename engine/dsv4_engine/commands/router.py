@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
 
     prefills = []
     for spec in args.prefill:
-        if len(spec) > 2 or not spec[-1 if len(spec) == 2 else 0]:
+        if len(spec) > 2:
             raise CommandError(f"--prefill {' '.join(spec)}: expected URL [BOOTSTRAP_PORT]")
         port = spec[1] if len(spec) == 2 else "8998"
         if not port.isdigit() or not 0 < int(port) < 65536:

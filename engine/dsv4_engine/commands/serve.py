@@ -12,11 +12,15 @@ import errno
 import logging
 import signal
 import socket
+from enum import StrEnum
+from typing import TypeVar
 
 from dsv4_engine.cliutil import CommandError
 from dsv4_engine.features import HiCacheMemLayout, HiCacheWritePolicy, IndexDtype
+from dsv4_engine.reference.settings import DisaggregationMode, ServeSettings, SettingsError
 
 logger = logging.getLogger("dsv4_engine.serve")
+E = TypeVar("E", bound=StrEnum)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -60,7 +64,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", default="warning")
 
 
-def _choice(flag: str, value: str, enum: type) -> object:
+def _choice(flag: str, value: str, enum: type[E]) -> E:
     try:
         return enum(value)
     except ValueError:
@@ -68,9 +72,7 @@ def _choice(flag: str, value: str, enum: type) -> object:
         raise CommandError(f"{flag} {value!r}: expected one of {allowed}") from None
 
 
-def settings_from_args(args: argparse.Namespace) -> object:
-    from dsv4_engine.reference.settings import DisaggregationMode, ServeSettings, SettingsError
-
+def settings_from_args(args: argparse.Namespace) -> ServeSettings:
     try:
         return ServeSettings(
             host=args.host,
@@ -123,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     settings = settings_from_args(args)
     check_port_free(settings.host, settings.port, "--port")
-    if settings.disaggregation_mode.value == "prefill":
+    if settings.disaggregation_mode is DisaggregationMode.PREFILL:
         check_port_free(
             settings.host, settings.disaggregation_bootstrap_port, "--disaggregation-bootstrap-port"
         )
@@ -137,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _serve(settings: object) -> None:
+async def _serve(settings: ServeSettings) -> None:
     from aiohttp import web
 
     from dsv4_engine.reference import pd
@@ -153,7 +155,7 @@ async def _serve(settings: object) -> None:
     bootstrap = None
     try:
         await site.start()
-        if settings.disaggregation_mode.value == "prefill":
+        if settings.disaggregation_mode is DisaggregationMode.PREFILL:
             bootstrap = await pd.serve_bootstrap(
                 settings.host, settings.disaggregation_bootstrap_port, server.prefill
             )
