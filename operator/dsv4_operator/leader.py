@@ -3,6 +3,13 @@
 The decision is a pure function of the Lease and the clock (`lease_verdict`); the loop
 around it only reads and writes the Lease.  Writes carry the resourceVersion read, so two
 candidates racing for an expired Lease cannot both win: the loser gets 409.
+
+Timing follows client-go's leader election: a candidate takes a Lease only after its full
+duration without renewal, while the holder stops acting once it has failed to renew for the
+(shorter) renew deadline.  The gap between the two is what guarantees the old leader has
+stopped writing before a new one can start: `Leadership.held` is checked before every write
+(`Kube.fence`), and each Lease request has a timeout far shorter than the deadline, so a hung
+API call cannot outlast it.
 """
 
 from __future__ import annotations
@@ -10,7 +17,8 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from dsv4_operator.reconcile.kube import ApiError, Kube
@@ -23,11 +31,40 @@ class LeaseConfig:
     name: str
     namespace: str
     identity: str
-    duration_s: int = 15
+    duration_s: int = 15  # others may take the Lease this long after its last renewal
+    renew_deadline_s: float = 10.0  # the holder stops acting this long after its last renewal
+    retry_period_s: float = 2.0  # how often the holder renews (and a candidate retries)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.retry_period_s < self.renew_deadline_s < self.duration_s:
+            raise ValueError(
+                "lease timing needs retry period < renew deadline < lease duration, got "
+                f"{self.retry_period_s} / {self.renew_deadline_s} / {self.duration_s}"
+            )
+
+    @classmethod
+    def scaled(cls, name: str, namespace: str, identity: str, duration_s: int) -> LeaseConfig:
+        """Deadline and retry period in client-go's proportions (15 / 10 / 2 s)."""
+        return cls(name, namespace, identity, duration_s, duration_s * 2 / 3, duration_s * 2 / 15)
 
     @property
-    def renew_every_s(self) -> float:
-        return self.duration_s / 3
+    def request_timeout_s(self) -> float:
+        return self.retry_period_s
+
+
+@dataclass
+class Leadership:
+    """Whether this process may still write: it renewed within the renew deadline."""
+
+    config: LeaseConfig
+    renewed_at: float | None = None  # time.monotonic() of the last successful renewal
+    clock: Any = field(default=time.monotonic)
+
+    def held(self) -> bool:
+        return (
+            self.renewed_at is not None
+            and self.clock() - self.renewed_at < self.config.renew_deadline_s
+        )
 
 
 def _format(t: dt.datetime) -> str:
@@ -66,11 +103,12 @@ def lease_body(config: LeaseConfig, now: dt.datetime, acquired: str | None) -> d
 
 def try_hold(kube: Kube, config: LeaseConfig) -> bool:
     """One attempt to take or renew the Lease; True while this process is the leader."""
+    timeout = config.request_timeout_s
     now = dt.datetime.now(dt.UTC)
-    lease = kube.get("Lease", config.namespace, config.name)
+    lease = kube.get("Lease", config.namespace, config.name, timeout=timeout)
     try:
         if lease is None:
-            kube.create(lease_body(config, now, None))
+            kube.create(lease_body(config, now, None), timeout=timeout)
             return True
         verdict = lease_verdict(lease.get("spec") or {}, config.identity, now)
         if verdict == "wait":
@@ -78,7 +116,7 @@ def try_hold(kube: Kube, config: LeaseConfig) -> bool:
         acquired = lease["spec"].get("acquireTime") if verdict == "renew" else None
         body = lease_body(config, now, acquired)
         body["metadata"]["resourceVersion"] = lease["metadata"]["resourceVersion"]
-        kube.replace(body)
+        kube.replace(body, timeout=timeout)
         return True
     except ApiError as err:
         if err.status == 409:
@@ -86,42 +124,51 @@ def try_hold(kube: Kube, config: LeaseConfig) -> bool:
         raise
 
 
-async def acquire(kube: Kube, config: LeaseConfig) -> None:
+async def acquire(kube: Kube, leadership: Leadership) -> None:
+    config = leadership.config
     while True:
+        started = leadership.clock()
         try:
             if await asyncio.to_thread(try_hold, kube, config):
+                leadership.renewed_at = started
                 log.info("became leader", extra={"lease": config.name, "identity": config.identity})
                 return
         except ApiError as err:
             log.warning("lease attempt failed: %s", err)
-        await asyncio.sleep(config.renew_every_s)
+        await asyncio.sleep(config.retry_period_s)
 
 
-async def keep(kube: Kube, config: LeaseConfig, lost: asyncio.Event) -> None:
-    """Renew until a renewal is refused or the Lease could not be renewed before expiry."""
-    last_ok = asyncio.get_running_loop().time()
+async def keep(kube: Kube, leadership: Leadership, lost: asyncio.Event) -> None:
+    """Renew every retry period; leadership ends when a renewal is refused or none has
+    succeeded within the renew deadline (`Leadership.held` turns False at that instant,
+    so writes stop even before this loop notices)."""
+    config = leadership.config
     while True:
-        await asyncio.sleep(config.renew_every_s)
+        await asyncio.sleep(config.retry_period_s)
+        started = leadership.clock()
         try:
-            held = await asyncio.to_thread(try_hold, kube, config)
+            if await asyncio.to_thread(try_hold, kube, config):
+                # Credit the renewal to when it was sent: the API may have been slow.
+                leadership.renewed_at = started
+            else:
+                log.error("lost leadership: another holder renewed the Lease")
+                break
         except ApiError as err:
             log.warning("lease renewal failed: %s", err)
-            held = asyncio.get_running_loop().time() - last_ok < config.duration_s
-        else:
-            last_ok = asyncio.get_running_loop().time() if held else last_ok
-        if not held:
-            log.error("lost leadership", extra={"lease": config.name})
-            lost.set()
-            return
+        if not leadership.held():
+            log.error("lost leadership: no renewal within the renew deadline")
+            break
+    leadership.renewed_at = None
+    lost.set()
 
 
 def release(kube: Kube, config: LeaseConfig) -> None:
     """Hand the Lease over at shutdown so a standby need not wait for it to expire."""
-    lease = kube.get("Lease", config.namespace, config.name)
+    lease = kube.get("Lease", config.namespace, config.name, timeout=config.request_timeout_s)
     if lease is None or (lease.get("spec") or {}).get("holderIdentity") != config.identity:
         return
     lease["spec"]["holderIdentity"] = None
     try:
-        kube.replace(lease)
+        kube.replace(lease, timeout=config.request_timeout_s)
     except ApiError as err:
         log.warning("lease release failed: %s", err)

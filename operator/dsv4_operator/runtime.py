@@ -25,7 +25,6 @@ from aiohttp import web
 from kubernetes import client, config
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from dsv4_engine.engine_config import Backend
 from dsv4_operator import leader, metrics
 from dsv4_operator.localrun import endpoints
 from dsv4_operator.reconcile.handlers import register, resync_forever
@@ -93,12 +92,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="Fault injection for tests: exit abruptly (like SIGKILL) after N writes.",
     )
     run.add_argument(
-        "--engine-backend",
-        choices=[b.value for b in Backend],
-        default=Backend.SGLANG.value,
-        help="What the engine image runs; picks the canary's probe set.",
-    )
-    run.add_argument(
         "--local-endpoints",
         action="store_true",
         help="Local cluster: reach Services through the local runtime's endpoint map, not DNS.",
@@ -164,17 +157,18 @@ def load_kube_config() -> None:
 
 
 class Health:
-    def __init__(self, kube: Kube) -> None:
+    def __init__(self, kube: Kube, leadership: leader.Leadership) -> None:
         self.kube = kube
-        self.leading = False
+        self.leadership = leadership
         self.watching = asyncio.Event()
 
     async def healthz(self, _: web.Request) -> web.Response:
         return web.json_response({"ok": True})
 
     async def readyz(self, _: web.Request) -> web.Response:
-        ready = self.leading and self.watching.is_set()
-        body = {"leader": self.leading, "watching": self.watching.is_set()}
+        leading = self.leadership.held()
+        ready = leading and self.watching.is_set()
+        body = {"leader": leading, "watching": self.watching.is_set()}
         return web.json_response(body, status=200 if ready else 503)
 
     async def requests(self, _: web.Request) -> web.Response:
@@ -211,25 +205,26 @@ async def serve(args: argparse.Namespace) -> int:
     if args.probe_mode == ProbeMode.JOB.value:
         image = await asyncio.to_thread(probe_image, kube, args.probe_image)
         log.info("probes run as Jobs", extra={"probe_image": image})
-    health = Health(kube)
-    runner = await health.start(args.health_port)
-    lease = leader.LeaseConfig(
+    lease = leader.LeaseConfig.scaled(
         args.lease_name, args.lease_namespace, args.identity, args.lease_seconds
     )
+    leadership = leader.Leadership(lease)
+    kube.fence = leadership.held  # no write leaves this process once it may not lead
+    health = Health(kube, leadership)
+    runner = await health.start(args.health_port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        acquiring = asyncio.create_task(leader.acquire(kube, lease))
+        acquiring = asyncio.create_task(leader.acquire(kube, leadership))
         stopping = asyncio.create_task(stop.wait())
         await asyncio.wait({acquiring, stopping}, return_when=asyncio.FIRST_COMPLETED)
         if stop.is_set():
             acquiring.cancel()
             return 0
-        health.leading = True
         lost = asyncio.Event()
-        return await _lead(args, kube, health, lease, stop, lost, image)
+        return await _lead(args, kube, health, leadership, stop, lost, image)
     finally:
         await runner.cleanup()
 
@@ -238,7 +233,7 @@ async def _lead(
     args: argparse.Namespace,
     kube: Kube,
     health: Health,
-    lease: leader.LeaseConfig,
+    leadership: leader.Leadership,
     stop: asyncio.Event,
     lost: asyncio.Event,
     image: str | None,
@@ -262,7 +257,6 @@ async def _lead(
         executor,
         service_url=endpoints.resolver(kube) if args.local_endpoints else cluster_service_url,
         probe_url=None if image is None else cluster_service_url,  # Jobs run in the cluster
-        backend=Backend(args.engine_backend),
     )
     reconciler = Reconciler(kube, rollout)
     registry = kopf.OperatorRegistry()
@@ -272,7 +266,7 @@ async def _lead(
     stop_kopf = asyncio.Event()
     namespaces = list(args.namespace)
     tasks = [
-        asyncio.create_task(leader.keep(kube, lease, lost)),
+        asyncio.create_task(leader.keep(kube, leadership, lost)),
         asyncio.create_task(resync_forever(reconciler, namespaces, args.resync_seconds)),
         asyncio.create_task(_stop_when(stop_kopf, stop, lost)),
     ]
@@ -291,7 +285,7 @@ async def _lead(
         for task in tasks:
             task.cancel()
         with contextlib.suppress(Exception):
-            await asyncio.to_thread(leader.release, kube, lease)
+            await asyncio.to_thread(leader.release, kube, leadership.config)
     return 1 if lost.is_set() else 0
 
 

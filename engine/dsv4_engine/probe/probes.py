@@ -136,7 +136,7 @@ async def _consistency(
         system = document(rng, _SINGLE_PROMPT_WORDS, f"S{index}")
     question = f"Request {index}: continue the text. {filler(rng, 24)}"
     messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
-    body = ctx.body(messages, ctx.settings.consistency_max_tokens, tools=False)
+    body = ctx.body(messages, ctx.settings.consistency_tokens, tools=False)
     cold = await ctx.client.chat(body)
     if (path := ctx.settings.offload_path) is not None:
         await ctx.client.offload(path)

@@ -175,7 +175,9 @@ async def _drive(
 
     async def worker() -> None:
         nonlocal next_index
-        while tally.stopped_because is None and next_index < tally.budget:
+        # The budget counts judged samples: a request that got no answer gives its slot
+        # back (the transport-error limit in `Tally.add` bounds how often).
+        while tally.stopped_because is None and next_index < tally.budget + tally.transport_errors:
             if deadline is not None and time.monotonic() > deadline:
                 tally.stop(f"time limit of {limit:g} s reached")
                 break

@@ -3,13 +3,14 @@ report (which records it verbatim, so a report says exactly what was measured)."
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dsv4_engine.engine_config import Backend
 from dsv4_engine.probe.dsml import DsmlFormat
-from dsv4_engine.probe.stats import samples_to_pass
+from dsv4_engine.probe.stats import MAX_REQUESTS, minimum_samples
 
 
 class ProbeName(StrEnum):
@@ -66,12 +67,27 @@ DEFAULT_ADMIN_OFFLOAD_PATH: dict[Backend, str | None] = {
 }
 
 
-# (shared-prefix words, long-context words).  A filler word is ~1 token for DeepSeek's
-# tokenizer but ~7 for the reference engine's byte-level one (16384-token context): both
-# long contexts exceed V4-Flash's index_topk × compress ratio = 512 × 4 = 2048 tokens.
-DEFAULT_WORKLOAD: dict[Backend, tuple[int, int]] = {
-    Backend.SGLANG: (1024, 4096),
-    Backend.REFERENCE: (256, 1200),
+@dataclass(frozen=True)
+class Workload:
+    """How big a backend's probe prompts are, and how long a consistency answer runs."""
+
+    prefix_words: int
+    long_context_words: int
+    consistency_max_tokens: int
+
+
+# SGLang serves DeepSeek-V4-Flash: a filler word is ~1 token for its tokenizer, so the long
+# context (4096 words) exceeds V4-Flash's index_topk × compress ratio = 512 × 4 = 2048
+# tokens and its indexer truly selects.  The reference engine's model selects top 16 of
+# entries compressed 4:1 (64 tokens) and tokenizes bytes (~7 tokens per word): 200 words
+# are ~1400 tokens, twenty times its selection, and a 64-word prefix is ~450 tokens, three
+# full pages that a warm request loads back from the host tier while its indexer reads.
+# Its warm-vs-cold answers diverge within a few tokens when a read races a load, so 8
+# tokens judge it: a canary at the production defaults (598 samples) then runs in minutes
+# on two CPU cores instead of the better part of an hour.
+DEFAULT_WORKLOAD: dict[Backend, Workload] = {
+    Backend.SGLANG: Workload(prefix_words=1024, long_context_words=4096, consistency_max_tokens=32),
+    Backend.REFERENCE: Workload(prefix_words=64, long_context_words=200, consistency_max_tokens=8),
 }
 
 
@@ -94,15 +110,17 @@ class ProbeSettings(BaseModel):
     """Empty: the backend's default set."""
     format: DsmlFormat = DsmlFormat.V4
     concurrency: int = Field(default=64, ge=1, le=4096)
-    requests: int | None = Field(default=None, ge=1)
-    """Samples to judge at most; None: enough to PASS with one corrupt sample seen."""
+    requests: int | None = Field(default=None, ge=1, le=MAX_REQUESTS)
+    """Samples to judge; None: the fewest that can PASS (`stats.minimum_samples`, 598 at
+    0.5% and 95%), the same number the canary uses by default."""
     max_corruption_rate: float = Field(default=0.005, gt=0, lt=1)
     confidence: float = Field(default=0.95, gt=0.5, lt=1)
     max_transport_error_rate: float = Field(default=0.02, ge=0, lt=1)
     max_duration_s: float | None = Field(default=None, gt=0)
     """Stop starting samples after this long (a canary step has a deadline); None: no limit."""
     max_tokens: int = Field(default=256, ge=1)
-    consistency_max_tokens: int = Field(default=32, ge=1)
+    consistency_max_tokens: int | None = Field(default=None, ge=1)
+    """Tokens of each consistency answer; None: the backend's default (DEFAULT_WORKLOAD)."""
     request_timeout_s: float = Field(default=120.0, gt=0)
     connect_timeout_s: float = Field(default=10.0, gt=0)
     seed: int = 0
@@ -135,14 +153,19 @@ class ProbeSettings(BaseModel):
 
     @property
     def shared_prefix_words(self) -> int:
-        return self.prefix_words or DEFAULT_WORKLOAD[self.backend][0]
+        return self.prefix_words or DEFAULT_WORKLOAD[self.backend].prefix_words
 
     @property
     def long_prompt_words(self) -> int:
-        return self.long_context_words or DEFAULT_WORKLOAD[self.backend][1]
+        return self.long_context_words or DEFAULT_WORKLOAD[self.backend].long_context_words
+
+    @property
+    def consistency_tokens(self) -> int:
+        default = DEFAULT_WORKLOAD[self.backend].consistency_max_tokens
+        return self.consistency_max_tokens or default
 
     @property
     def sample_budget(self) -> int:
         if self.requests is not None:
             return self.requests
-        return samples_to_pass(self.max_corruption_rate, self.confidence, failures=1)
+        return minimum_samples(self.max_corruption_rate, self.confidence)

@@ -128,8 +128,67 @@ def fail_boundary_lower(failures: int, n: int, confidence: float) -> float:
     return lower_bound(failures, n, 1.0 - alpha) if alpha > 0 else 0.0
 
 
+# Largest request count the canary API accepts: 17 bits, so `survival` needs 17 squarings
+# (and the CRD's CEL rule, which performs the same arithmetic, 17 nested bindings).
+MAX_REQUESTS = 100_000
+REQUEST_BITS = MAX_REQUESTS.bit_length()
+
+
+def _squares(rate: float) -> list[float]:
+    """(1 - rate) ** (2 ** bit) for every bit of a request count, by repeated squaring."""
+    squares = [1.0 - rate]
+    for _ in range(REQUEST_BITS - 1):
+        squares.append(squares[-1] * squares[-1])
+    return squares
+
+
+def survival(rate: float, n: int) -> float:
+    """(1 - rate) ** n by binary powering: the chance that n samples at ``rate`` are all clean.
+
+    Spelled out (squares of 1 - rate, multiplied highest bit first where n has a bit) rather
+    than ``**`` because the CRD's CEL rule (dsv4_operator.api.canary_rule) can only multiply:
+    both sides then round identically, so the API server and the probe never disagree at the
+    boundary.
+    """
+    if not 0 <= n <= MAX_REQUESTS:
+        raise ValueError(f"n must be in 0..{MAX_REQUESTS}, got {n}")
+    result = 1.0
+    for bit, square in reversed(list(enumerate(_squares(rate)))):
+        if (n >> bit) & 1:
+            result *= square
+    return result
+
+
+def can_pass(n: int, threshold: float, confidence: float) -> bool:
+    """Whether n judged samples with no corruption at all put the exact upper bound below
+    ``threshold``: 1 - (1 - confidence) ** (1 / n) < threshold, i.e. (1 - threshold) ** n <
+    1 - confidence.  Fewer samples can never PASS, whatever the engine does."""
+    return survival(threshold, n) < 1.0 - confidence
+
+
+def minimum_samples(threshold: float, confidence: float) -> int:
+    """THE rule for "enough samples to PASS": the fewest judged samples that can PASS at
+    ``threshold`` and ``confidence`` (598 at 0.5% and 95%).  The canary's default request
+    count, `dsv4ctl probe`'s default and the CRD's CEL refusal are all this number; above
+    MAX_REQUESTS it is MAX_REQUESTS + 1 (no accepted setting can PASS).
+
+    Found greedily, highest bit first: the largest n whose survival stays >= 1 - confidence
+    takes each square that keeps it there, and multiplies exactly as `survival` does, so
+    ``can_pass(minimum_samples(...))`` holds and ``can_pass(minimum_samples(...) - 1)`` not.
+    """
+    if not 0.0 < threshold < 1.0:
+        raise ValueError(f"threshold must be in (0, 1), got {threshold}")
+    alpha, kept, survive = 1.0 - confidence, 0, 1.0
+    for bit, square in reversed(list(enumerate(_squares(threshold)))):
+        if survive * square >= alpha:
+            kept, survive = kept + (1 << bit), survive * square
+    return min(kept + 1, MAX_REQUESTS + 1)
+
+
 def samples_to_pass(threshold: float, confidence: float, failures: int = 0) -> int:
     """Fewest judged samples whose upper bound is below `threshold` with `failures` seen."""
+    if failures == 0:
+        return minimum_samples(threshold, confidence)
     if not 0.0 < threshold < 1.0:
         raise ValueError(f"threshold must be in (0, 1), got {threshold}")
     n = max(failures + 1, math.ceil(math.log(1.0 - confidence) / math.log1p(-threshold)))

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from dsv4_operator.api import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
+from dsv4_operator.api.names import name_rules
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.api.status import DSV4DeploymentStatus
 
@@ -111,6 +112,7 @@ def build_crd() -> dict[str, Any]:
         "type": "object",
         "description": "A DeepSeek-V4 prefill/decode deployment on SGLang.",
         "required": ["spec"],
+        "x-kubernetes-validations": name_rules(),
         "properties": {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},

@@ -1,8 +1,11 @@
 """Typed `spec.rollout`, `spec.canary` and `status.rollout`: the canary rollout's contract.
 
-`status.rollout` is the rollout's whole memory.  Every step is recorded there before it is
-acted on, so an operator restarted at any point reads where it was and resumes: it never
-starts a second canary and never loses a verdict.
+`status.rollout` is the rollout's memory.  Every step is recorded there before it is acted
+on, so an operator restarted at any point reads where it was and resumes: it never starts a
+second canary and never loses a verdict.  Losing it (a restore without status, a hand edit)
+does not turn the gate off: the stable flags are also recorded on the children, and the
+rollout is rebuilt from them and the report ConfigMaps (`rollout.recover`), never from the
+spec.
 """
 
 from __future__ import annotations
@@ -11,48 +14,126 @@ import hashlib
 import json
 from enum import StrEnum
 
-from pydantic import Field
+from pydantic import ConfigDict, Field, model_validator
 
 from dsv4_engine.features import CamelModel, EngineFeatures, Role
 from dsv4_engine.probe.settings import ProbeName
+from dsv4_engine.probe.stats import MAX_REQUESTS, can_pass, minimum_samples
+from dsv4_operator.api.canary_rule import requests_can_pass_rule
+from dsv4_operator.api.schema import validations
 
 
 class RolloutSpec(CamelModel):
-    """How a passed canary is promoted to the stable workloads."""
+    """How a passed canary is promoted, and how production is watched afterwards."""
 
     order: tuple[Role, ...] = Field(
         default=(Role.DECODE, Role.PREFILL),
         min_length=1,
         max_length=2,
-        description="Roles promoted one after another, in this order (default decode first).",
+        description="Roles promoted one after another, in this order (default decode first); "
+        "a role left out is promoted last.",
     )
-    max_unavailable: int = Field(
-        default=1, ge=1, le=1024, description="Replicas of a role that may be down at once."
+    promotion_timeout_seconds: int = Field(
+        default=3600,
+        ge=60,
+        le=7 * 86400,
+        description="A promotion that has not rolled every role within this many seconds is "
+        "rolled back (the roles already promoted return to the stable flags) and its flags "
+        "are rejected; raise it for roles with many replicas or slow engine start-up.",
     )
     stable_probe_interval_seconds: int = Field(
         default=600,
         ge=0,
         le=86400,
-        description="After promotion, probe the stable deployment at low rate this often (0: never).",
+        description="Watch production: probe the stable deployment this often, after a "
+        "promotion and after a rollback alike (0: never).  The watch only raises an alarm — "
+        "a watch run that finds corruption sets Degraded (StableCorruption) and fires an "
+        "alert — and never proves flags clean: it is too small to PASS.",
+    )
+    stable_probe_requests: int = Field(
+        default=50,
+        ge=10,
+        le=MAX_REQUESTS,
+        description="Samples per production watch run (kept small: it is load on production).",
+    )
+    stable_probe_concurrency: int = Field(
+        default=4, ge=1, le=1024, description="Requests in flight during a production watch run."
     )
 
 
 class CanarySpec(CamelModel):
-    """The canary slice and the evidence it must produce before promotion."""
+    """The canary slice and the evidence it must produce before its flags are promoted."""
 
-    prefill_replicas: int = Field(default=1, ge=1, le=64)
-    decode_replicas: int = Field(default=1, ge=1, le=64)
+    model_config = validations(requests_can_pass_rule())
+
+    prefill_replicas: int = Field(
+        default=1, ge=1, le=64, description="Prefill replicas of the canary slice."
+    )
+    decode_replicas: int = Field(
+        default=1, ge=1, le=64, description="Decode replicas of the canary slice."
+    )
     probes: tuple[ProbeName, ...] | None = Field(
         default=None,
         max_length=8,
-        description="Probe kinds to run; unset picks the set for the engine backend.",
+        description="Probe kinds to run; unset picks the set for spec.engine.",
     )
-    requests: int = Field(default=400, ge=10, le=100000, description="Most requests per probe run.")
-    concurrency: int = Field(default=64, ge=1, le=1024)
-    max_corruption_rate: float = Field(default=0.005, gt=0, lt=1)
-    confidence: float = Field(default=0.95, gt=0.5, lt=1)
-    ready_timeout_seconds: int = Field(default=900, ge=10, le=86400)
-    probe_timeout_seconds: int = Field(default=900, ge=10, le=86400)
+    requests: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_REQUESTS,
+        description="Judged samples a probe run collects.  Unset: the fewest that can PASS at "
+        "maxCorruptionRate and confidence (598 at the defaults), the same rule as "
+        "`dsv4ctl probe`; a value below that minimum is refused, since no engine could pass.",
+    )
+    concurrency: int = Field(
+        default=64,
+        ge=1,
+        le=1024,
+        description="Requests in flight; PASS needs the canary to have carried this many.",
+    )
+    max_corruption_rate: float = Field(
+        default=0.005,
+        gt=0,
+        lt=1,
+        description="Corruption budget: PASS needs the exact upper bound of the corruption "
+        "rate below it; FAIL is declared as soon as the rate is shown above it.",
+    )
+    confidence: float = Field(
+        default=0.95,
+        gt=0.5,
+        lt=1,
+        description="Confidence of both decisions (one-sided, exact Clopper-Pearson bounds).",
+    )
+    ready_timeout_seconds: int = Field(
+        default=900,
+        ge=10,
+        le=86400,
+        description="A canary not Ready (and answering) within this long is INCONCLUSIVE.",
+    )
+    probe_timeout_seconds: int = Field(
+        default=900,
+        ge=10,
+        le=86400,
+        description="A probe run without a verdict within this long is INCONCLUSIVE.",
+    )
+
+    @property
+    def sample_count(self) -> int:
+        """The judged samples a run collects: `requests`, or the fewest that can PASS."""
+        return self.requests or minimum_samples(self.max_corruption_rate, self.confidence)
+
+    @model_validator(mode="after")
+    def _can_pass(self) -> CanarySpec:
+        least = minimum_samples(self.max_corruption_rate, self.confidence)
+        asked = self.requests or MAX_REQUESTS
+        if not can_pass(asked, self.max_corruption_rate, self.confidence):
+            shown = f"more than {MAX_REQUESTS}" if least > MAX_REQUESTS else str(least)
+            raise ValueError(
+                f"requests: {self.requests or 'the default'} can never PASS at "
+                f"maxCorruptionRate {self.max_corruption_rate} and confidence "
+                f"{self.confidence}: the minimum is {shown}"
+            )
+        return self
 
 
 class FlagSet(CamelModel):
@@ -81,9 +162,38 @@ class RolloutVerdict(StrEnum):
     INCONCLUSIVE = "INCONCLUSIVE"
     ABORTED = "ABORTED"
     MANUAL_PROMOTE = "MANUAL_PROMOTE"
+    PROMOTION_TIMEOUT = "PROMOTION_TIMEOUT"
 
 
-class RolloutStatus(CamelModel):
+class WatchVerdict(StrEnum):
+    """What one production watch run (the periodic probe of the stable slice) can say.
+
+    A watch run is small (`spec.rollout.stableProbeRequests`), so it can show corruption
+    but never prove its absence: there is no PASS here."""
+
+    CORRUPT = "Corrupt"  # the canary's FAIL rule fired: corruption above maxCorruptionRate
+    CLEAN = "NoCorruptionSeen"  # samples were judged and the FAIL rule did not fire
+    NO_EVIDENCE = "NoEvidence"  # nothing judged (router unreachable, probe could not run)
+
+
+class StatusModel(CamelModel):
+    """Status is read back from the API: fields a newer operator wrote are ignored, not an
+    error (a downgrade or an upgrade must not make the rollout's memory unreadable)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class StableProbeStatus(StatusModel):
+    started_at: str = Field(description="When the latest production watch run started.")
+    verdict: WatchVerdict | None = Field(
+        default=None, description="Its result, once it has one (no PASS: see WatchVerdict)."
+    )
+    samples: int | None = None
+    corrupt: int | None = None
+    message: str = ""
+
+
+class RolloutStatus(StatusModel):
     phase: RolloutPhase = RolloutPhase.IDLE
     stable: FlagSet
     stable_revision: str
@@ -91,7 +201,12 @@ class RolloutStatus(CamelModel):
     canary_revision: str | None = None
     started_at: str | None = None
     phase_since: str | None = None
-    probe_attempt: int = Field(default=0, ge=0)
+    probe_attempt: int = Field(
+        default=0,
+        ge=0,
+        description="Probe attempts started by this deployment, ever: each attempt files a "
+        "report under a new number, so no attempt can read an earlier rollout's report.",
+    )
     promoted_roles: tuple[Role, ...] = ()
     verdict: RolloutVerdict | None = None
     rate: float | None = None
@@ -103,11 +218,12 @@ class RolloutStatus(CamelModel):
         description="Flags that failed their canary: not retried while the spec asks for them, "
         "until the spec changes or someone asks for a retry (sticky reject).",
     )
-    stable_probe_at: str | None = Field(
-        default=None, description="When the stable deployment was last probed."
+    handled_action: str | None = Field(
+        default=None,
+        description="Token of the last rollout-action annotation acted on or refused: a "
+        "control acts once, then the operator removes the annotation.",
     )
-    stable_probe_verdict: RolloutVerdict | None = None
-    handled_retry: str | None = Field(
-        default=None, description="The last retry annotation value already acted on."
+    stable_probe: StableProbeStatus | None = Field(
+        default=None, description="The latest production watch run."
     )
     message: str = ""

@@ -11,27 +11,17 @@ test_op_api.py and the end-to-end test feed the same invalid specs
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated
 
-from pydantic import ConfigDict, Field, StringConstraints, model_validator
+from pydantic import Field, StringConstraints, model_validator
 
-from dsv4_engine.engine_config import OPERATOR_OWNED_FLAGS, Disaggregation, owned_flag_in
-from dsv4_engine.features import CamelModel, EngineFeatures, Role
+from dsv4_engine.engine_config import OPERATOR_OWNED_FLAGS, Backend, Disaggregation, owned_flag_in
+from dsv4_engine.features import CamelModel, EngineFeatures, IndexDtype, Role
+from dsv4_operator.api.rollout import CanarySpec, RolloutSpec
+from dsv4_operator.api.schema import cel, validations
 
 DEFAULT_GPU_PRODUCTS = ("NVIDIA-B200", "NVIDIA-GB200")
 QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$"
-
-
-def cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str]:
-    """One `x-kubernetes-validations` entry; the message names the field it is about."""
-    entry = {"rule": rule, "message": message}
-    if field_path is not None:
-        entry["fieldPath"] = field_path
-    return entry
-
-
-def validations(*rules: dict[str, str]) -> ConfigDict:
-    return ConfigDict(json_schema_extra={"x-kubernetes-validations": list(rules)})
 
 
 class PullPolicy(StrEnum):
@@ -212,15 +202,32 @@ _NO_HICACHE_SIZE = (
     "features.hicache.sizeGB: SGLang 0.5.23 refuses --hicache-size for DeepSeek-V4 "
     "(the host pool is sized by ratio only); set features.hicache.ratio instead"
 )
+_NO_BF16_ON_SGLANG = (
+    "features.indexDtype: bf16 index-K exists only in the CPU reference engine (the layout "
+    "of the incident's SGLang fork); SGLang 0.5.23 stores index-K as fp8 or fp4 — set "
+    "indexDtype fp8 or fp4, or engine: reference"
+)
 
 
 class DSV4DeploymentSpec(CamelModel):
     # The engine flag model allows a size (other engines take one); DeepSeek-V4 on
     # SGLang 0.5.23 would crash-loop on it, so the deployment refuses it up front.
     model_config = validations(
-        cel("!has(self.features.hicache.sizeGB)", _NO_HICACHE_SIZE, ".features.hicache.sizeGB")
+        cel("!has(self.features.hicache.sizeGB)", _NO_HICACHE_SIZE, ".features.hicache.sizeGB"),
+        cel(
+            "self.engine == 'reference' || self.features.indexDtype != 'bf16'",
+            _NO_BF16_ON_SGLANG,
+            ".features.indexDtype",
+        ),
     )
 
+    engine: Backend = Field(
+        default=Backend.SGLANG,
+        description="What the engine pods run: `sglang` (SGLang 0.5.23 with the project's "
+        "plugin, on GPUs) or `reference` (the CPU reference engine: GPU-less clusters, CI "
+        "and the local playground).  Picks the canary's probe set and the index-K dtypes "
+        "offered (bf16 only on the reference engine).",
+    )
     model: ModelSpec
     image: ImageSpec
     prefill: RoleSpec
@@ -229,17 +236,20 @@ class DSV4DeploymentSpec(CamelModel):
     placement: PlacementSpec = PlacementSpec()
     features: EngineFeatures = EngineFeatures()
     disaggregation: Disaggregation = Disaggregation()
-    rollout: dict[str, Any] | None = Field(
-        default=None, description="Rollout policy (stored now, used by the rollout controller)."
+    rollout: RolloutSpec = Field(
+        default=RolloutSpec(), description="How passed flags are promoted; production watch."
     )
-    canary: dict[str, Any] | None = Field(
-        default=None, description="Canary settings (stored now, used by the rollout controller)."
+    canary: CanarySpec = Field(
+        default=CanarySpec(),
+        description="The canary slice and the evidence it must produce before promotion.",
     )
 
     @model_validator(mode="after")
-    def _no_hicache_size(self) -> DSV4DeploymentSpec:
+    def _engine_supports_flags(self) -> DSV4DeploymentSpec:
         if self.features.hicache.size_gb is not None:
             raise ValueError(_NO_HICACHE_SIZE)
+        if self.engine is Backend.SGLANG and self.features.index_dtype is IndexDtype.BF16:
+            raise ValueError(_NO_BF16_ON_SGLANG)
         return self
 
     def role_spec(self, role: Role) -> RoleSpec:

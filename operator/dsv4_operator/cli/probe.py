@@ -26,10 +26,7 @@ from dsv4_engine.probe.settings import Determinism, ProbeName, ProbeSettings
 from dsv4_engine.probe.verdict import Verdict
 from dsv4_operator.cli.kubeapi import connect, default_namespace
 from dsv4_operator.reconcile.kube import ApiError, Kube
-from dsv4_operator.rollout.reports import Evidence, report_filing
-
-# Field manager of the report data a probe files (the operator owns the rest).
-MANAGER = "dsv4-probe"
+from dsv4_operator.rollout.reports import PROBE_MANAGER, Evidence, report_filing
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -223,6 +220,8 @@ class _Filing:
         body = report_filing(evidence)
         body["metadata"].update(name=self.name, namespace=self.namespace)
         try:
-            self.kube.apply({"apiVersion": "v1", "kind": "ConfigMap", **body}, manager=MANAGER)
+            self.kube.apply(
+                {"apiVersion": "v1", "kind": "ConfigMap", **body}, manager=PROBE_MANAGER
+            )
         except ApiError as err:
             raise CommandError(f"cannot file the report in {self}: {err}", 3) from None

@@ -55,14 +55,32 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "report":
         return _report(kube, args.namespace, rollout, args.output)
     action = ManualAction(args.action)
+    revision = target_revision(action, rollout or {})
+    value = encode(action, str(time.time_ns()), revision)
     kube.request(
         "PATCH",
         path(KIND, args.namespace, args.name),
-        body={"metadata": {"annotations": {ANNOTATION: encode(action, str(time.time_ns()))}}},
+        body={"metadata": {"annotations": {ANNOTATION: value}}},
         content_type="application/merge-patch+json",
     )
-    print(f"{args.namespace}/{args.name}: {action.value} requested")
+    print(f"{args.namespace}/{args.name}: {action.value} of flags {revision} requested")
     return 0
+
+
+def target_revision(action: ManualAction, rollout: dict[str, Any]) -> str:
+    """The flags a control is for, as the status shows them now: the operator refuses the
+    control if its rollout has moved on by the time it reads it."""
+    if action is ManualAction.RETRY:
+        rejected = rollout.get("rejectedRevision")
+        if rollout.get("phase") != "RolledBack" or not rejected:
+            raise CommandError("nothing to retry: no flags are rejected", exit_code=1)
+        return str(rejected)
+    if rollout.get("phase") not in ("CanaryStarting", "Probing", "Promoting"):
+        raise CommandError(
+            f"nothing to {action.value}: no rollout in progress (phase {rollout.get('phase')})",
+            exit_code=1,
+        )
+    return str(rollout["canaryRevision"])
 
 
 def _status(rollout: dict[str, Any] | None, output: str) -> int:
@@ -83,6 +101,7 @@ def _status(rollout: dict[str, Any] | None, output: str) -> int:
         ("samples", rollout.get("samples")),
         ("report", rollout.get("report")),
         ("rejected revision", rollout.get("rejectedRevision")),
+        ("production watch", _watch(rollout.get("stableProbe"))),
         ("message", rollout.get("message")),
     ]
     for label, value in rows:
@@ -117,6 +136,13 @@ def _table(report: dict[str, Any]) -> str:
     from dsv4_engine.probe import summary_table
 
     return summary_table(report)
+
+
+def _watch(watch: dict[str, Any] | None) -> str | None:
+    if not watch:
+        return None
+    found = watch.get("verdict") or "running"
+    return f"{found} (started {watch.get('startedAt')}, {watch.get('samples', 0)} samples)"
 
 
 def _pct(value: float | None) -> str | None:

@@ -43,10 +43,14 @@ def register(
             await reconciler.reconcile(namespace, name)
 
     async def child_changed(
-        event: dict[str, Any], labels: dict[str, str], namespace: str, **_: Any
+        event: dict[str, Any], meta: dict[str, Any], namespace: str, **_: Any
     ) -> None:
-        # A child's status moved (pods became ready, a rollout progressed): refresh the owner.
-        await reconciler.reconcile(namespace, labels[LABEL_INSTANCE])
+        # A child's status moved (pods became ready, a rollout progressed): refresh its
+        # owner — the DSV4Deployment its owner reference names, which for a canary child or
+        # a probe Job is not what its instance label says.
+        owner = owning_deployment(meta)
+        if owner is not None:
+            await reconciler.reconcile(namespace, owner)
 
     for group, version, plural in WATCHED_CHILDREN:
         kopf.on.event(
@@ -69,6 +73,17 @@ def register(
             registry=registry,
             id="probe-jobs",
         )(child_changed)
+
+
+def owning_deployment(meta: dict[str, Any]) -> str | None:
+    """The DSV4Deployment a child belongs to; a probe Job names it through its report's
+    labels instead (its owner is the report ConfigMap)."""
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("kind") == KIND and ref.get("apiVersion", "").startswith(f"{GROUP}/"):
+            return str(ref["name"])
+    if (meta.get("labels") or {}).get(LABEL_COMPONENT) == PROBE_COMPONENT:
+        return (meta.get("labels") or {}).get(LABEL_INSTANCE)
+    return None
 
 
 async def resync_forever(

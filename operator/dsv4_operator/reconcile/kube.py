@@ -1,9 +1,13 @@
 """The one door to the Kubernetes API: every request the reconciler makes passes here.
 
-One door means one place that retries transient failures (409 conflicts, 429, 5xx,
-dropped connections) with backoff, one field manager for every server-side apply, and
-one counter of requests by verb, which is how a steady-state reconcile is shown to make
-zero writes.
+One door means one place that retries transient failures (429, 5xx, dropped connections)
+with backoff, one field manager for every server-side apply, one counter of requests by
+verb (how a steady-state reconcile is shown to make zero writes), and one fence: with a
+leader check installed, no write leaves a process that may no longer lead.
+
+A 409 is never retried here: it answers a precondition (a resourceVersion that moved on, an
+object that already exists), and sending the same request again cannot change the answer —
+the caller re-reads and decides again.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from dsv4_operator.api import GROUP, KIND, PLURAL, VERSION
 
 FIELD_MANAGER = "dsv4-operator"
 WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-TRANSIENT_STATUS = frozenset({0, 409, 429, 500, 502, 503, 504})
+TRANSIENT_STATUS = frozenset({0, 429, 500, 502, 503, 504})
+REQUEST_TIMEOUT_S = 30.0
 T = TypeVar("T")
 
 
@@ -60,6 +65,11 @@ class ApiError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(f"HTTP {status}: {message}")
         self.status = status
+        self.message = message
+
+
+class NotLeader(Exception):
+    """A write was about to leave a process that no longer holds the leader Lease."""
 
 
 @dataclass(frozen=True)
@@ -119,10 +129,21 @@ class Kube:
         self._lock = threading.Lock()
         self.requests: Counter[tuple[str, str]] = Counter()
         self.crash_after_writes = crash_after_writes
+        # Leader check before every write but the Lease's own (see `leader`); None: no fence.
+        self.fence: Callable[[], bool] | None = None
 
     def _once(
-        self, method: str, url_path: str, body: Any, content_type: str, query: list[tuple[str, str]]
+        self,
+        method: str,
+        url_path: str,
+        body: Any,
+        content_type: str,
+        query: list[tuple[str, str]],
+        timeout: float,
     ) -> Any:
+        write = method in WRITE_VERBS and "/leases" not in url_path
+        if write and self.fence is not None and not self.fence():
+            raise NotLeader(f"{method} {url_path}: this operator no longer holds the lease")
         with self._lock:
             self.requests[(method, url_path)] += 1
             if self.crash_after_writes is not None and self.writes() > self.crash_after_writes:
@@ -137,7 +158,7 @@ class Kube:
             auth_settings=["BearerToken"],
         )
         try:
-            response = self._api.call_api(*serialized, _request_timeout=30)
+            response = self._api.call_api(*serialized, _request_timeout=timeout)
         except client.ApiException as err:
             raise ApiError(err.status or 0, str(err.reason)) from err
         except urllib3.exceptions.HTTPError as err:
@@ -154,16 +175,19 @@ class Kube:
         body: Any = None,
         content_type: str = "application/json",
         query: list[tuple[str, str]] | None = None,
+        timeout: float = REQUEST_TIMEOUT_S,
     ) -> Any:
         return retrying(
-            lambda: self._once(method, url_path, body, content_type, query or []),
+            lambda: self._once(method, url_path, body, content_type, query or [], timeout),
             self._backoff,
             self._rng,
         )
 
-    def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+    def get(
+        self, kind: str, namespace: str | None, name: str, timeout: float = REQUEST_TIMEOUT_S
+    ) -> dict[str, Any] | None:
         try:
-            return self.request("GET", path(kind, namespace, name))
+            return self.request("GET", path(kind, namespace, name), timeout=timeout)
         except ApiError as err:
             if err.status == 404:
                 return None
@@ -195,12 +219,20 @@ class Kube:
             query=[("fieldManager", manager), ("force", "true")],
         )
 
-    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
-        return self.request("POST", path(obj["kind"], obj["metadata"].get("namespace")), obj)
+    def patch_json(self, kind: str, namespace: str, name: str, ops: list[dict[str, Any]]) -> Any:
+        """A JSON patch (RFC 6902): `test` operations make it conditional (422 if not met)."""
+        return self.request(
+            "PATCH", path(kind, namespace, name), ops, content_type="application/json-patch+json"
+        )
 
-    def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
+    def create(self, obj: dict[str, Any], timeout: float = REQUEST_TIMEOUT_S) -> dict[str, Any]:
+        url = path(obj["kind"], obj["metadata"].get("namespace"))
+        return self.request("POST", url, obj, timeout=timeout)
+
+    def replace(self, obj: dict[str, Any], timeout: float = REQUEST_TIMEOUT_S) -> dict[str, Any]:
         meta = obj["metadata"]
-        return self.request("PUT", path(obj["kind"], meta.get("namespace"), meta["name"]), obj)
+        url = path(obj["kind"], meta.get("namespace"), meta["name"])
+        return self.request("PUT", url, obj, timeout=timeout)
 
     def delete(self, kind: str, namespace: str, name: str, propagation: str | None = None) -> None:
         """``propagation``: Background/Foreground/Orphan; None: the API's default for kind."""

@@ -1,8 +1,18 @@
-"""One reconcile pass: read → render → apply what differs → status → events.
+"""One reconcile pass: read → decide → record the decision in the status → write the
+children → carry out the rollout's effects → Events.
 
-Level-triggered: every pass starts from what the API server says now, so a pass can be
-interrupted anywhere (operator killed, leadership lost) and the next one converges.
-Children are keyed by name, so a rerun never duplicates them.
+Level-triggered: every pass starts from what the API server says now (`PassState`, built
+once), so a pass can be interrupted anywhere (operator killed, leadership lost) and the next
+one converges.  The order is what makes that safe:
+- the status — with the rollout's decision — is written first, with the resourceVersion the
+  pass read as a precondition: if anything changed the resource meanwhile (a spec edit, an
+  abort annotation), the write is refused, nothing was acted on, and the pass runs again
+  on what is there now;
+- then the stable and the canary children, planned together and written through one path
+  (`_act`: its log line, Event and request counter for every write);
+- then the probes and the handled annotation.
+Children are keyed by name and matched by their owner's UID: a rerun never duplicates them,
+and an object another owner holds is never adopted, patched or deleted.
 """
 
 from __future__ import annotations
@@ -12,6 +22,7 @@ import datetime as dt
 import logging
 import time
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
@@ -20,12 +31,14 @@ from dsv4_engine.features import Role
 from dsv4_operator import metrics
 from dsv4_operator.api import API_VERSION, KIND
 from dsv4_operator.api.errors import first_error
-from dsv4_operator.api.rollout import FlagSet, RolloutStatus, RolloutVerdict
+from dsv4_operator.api.names import name_problem
+from dsv4_operator.api.rollout import FlagSet, RolloutStatus, WatchVerdict
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.api.status import DSV4DeploymentStatus
-from dsv4_operator.api.times import now_rfc3339
-from dsv4_operator.reconcile.kube import ApiError, Kube
+from dsv4_operator.api.times import now_rfc3339, parse_stamp
+from dsv4_operator.reconcile.kube import ApiError, Kube, NotLeader
 from dsv4_operator.reconcile.plan import Action, plan, with_applied_hash
+from dsv4_operator.reconcile.state import PassState
 from dsv4_operator.reconcile.status import Problem, decide_status, observe_roles
 from dsv4_operator.render import render_all
 from dsv4_operator.render.engine import feature_revision
@@ -33,9 +46,18 @@ from dsv4_operator.render.memory import MemorySizingError, pod_memory
 from dsv4_operator.render.meta import LABEL_INSTANCE, Owner, instance_selector
 from dsv4_operator.render.placement import GPU_PRODUCT_LABEL
 from dsv4_operator.render.workloads import HostMemory
-from dsv4_operator.rollout.controller import RolloutController, RolloutOutcome, RolloutSpecError
-from dsv4_operator.rollout.decide import role_flags
+from dsv4_operator.rollout.controller import RolloutController
+from dsv4_operator.rollout.decide import (
+    Decision,
+    canary_wanted,
+    decide,
+    first_status,
+    role_flags,
+)
 from dsv4_operator.rollout.observe import rolled_roles
+from dsv4_operator.rollout.record import with_record
+from dsv4_operator.rollout.recover import Unrecoverable, recover
+from dsv4_operator.rollout.reports import FiledReport, report_selector
 from dsv4_operator.rollout.slices import canary_owner, role_specs, spec_flags, with_flags
 
 log = logging.getLogger("dsv4_operator.reconcile")
@@ -50,21 +72,28 @@ CHILD_KINDS = (
     "RoleBinding",
     "Deployment",
 )
+# A status write refused because the resource changed is redone on what is there now; a
+# resource changing this often under every pass is left to the next event.
+STATUS_ATTEMPTS = 3
 
 
-def parse_rollout(status: DSV4DeploymentStatus | None) -> RolloutStatus | None:
-    """The rollout's memory; an unreadable one (hand-edited) is started afresh from the spec."""
-    try:
-        return RolloutStatus.model_validate(status.rollout) if status and status.rollout else None
-    except ValidationError:
-        log.warning("status.rollout is unreadable; adopting the spec's flags as stable")
-        return None
+class StatusConflict(Exception):
+    """The resource changed between the pass's read and its status write."""
 
 
 def parse_status(raw: dict[str, Any] | None) -> DSV4DeploymentStatus | None:
     try:
         return DSV4DeploymentStatus.model_validate(raw) if raw else None
     except ValidationError:
+        return None
+
+
+def parse_rollout(status: DSV4DeploymentStatus | None) -> RolloutStatus | None:
+    """The rollout's memory; None when missing or unreadable (then it is rebuilt)."""
+    try:
+        return RolloutStatus.model_validate(status.rollout) if status and status.rollout else None
+    except ValidationError as err:
+        log.warning("status.rollout is unreadable (%s); rebuilding it from the children", err)
         return None
 
 
@@ -83,6 +112,28 @@ def check_prerequisites(kube: Kube, namespace: str, spec: DSV4DeploymentSpec) ->
             f"does not exist in namespace {namespace!r}",
         )
     return None
+
+
+def owned_by(obj: dict[str, Any], uid: str) -> bool:
+    return any(ref.get("uid") == uid for ref in obj["metadata"].get("ownerReferences") or [])
+
+
+def owner_text(obj: dict[str, Any]) -> str:
+    """Who holds an object, for a message: `DSV4Deployment other` or `nobody we know`."""
+    refs = obj["metadata"].get("ownerReferences") or []
+    held = next((r for r in refs if r.get("controller")), refs[0] if refs else None)
+    return f"{held['kind']} {held['name']}" if held else "no owner"
+
+
+@dataclass
+class RolloutPass:
+    """The rollout's part of a pass: the status it started from, its decision, and the
+    children it wants (stable and canary slices, with their records)."""
+
+    before: RolloutStatus | None
+    decision: Decision
+    desired: list[dict[str, Any]]
+    events: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 class Reconciler:
@@ -109,97 +160,266 @@ class Reconciler:
                 # Retries are exhausted; the next event or resync pass tries again.
                 metrics.RECONCILES.labels("error").inc()
                 log.warning("reconcile of %s/%s failed: %s", namespace, name, err)
+            except NotLeader as err:
+                metrics.RECONCILES.labels("error").inc()
+                log.warning("reconcile of %s/%s stopped: %s", namespace, name, err)
             finally:
                 metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
 
     def reconcile_now(self, namespace: str, name: str) -> None:
+        for _ in range(STATUS_ATTEMPTS):
+            try:
+                self._pass(namespace, name)
+                return
+            except StatusConflict:
+                log.info("%s/%s changed during the pass; deciding again", namespace, name)
+        raise ApiError(409, f"{namespace}/{name} changed under {STATUS_ATTEMPTS} passes in a row")
+
+    # -- one pass -----------------------------------------------------------------------
+    def _pass(self, namespace: str, name: str) -> None:
         obj = self.kube.get(KIND, namespace, name)
         if obj is None or obj["metadata"].get("deletionTimestamp"):
             return
-        meta = obj["metadata"]
-        owner = Owner(name=name, namespace=namespace, uid=meta["uid"])
+        owner = Owner(name=name, namespace=namespace, uid=obj["metadata"]["uid"])
         previous = parse_status(obj.get("status"))
         try:
             spec = DSV4DeploymentSpec.model_validate(obj.get("spec") or {})
         except ValidationError as err:
-            self._report(obj, owner, previous, Problem("InvalidSpec", first_error(err)), [], [])
+            self._finish(
+                obj, owner, previous, Problem("InvalidSpec", first_error(err)), None, None, []
+            )
             return
+        bad_name = name_problem(name)
+        if bad_name is not None:
+            self._finish(obj, owner, previous, Problem("InvalidName", bad_name), None, None, [])
+            return
+        state = PassState(
+            owner, obj, spec, previous, *self._children(owner), dt.datetime.now(dt.UTC)
+        )
         problem = check_prerequisites(self.kube, namespace, spec)
-        live, canary_live = self._children(owner)
+        rollout: RolloutPass | None = None
         actions: list[Action] = []
-        rollout: RolloutOutcome | None = None
         if problem is None:
             try:
-                rollout, current, rendered = self._rollout_step(
-                    owner, obj, spec, previous, live, canary_live
-                )
-                # Most passes change no flags: the rendering made to observe is the desired one.
-                desired = (
-                    rendered
-                    if rollout.flags == current
-                    else self._render(owner, spec, rollout.flags)
-                )
-            except (RolloutSpecError, MemorySizingError) as err:
-                problem, rollout = Problem("InvalidSpec", str(err)), None
+                rollout = self._rollout(state)
+            except Unrecoverable as err:
+                problem = Problem("RolloutStateLost", str(err))
+            except MemorySizingError as err:
+                problem = Problem("InvalidSpec", str(err))
         if rollout is not None:
-            if rollout.status.stable_probe_verdict is RolloutVerdict.FAIL:
-                problem = Problem(
-                    "StableCorruption",
-                    "the periodic probe of the promoted deployment FAILed; nothing was changed "
-                    "automatically (see docs/runbook-canary-failed.md)",
-                )
-            actions = plan(desired, live)
-            for action in actions:
-                self._act(namespace, action)
-        workloads = [o for o in live if o["kind"] in ("StatefulSet", "Deployment")]
-        self._report(obj, owner, previous, problem, actions, workloads, spec, rollout)
+            actions, conflict = self._plan(state, rollout.desired)
+            problem = conflict or _watch_problem(rollout.decision.status)
+        self._finish(obj, owner, previous, problem, state, rollout, actions)
 
-    def _children(self, owner: Owner) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """The stable children and the canary's, in one list request per kind for both: the
-        steady-state pass is all reads, and each kind is read once."""
+    def _finish(
+        self,
+        obj: dict[str, Any],
+        owner: Owner,
+        previous: DSV4DeploymentStatus | None,
+        problem: Problem | None,
+        state: PassState | None,
+        rollout: RolloutPass | None,
+        actions: list[Action],
+    ) -> None:
+        """Status first (the decision recorded), then the writes it decided, then Events."""
+        status = self._status(obj, previous, problem, state, rollout, actions)
+        version = self._write_status(obj, owner, previous, status)
+        failure = None
+        if state is not None:
+            failure = self._write_children(owner.namespace, actions)
+            if failure is None and rollout is not None:
+                failure = self._carry_out(state, rollout)
+        events = decision_events(actions, previous, status, problem)
+        if rollout is not None:
+            events += [*rollout.events, *rollout.decision.events]
+        if failure is not None:
+            events.append(("Warning", failure.reason, failure.message))
+            degraded = self._status(obj, status, failure, state, rollout, [])
+            self._write_status(
+                {**obj, "metadata": {**obj["metadata"], "resourceVersion": version}},
+                owner,
+                status,
+                degraded,
+            )
+        for event in events:
+            self._event(obj, *event)
+
+    def _status(
+        self,
+        obj: dict[str, Any],
+        previous: DSV4DeploymentStatus | None,
+        problem: Problem | None,
+        state: PassState | None,
+        rollout: RolloutPass | None,
+        actions: list[Action],
+    ) -> DSV4DeploymentStatus:
+        rollout_status = rollout.decision.status if rollout else None
+        # What the children run is the rollout's stable flags, not (yet) the spec's.
+        features = rollout_status.stable.features if rollout_status else None
+        workloads = [
+            o
+            for o in (state.stable_live if state else [])
+            if o["kind"] in ("StatefulSet", "Deployment")
+        ]
+        status = decide_status(
+            generation=obj["metadata"].get("generation", 0),
+            features=features,
+            revision=feature_revision(features) if features else None,
+            roles=observe_roles(state.spec, workloads) if state else {},
+            problem=problem,
+            applied=bool(actions),
+            previous=previous,
+            now=now_rfc3339(),
+        )
+        if rollout_status is not None:
+            dumped = rollout_status.model_dump(mode="json", by_alias=True, exclude_none=True)
+            status = status.model_copy(update={"rollout": dumped})
+        return status
+
+    def _write_status(
+        self,
+        obj: dict[str, Any],
+        owner: Owner,
+        previous: DSV4DeploymentStatus | None,
+        status: DSV4DeploymentStatus,
+    ) -> str:
+        """Server-side apply of the status, guarded by the resourceVersion the pass read;
+        returns the resourceVersion after it (unchanged when nothing was written)."""
+        version = obj["metadata"].get("resourceVersion", "")
+        if status == previous:
+            return version
+        body = {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "metadata": {
+                "name": owner.name,
+                "namespace": owner.namespace,
+                "resourceVersion": version,
+            },
+            "status": status.model_dump(mode="json", by_alias=True, exclude_none=True),
+        }
+        try:
+            written = self.kube.apply(body, subresource="status")
+        except ApiError as err:
+            if err.status == 409:
+                raise StatusConflict(str(err)) from None
+            raise
+        return (written or {}).get("metadata", {}).get("resourceVersion", version)
+
+    # -- reading ------------------------------------------------------------------------
+    def _children(
+        self, owner: Owner
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+        """(stable, canary, foreign) children, in one list request per kind for both slices.
+        Labels find them; the owner's UID decides whose they are: an object with this
+        deployment's labels but another owner (a deleted namespace-mate's leftovers, a
+        same-named predecessor still being garbage-collected) is foreign."""
         canary = canary_owner(owner)
         found: dict[str, list[dict[str, Any]]] = {owner.name: [], canary.name: []}
+        foreign = []
         selector = instance_selector(owner, canary)
         for kind in CHILD_KINDS:
             for item in self.kube.list(kind, owner.namespace, selector):
-                found[item["metadata"]["labels"][LABEL_INSTANCE]].append(item)
-        return found[owner.name], found[canary.name]
+                if owned_by(item, owner.uid):
+                    found[item["metadata"]["labels"][LABEL_INSTANCE]].append(item)
+                else:
+                    foreign.append(item)
+        return found[owner.name], found[canary.name], foreign
 
-    def _render(
-        self, owner: Owner, spec: DSV4DeploymentSpec, flags: dict[Role, FlagSet]
-    ) -> list[dict[str, Any]]:
-        """The stable children, each role with the flags the rollout lets it run."""
-        by_role = role_specs(spec, flags)
-        base = with_flags(spec, flags[Role.DECODE])
-        rendered = render_all(owner, base, self.host_memory, by_role)
-        return [with_applied_hash(o) for o in rendered]
+    def _before(self, state: PassState) -> tuple[RolloutStatus | None, list[tuple[str, str, str]]]:
+        """The rollout status the pass starts from: read, or rebuilt from the children when
+        lost (never taken from the spec; `recover`)."""
+        before = parse_rollout(state.previous)
+        if before is not None:
+            return before, []
+        listed = self.kube.list("ConfigMap", state.owner.namespace, report_selector(state.owner))
+        reports = [FiledReport.of(cm) for cm in listed]
+        recovered = recover(state.stable_live, state.canary_live, reports, state.now)
+        if recovered is None:
+            return None, []
+        message = f"status.rollout was missing or unreadable; rebuilt from the children: {recovered.summary}"
+        return recovered.status, [("Warning", "RolloutStateRebuilt", message)]
 
-    def _rollout_step(
-        self,
-        owner: Owner,
-        obj: dict[str, Any],
-        spec: DSV4DeploymentSpec,
-        previous: DSV4DeploymentStatus | None,
-        live: list[dict[str, Any]],
-        canary_live: list[dict[str, Any]],
-    ) -> tuple[RolloutOutcome, dict[Role, FlagSet], list[dict[str, Any]]]:
-        """The rollout's step, with the flags the stable roles ran before it and their
-        rendering (what `rolled_roles` compares the live workloads against)."""
-        before = parse_rollout(previous)
-        current = {
-            role: (role_flags(before, role) if before else spec_flags(spec)) for role in Role
-        }
-        rendered = self._render(owner, spec, current)
-        outcome = self.rollout.step(
-            owner,
-            obj,
-            spec,
+    # -- deciding -----------------------------------------------------------------------
+    def _rollout(self, state: PassState) -> RolloutPass:
+        before, events = self._before(state)
+        desired = spec_flags(state.spec)
+        if before is None:
+            decision = first_status(desired, state.now)
+            return RolloutPass(None, decision, self._desired(state, decision.status, {}), events)
+        current = {role: role_flags(before, role) for role in Role}
+        rendered = {_key(current): self._render(state, current)}
+        canary = self.rollout.canary_objects(state, before) if canary_wanted(before) else []
+        if canary:
+            rendered[_key(before.canary)] = canary
+        observed = self.rollout.observe(
+            state,
             before,
-            canary_live,
-            rolled_roles(rendered, live),
-            dt.datetime.now(dt.UTC),
+            canary,
+            rolled=rolled_roles(rendered[_key(current)], state.stable_live),
+            canary_blocked=_blocked(canary, state.foreign),
         )
-        return outcome, current, rendered
+        decision = decide(desired, before, observed, state.spec.canary, state.spec.rollout)
+        return RolloutPass(
+            before, decision, self._desired(state, decision.status, rendered), events
+        )
+
+    def _render(self, state: PassState, flags: dict[Role, FlagSet]) -> list[dict[str, Any]]:
+        """The stable children, each role with the flags the rollout lets it run."""
+        base = with_flags(state.spec, flags[Role.DECODE])
+        by_role = role_specs(state.spec, flags)
+        return render_all(state.owner, base, self.host_memory, by_role)
+
+    def _desired(
+        self,
+        state: PassState,
+        status: RolloutStatus,
+        rendered: dict[str, list[dict[str, Any]]],
+    ) -> list[dict[str, Any]]:
+        """Both slices as ``status`` wants them, each workload carrying the rollout record.
+        ``rendered``: renderings this pass already made, by flags (most passes change none)."""
+        flags = {role: role_flags(status, role) for role in Role}
+        objects = rendered.get(_key(flags)) or self._render(state, flags)
+        stable = with_record(objects, status.stable, flags, status.rejected_revision)
+        canary: list[dict[str, Any]] = []
+        if canary_wanted(status):
+            assert status.canary is not None
+            objects = rendered.get(_key(status.canary)) or self.rollout.canary_objects(
+                state, status
+            )
+            runs = dict.fromkeys(Role, status.canary)
+            canary = with_record(objects, status.stable, runs, None)
+        return [with_applied_hash(o) for o in [*stable, *canary]]
+
+    def _plan(
+        self, state: PassState, desired: list[dict[str, Any]]
+    ) -> tuple[list[Action], Problem | None]:
+        """What to write: one plan over both slices.  An object someone else owns is never
+        written; if the stable slice needs one, that is the pass's problem."""
+        taken = {(o["kind"], o["metadata"]["name"]): o for o in state.foreign}
+        blocked = [o for o in desired if (o["kind"], o["metadata"]["name"]) in taken]
+        ours = [o for o in desired if o not in blocked]
+        actions = plan(ours, [*state.stable_live, *state.canary_live])
+        if not blocked:
+            return actions, None
+        names = ", ".join(
+            f"{o['kind']} {o['metadata']['name']} (held by {owner_text(taken[(o['kind'], o['metadata']['name'])])})"
+            for o in blocked
+        )
+        return actions, Problem(
+            "NameConflict", f"children of another owner are in the way: {names}"
+        )
+
+    # -- writing ------------------------------------------------------------------------
+    def _write_children(self, namespace: str, actions: list[Action]) -> Problem | None:
+        """Every child write of the pass; the first failure stops the rest and is returned
+        (the status and an Event then name the object and why)."""
+        for action in actions:
+            try:
+                self._act(namespace, action)
+            except ApiError as err:
+                return _write_failure(action, err)
+        return None
 
     def _act(self, namespace: str, action: Action) -> None:
         log.info(
@@ -210,49 +430,27 @@ class Reconciler:
             action.reason,
             extra={"namespace": namespace, "verb": action.verb, "reason": action.reason},
         )
-        if action.verb == "apply":
-            assert action.obj is not None
-            self.kube.apply(action.obj)
-        else:
+        if action.verb == "delete":
             self.kube.delete(action.kind, namespace, action.name)
+            return
+        assert action.obj is not None
+        if action.reason == "missing":
+            existing = self.kube.get(action.kind, namespace, action.name)
+            if existing is not None:  # not ours (ours would have been listed): leave it be
+                raise ApiError(
+                    409, f"{action.kind} {action.name} exists and belongs to {owner_text(existing)}"
+                )
+        self.kube.apply(action.obj)
 
-    def _report(
-        self,
-        obj: dict[str, Any],
-        owner: Owner,
-        previous: DSV4DeploymentStatus | None,
-        problem: Problem | None,
-        actions: list[Action],
-        workloads: list[dict[str, Any]],
-        spec: DSV4DeploymentSpec | None = None,
-        rollout: RolloutOutcome | None = None,
-    ) -> None:
-        # What the children run is the rollout's stable flags, not (yet) the spec's.
-        features = rollout.status.stable.features if rollout else None
-        status = decide_status(
-            generation=obj["metadata"].get("generation", 0),
-            features=features,
-            revision=feature_revision(features) if features else None,
-            roles=observe_roles(spec, workloads) if spec else {},
-            problem=problem,
-            applied=bool(actions),
-            previous=previous,
-            now=now_rfc3339(),
-        )
-        if rollout is not None:
-            dumped = rollout.status.model_dump(mode="json", by_alias=True, exclude_none=True)
-            status = status.model_copy(update={"rollout": dumped})
-        if status != previous:
-            body = {
-                "apiVersion": API_VERSION,
-                "kind": KIND,
-                "metadata": {"name": owner.name, "namespace": owner.namespace},
-                "status": status.model_dump(mode="json", by_alias=True, exclude_none=True),
-            }
-            self.kube.apply(body, subresource="status")
-        events = decision_events(actions, previous, status, problem)
-        for event in [*events, *(rollout.events if rollout else ())]:
-            self._event(obj, *event)
+    def _carry_out(self, state: PassState, rollout: RolloutPass) -> Problem | None:
+        try:
+            self.rollout.carry_out(state, rollout.before, rollout.decision)
+        except ApiError as err:
+            return Problem(_reason(err), f"rollout step failed: {err}")
+        status = rollout.decision.status
+        since = parse_stamp(status.phase_since).timestamp() if status.phase_since else 0.0
+        metrics.record_phase(state.owner.namespace, state.owner.name, status.phase, since)
+        return None
 
     def _event(self, obj: dict[str, Any], kind: str, reason: str, message: str) -> None:
         meta = obj["metadata"]
@@ -280,6 +478,39 @@ class Reconciler:
         )
 
 
+def _blocked(canary_objects: list[dict[str, Any]], foreign: list[dict[str, Any]]) -> str | None:
+    """Why the canary slice cannot be created: one of its names is held by another owner."""
+    taken = {(o["kind"], o["metadata"]["name"]): o for o in foreign}
+    for obj in canary_objects:
+        held = taken.get((obj["kind"], obj["metadata"]["name"]))
+        if held is not None:
+            return f"canary {obj['kind']} {obj['metadata']['name']} is held by {owner_text(held)}"
+    return None
+
+
+def _watch_problem(status: RolloutStatus) -> Problem | None:
+    watch = status.stable_probe
+    if watch is not None and watch.verdict is WatchVerdict.CORRUPT:
+        return Problem(
+            "StableCorruption",
+            "the production watch found corruption in the stable deployment "
+            f"({watch.message}); nothing was changed automatically (see "
+            "docs/runbook-canary-failed.md)",
+        )
+    return None
+
+
+_REASONS = {403: "Forbidden", 404: "NotFound", 409: "Conflict", 422: "Invalid"}
+
+
+def _reason(err: ApiError) -> str:
+    return f"Write{_REASONS.get(err.status, 'Failed')}"
+
+
+def _write_failure(action: Action, err: ApiError) -> Problem:
+    return Problem(_reason(err), f"{action.verb} {action.kind} {action.name}: {err}")
+
+
 def decision_events(
     actions: list[Action],
     previous: DSV4DeploymentStatus | None,
@@ -302,3 +533,10 @@ def decision_events(
         message = problem.message if problem is not None else f"phase {before} → {status.phase}"
         events.append((kind, reason, message))
     return events
+
+
+def _key(flags: dict[Role, FlagSet] | FlagSet | None) -> str:
+    """A rendering's cache key: the flags it was made for (per role, or the canary's)."""
+    if isinstance(flags, dict):
+        return "stable:" + ",".join(f"{role}={flags[role].revision}" for role in Role)
+    return f"canary:{flags.revision if flags else ''}"

@@ -1,69 +1,45 @@
-"""One rollout step inside a reconcile pass: observe → decide → carry out the canary effects.
+"""The rollout's I/O around `decide`: what it observes before a decision, and the probe
+effects it carries out after the reconciler has recorded that decision in the status.
 
-The reconciler hands over what it already read (the resource, its parsed spec, the live
-canary objects) and gets back the new `status.rollout`, the flags each stable role must
-run, and the events to record.  All decisions are `decide`'s; this module only does the
-I/O its effects ask for, each of them idempotent.
+The reconciler owns the pass (`reconcile.reconciler`): it reads the world once, asks this
+module to observe, decides, writes the status, plans the stable and canary children together
+and applies them through its one write path, then calls `carry_out`.  Nothing here writes a
+child or the status; everything here is idempotent.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
-from pydantic import BaseModel, ValidationError
-
-from dsv4_engine.engine_config import Backend
-from dsv4_engine.features import Role
 from dsv4_engine.probe import ProbeSettings
-from dsv4_operator import metrics
-from dsv4_operator.api.errors import first_error
-from dsv4_operator.api.rollout import (
-    CanarySpec,
-    FlagSet,
-    RolloutPhase,
-    RolloutSpec,
-    RolloutStatus,
-)
+from dsv4_operator.api import KIND
+from dsv4_operator.api.rollout import CanarySpec, RolloutPhase, RolloutStatus, RolloutVerdict
 from dsv4_operator.api.spec import DSV4DeploymentSpec
-from dsv4_operator.api.times import parse_stamp
-from dsv4_operator.reconcile.plan import plan, with_applied_hash
+from dsv4_operator.reconcile.kube import ApiError
+from dsv4_operator.reconcile.state import PassState
 from dsv4_operator.render import render_all
 from dsv4_operator.render.memory import pod_memory
-from dsv4_operator.render.meta import Owner
 from dsv4_operator.render.router import ROUTER_PORT, router_name
 from dsv4_operator.render.workloads import HostMemory
 from dsv4_operator.rollout import manual
-from dsv4_operator.rollout.decide import (
-    Decision,
-    Effect,
-    Observed,
-    ProbeOutcome,
-    decide,
-    role_flags,
-)
+from dsv4_operator.rollout.decide import Decision, Effect, Observed, ProbeOutcome
 from dsv4_operator.rollout.executor import ProbeExecutor
 from dsv4_operator.rollout.observe import slice_ready
 from dsv4_operator.rollout.reports import (
+    FiledReport,
+    ReportRef,
+    distrust_pass,
     outcome_from_config_map,
-    report_name,
     report_selector,
     stale_canary_reports,
 )
-from dsv4_operator.rollout.slices import (
-    as_canary,
-    canary_owner,
-    canary_spec,
-    canary_url,
-    spec_flags,
-)
+from dsv4_operator.rollout.slices import as_canary, canary_owner, canary_spec, canary_url
 
 log = logging.getLogger("dsv4_operator.rollout")
-T = TypeVar("T", bound=BaseModel)
 
 # (namespace, service, port) → base URL the operator can reach.
 ServiceUrl = Callable[[str, str, int], str]
@@ -73,16 +49,34 @@ def cluster_service_url(namespace: str, service: str, port: int) -> str:
     return f"http://{service}.{namespace}.svc:{port}"
 
 
-@dataclass(frozen=True)
-class RolloutOutcome:
-    status: RolloutStatus
-    flags: dict[Role, FlagSet]  # what each stable role must run now
-    events: tuple[tuple[str, str, str], ...]
+def answers_health(url: str) -> bool:
+    """A canary is Ready only once its router answers: the probes' first request must not
+    be the one that finds out the endpoint is not there yet."""
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
+            return response.status == 200
+    except OSError as err:
+        log.info("canary at %s not answering yet: %s", url, err)
+        return False
+
+
+def canary_report(status: RolloutStatus) -> ReportRef | None:
+    """The report of the current canary probe attempt; None before the first attempt."""
+    if status.canary_revision is None or status.probe_attempt == 0:
+        return None
+    return ReportRef("canary", status.canary_revision, attempt=status.probe_attempt)
+
+
+def watch_report(status: RolloutStatus) -> ReportRef | None:
+    """The report of the latest production watch run; None before the first one."""
+    if status.stable_probe is None:
+        return None
+    return ReportRef("stable", status.stable_revision, started=status.stable_probe.started_at)
 
 
 @dataclass
 class RolloutController:
-    """Holds what outlives a pass: the probe tasks and how to reach a Service.
+    """Holds what outlives a pass: the probe executor and how to reach a Service.
 
     ``service_url`` is how the operator reaches a Service (the canary's warm-up check);
     ``probe_url`` how the probes do, when they run elsewhere (a Job in the cluster)."""
@@ -91,192 +85,165 @@ class RolloutController:
     executor: ProbeExecutor
     service_url: ServiceUrl = cluster_service_url
     probe_url: ServiceUrl | None = None
-    backend: Backend = Backend.SGLANG
     host_memory: HostMemory = pod_memory
+    warm: Callable[[str], bool] = answers_health
 
-    def step(
+    # -- before the decision ------------------------------------------------------------
+    def canary_objects(
+        self, state: PassState, status: RolloutStatus | None
+    ) -> list[dict[str, Any]]:
+        """The canary slice for ``status``'s canary flags (owned by the real resource)."""
+        if status is None or status.canary is None:
+            return []
+        cspec = canary_spec(state.spec, status.canary, state.spec.canary)
+        return as_canary(
+            state.owner, render_all(canary_owner(state.owner), cspec, self.host_memory)
+        )
+
+    def observe(
         self,
-        owner: Owner,
-        obj: dict[str, Any],
-        spec: DSV4DeploymentSpec,
-        previous: RolloutStatus | None,
-        canary_live: list[dict[str, Any]],
-        rolled: frozenset[Role],
-        now: dt.datetime,
-    ) -> RolloutOutcome:
-        canary_cfg = _section(CanarySpec, "canary", spec.canary)
-        rollout_cfg = _section(RolloutSpec, "rollout", spec.rollout)
-        desired = spec_flags(spec)
-        canary_objects = self._canary_objects(owner, spec, previous, canary_cfg)
-        canary_report = _canary_report(owner, previous)
-        stable_report = _stable_report(owner, previous)
-        # Readiness only decides anything while the canary starts; the warm-up request is a
-        # network call, not to be made on every pass of a probe or a promotion.
-        starting = previous is not None and previous.phase is RolloutPhase.CANARY_STARTING
-        observed = Observed(
-            now=now,
+        state: PassState,
+        before: RolloutStatus,
+        canary_objects: list[dict[str, Any]],
+        **known: Any,
+    ) -> Observed:
+        """What `decide` needs to know; ``known``: what the reconciler observed itself
+        (rolled roles, a blocked canary).  Readiness decides anything only while the canary
+        starts, and its warm-up request is a network call: made only then."""
+        owner = state.owner
+        starting = before.phase is RolloutPhase.CANARY_STARTING
+        probing = before.phase is RolloutPhase.PROBING
+        canary = canary_report(before) if probing else None
+        watch = watch_report(before)
+        watching = watch is not None and before.stable_probe is not None
+        watching = watching and before.stable_probe.verdict is None
+        return Observed(
+            now=state.now,
             canary_ready=starting
-            and bool(canary_objects)
-            and slice_ready(canary_objects, canary_live)
-            and self._warm(owner),
-            probe=self._report_outcome(owner, canary_report),
-            probe_running=canary_report is not None and self.executor.running(owner, canary_report),
-            stable_probe=self._report_outcome(owner, stable_report),
-            stable_probe_running=stable_report is not None
-            and self.executor.running(owner, stable_report),
-            rolled=rolled,
-            manual=manual.parse(obj["metadata"].get("annotations")),
+            and slice_ready(canary_objects, state.canary_live)
+            and self._answers(owner.namespace, *canary_url(owner)),
+            probe=self._canary_outcome(state, canary) if canary else None,
+            probe_running=canary is not None and self.executor.running(owner, canary.name(owner)),
+            stable_probe=self._outcome(state, watch) if watching and watch else None,
+            stable_probe_running=watching
+            and watch is not None
+            and self.executor.running(owner, watch.name(owner)),
+            manual=manual.parse(state.obj["metadata"].get("annotations")),
+            **known,
         )
-        decision = decide(desired, previous, observed, canary_cfg, rollout_cfg)
-        same_canary = previous is not None and decision.status.canary == previous.canary
-        rendered = canary_objects if same_canary else None
-        self._carry_out(
-            owner, spec, canary_report, stable_report, decision, canary_cfg, canary_live, rendered
-        )
-        status = decision.status
-        since = parse_stamp(status.phase_since) if status.phase_since else None
-        metrics.record_phase(
-            owner.namespace, owner.name, status.phase, since.timestamp() if since else 0.0
-        )
-        flags = {role: role_flags(status, role) for role in Role}
-        return RolloutOutcome(status, flags, decision.events)
 
-    # -- effects -------------------------------------------------------------------------
-    def _carry_out(
-        self,
-        owner: Owner,
-        spec: DSV4DeploymentSpec,
-        previous_canary_report: str | None,
-        previous_stable_report: str | None,
-        decision: Decision,
-        canary_cfg: CanarySpec,
-        canary_live: list[dict[str, Any]],
-        rendered_canary: list[dict[str, Any]] | None,
-    ) -> None:
-        """``rendered_canary``: the canary objects already rendered for this status, if any."""
-        status = decision.status
+    def _answers(self, namespace: str, service: str, port: int) -> bool:
+        try:
+            url = self.service_url(namespace, service, port)
+        except ValueError as err:
+            log.info("canary %s.%s not reachable yet: %s", service, namespace, err)
+            return False
+        return self.warm(url)
+
+    def _outcome(self, state: PassState, ref: ReportRef) -> ProbeOutcome | None:
+        config_map = self.kube.get("ConfigMap", state.owner.namespace, ref.name(state.owner))
+        return outcome_from_config_map(config_map) if config_map else None
+
+    def _canary_outcome(self, state: PassState, ref: ReportRef) -> ProbeOutcome | None:
+        """The attempt's verdict; a PASS only if the report survives `distrust_pass`."""
+        name = ref.name(state.owner)
+        config_map = self.kube.get("ConfigMap", state.owner.namespace, name)
+        outcome = outcome_from_config_map(config_map) if config_map else None
+        if outcome is None or config_map is None or outcome.verdict is not RolloutVerdict.PASS:
+            return outcome
+        cfg = state.spec.canary
+        why = distrust_pass(
+            config_map,
+            outcome,
+            cfg.sample_count,
+            cfg.max_corruption_rate,
+            cfg.confidence,
+            self.executor.completed(state.owner, name),
+        )
+        if why is None:
+            return outcome
+        log.warning("report %s says PASS but is not trusted: %s", name, why)
+        return ProbeOutcome(
+            RolloutVerdict.INCONCLUSIVE,
+            outcome.rate,
+            outcome.bound,
+            outcome.samples,
+            name,
+            f"the PASS in report {name} was not trusted: {why}",
+        )
+
+    # -- after the status write ---------------------------------------------------------
+    def carry_out(self, state: PassState, before: RolloutStatus | None, decision: Decision) -> None:
+        owner, status = state.owner, decision.status
         for effect in decision.effects:
-            if effect is Effect.APPLY_CANARY:
-                desired = rendered_canary
-                if desired is None:
-                    desired = self._canary_objects(owner, spec, status, canary_cfg)
-                for action in plan(desired, canary_live):
-                    if action.verb == "apply":
-                        self.kube.apply(action.obj)
-                    else:
-                        self.kube.delete(action.kind, owner.namespace, action.name)
-            elif effect is Effect.DELETE_CANARY:
-                for obj in canary_live:
-                    self.kube.delete(obj["kind"], owner.namespace, obj["metadata"]["name"])
-            elif effect is Effect.START_PROBE:
+            if effect is Effect.START_PROBE:
+                ref = canary_report(status)
+                assert ref is not None
                 service, port = canary_url(owner)
-                self.executor.start(
-                    owner,
-                    _canary_report(owner, status),
-                    "canary",
-                    self._settings(self._probe_url(owner.namespace, service, port), canary_cfg),
-                )
-                self._prune_reports(owner)
-            elif effect is Effect.STOP_PROBE and previous_canary_report is not None:
-                self.executor.stop(owner, previous_canary_report)
+                url = self._probe_url(owner.namespace, service, port)
+                self.executor.start(owner, ref, self._canary_settings(state.spec, url))
+                self._prune_reports(state)
+            elif effect is Effect.STOP_PROBE and before is not None:
+                ref = canary_report(before)
+                if ref is not None:
+                    self.executor.stop(owner, ref.name(owner))
             elif effect is Effect.START_STABLE_PROBE:
-                self._probe_stable(owner, previous_stable_report, status, canary_cfg)
+                self._watch(state, before, status)
+            elif effect is Effect.CONSUME_ACTION:
+                self._consume_action(state)
 
-    def _probe_stable(
-        self,
-        owner: Owner,
-        previous_report: str | None,
-        status: RolloutStatus,
-        canary_cfg: CanarySpec,
-    ) -> None:
-        """A low-rate probe of production.  Only the latest report is kept: its verdict is
-        already in status.rollout.stableProbeVerdict."""
-        if previous_report is not None:
-            self.kube.delete("ConfigMap", owner.namespace, previous_report)
+    def _watch(self, state: PassState, before: RolloutStatus | None, status: RolloutStatus) -> None:
+        """A production watch run.  Only the latest report is kept: what the previous one
+        found is already in status.rollout.stableProbe."""
+        owner = state.owner
+        previous = watch_report(before) if before is not None else None
+        if previous is not None:
+            self.kube.delete("ConfigMap", owner.namespace, previous.name(owner))
+        ref = watch_report(status)
+        assert ref is not None
         try:
             url = self._probe_url(owner.namespace, router_name(owner), ROUTER_PORT)
         except ValueError as err:
-            log.warning("stable probe of %s/%s skipped: %s", owner.namespace, owner.name, err)
+            log.warning("watch of %s/%s skipped: %s", owner.namespace, owner.name, err)
             return
-        low_rate = canary_cfg.model_copy(update={"concurrency": 4, "requests": 50})
-        self.executor.start(
-            owner, _stable_report(owner, status), "stable", self._settings(url, low_rate)
+        rollout = state.spec.rollout
+        settings = self._canary_settings(state.spec, url).model_copy(
+            update={
+                "concurrency": rollout.stable_probe_concurrency,
+                "requests": rollout.stable_probe_requests,
+            }
         )
+        self.executor.start(owner, ref, settings)
 
-    def _prune_reports(self, owner: Owner) -> None:
-        reports = self.kube.list("ConfigMap", owner.namespace, report_selector(owner))
-        for name in stale_canary_reports(owner, reports):
-            self.kube.delete("ConfigMap", owner.namespace, name)
-
-    # -- observations --------------------------------------------------------------------
-    def _canary_objects(
-        self,
-        owner: Owner,
-        spec: DSV4DeploymentSpec,
-        status: RolloutStatus | None,
-        canary_cfg: CanarySpec,
-    ) -> list[dict[str, Any]]:
-        if status is None or status.canary is None:
-            return []
-        cspec = canary_spec(spec, status.canary, canary_cfg)
-        rendered = render_all(canary_owner(owner), cspec, self.host_memory)
-        return [with_applied_hash(o) for o in as_canary(owner, rendered)]
-
-    def _warm(self, owner: Owner) -> bool:
-        """A canary is Ready only once its router answers: the probes' first request must not
-        be the one that finds out the endpoint is not there yet."""
-        service, port = canary_url(owner)
+    def _consume_action(self, state: PassState) -> None:
+        """Remove the control just handled — unless someone wrote a new one meanwhile."""
+        raw = (state.obj["metadata"].get("annotations") or {}).get(manual.ANNOTATION)
+        if raw is None:
+            return
         try:
-            url = self.service_url(owner.namespace, service, port)
-            with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
-                return response.status == 200
-        except (OSError, ValueError) as err:
-            log.info("canary of %s/%s not answering yet: %s", owner.namespace, owner.name, err)
-            return False
+            self.kube.patch_json(KIND, state.owner.namespace, state.owner.name, manual.removal(raw))
+        except ApiError as err:
+            if err.status != 422:  # 422: the test failed, a newer control is there
+                raise
 
-    def _report_outcome(self, owner: Owner, report: str | None) -> ProbeOutcome | None:
-        if report is None:
-            return None
-        config_map = self.kube.get("ConfigMap", owner.namespace, report)
-        return outcome_from_config_map(config_map) if config_map else None
+    def _prune_reports(self, state: PassState) -> None:
+        owner = state.owner
+        listed = self.kube.list("ConfigMap", owner.namespace, report_selector(owner))
+        for name in stale_canary_reports([FiledReport.of(cm) for cm in listed]):
+            self.kube.delete("ConfigMap", owner.namespace, name)
 
     def _probe_url(self, namespace: str, service: str, port: int) -> str:
         return (self.probe_url or self.service_url)(namespace, service, port)
 
-    def _settings(self, url: str, canary_cfg: CanarySpec) -> ProbeSettings:
+    def _canary_settings(self, spec: DSV4DeploymentSpec, url: str) -> ProbeSettings:
+        canary: CanarySpec = spec.canary
         return ProbeSettings(
             base_url=url,
-            backend=self.backend,
-            probes=canary_cfg.probes or (),
-            concurrency=canary_cfg.concurrency,
-            requests=canary_cfg.requests,
-            max_corruption_rate=canary_cfg.max_corruption_rate,
-            confidence=canary_cfg.confidence,
-            max_duration_s=float(canary_cfg.probe_timeout_seconds),
+            backend=spec.engine,
+            probes=canary.probes or (),
+            concurrency=canary.concurrency,
+            requests=canary.sample_count,
+            max_corruption_rate=canary.max_corruption_rate,
+            confidence=canary.confidence,
+            max_duration_s=float(canary.probe_timeout_seconds),
         )
-
-
-class RolloutSpecError(ValueError):
-    """spec.canary or spec.rollout does not parse; the message names the field."""
-
-
-def _section(model: type[T], name: str, raw: dict[str, Any] | None) -> T:
-    try:
-        return model.model_validate(raw or {})
-    except ValidationError as err:
-        raise RolloutSpecError(first_error(err, name)) from None
-
-
-def _canary_report(owner: Owner, status: RolloutStatus | None) -> str | None:
-    """The report of the current canary probe attempt; None before the first attempt."""
-    if status is None or status.canary_revision is None or status.probe_attempt == 0:
-        return None
-    return report_name(owner, "canary", status.canary_revision, status.probe_attempt)
-
-
-def _stable_report(owner: Owner, status: RolloutStatus | None) -> str | None:
-    """The report of the latest low-rate probe of production; None before the first one."""
-    if status is None or status.stable_probe_at is None:
-        return None
-    started = status.stable_probe_at.replace(":", "").replace("-", "").lower()
-    return f"{report_name(owner, 'stable', status.stable_revision, 0)}-{started}"

@@ -1,11 +1,13 @@
 """The rollout state machine: from what the spec asks, what status remembers and what was
 observed, decide the next status and the effects the reconciler must carry out.
 
-Pure: no clock, no API.  Every transition is recorded in the returned status *before* the
-reconciler acts on its effects, and every effect is idempotent (apply the canary, delete
-it, start the probe of attempt N), so a pass interrupted anywhere is safely redone.  The
+Pure: no clock, no API.  Every transition is recorded in the returned status, which the
+reconciler writes (with a resourceVersion precondition) *before* it acts on the effects or
+re-renders the children, and every effect is idempotent (start the probe of attempt N, stop
+it, remove a handled annotation), so a pass interrupted anywhere is safely redone.  The
 stable workloads are rendered from `status.rollout` (see `role_flags`), never from the spec
-directly: that is what keeps untested flags out of production.
+directly, and the canary slice exists exactly while `canary_wanted` says so: that is what
+keeps untested flags out of production.
 """
 
 from __future__ import annotations
@@ -22,19 +24,20 @@ from dsv4_operator.api.rollout import (
     RolloutSpec,
     RolloutStatus,
     RolloutVerdict,
+    StableProbeStatus,
+    WatchVerdict,
 )
 from dsv4_operator.api.times import parse_stamp, stamp
 
 
 class Effect(StrEnum):
-    APPLY_CANARY = "ApplyCanary"  # render the canary slice from status.canary and apply it
-    DELETE_CANARY = "DeleteCanary"
     START_PROBE = "StartProbe"  # probe the canary for attempt status.probe_attempt
     # Stop the probe attempt the previous status was waiting for: it can no longer decide
     # anything (aborted, timed out, superseded or promoted by hand) and would only load a
     # canary that is going away.
     STOP_PROBE = "StopProbe"
-    START_STABLE_PROBE = "StartStableProbe"  # low-rate probe of the promoted deployment
+    START_STABLE_PROBE = "StartStableProbe"  # a production watch run
+    CONSUME_ACTION = "ConsumeAction"  # remove the rollout-action annotation just handled
 
 
 class ManualAction(StrEnum):
@@ -45,10 +48,16 @@ class ManualAction(StrEnum):
 
 @dataclass(frozen=True)
 class Manual:
-    """A person's request, from an annotation; ``token`` makes a retry act once."""
+    """A person's request, from the rollout-action annotation.
+
+    ``token`` makes it act once; ``revision`` binds it to the flags it was meant for (the
+    canary's for promote and abort, the rejected ones for retry), so a control left over from
+    an earlier rollout can never act on a later one."""
 
     action: ManualAction
-    token: str = ""
+    token: str
+    revision: str | None = None
+    error: str | None = None  # why the annotation could not be read (refused, with this)
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,10 @@ class ProbeOutcome:
     samples: int
     report: str | None
     message: str = ""
+
+    @property
+    def corrupt(self) -> int:
+        return round((self.rate or 0.0) * self.samples)
 
 
 @dataclass(frozen=True)
@@ -71,6 +84,7 @@ class Observed:
     stable_probe_running: bool = False
     rolled: frozenset[Role] = frozenset()  # roles whose pods run their target flags, all Ready
     manual: Manual | None = None
+    canary_blocked: str | None = None  # why the canary slice cannot be created (a name taken)
 
 
 @dataclass(frozen=True)
@@ -88,37 +102,53 @@ def role_flags(status: RolloutStatus, role: Role) -> FlagSet:
     return status.stable
 
 
+IN_PROGRESS = (RolloutPhase.CANARY_STARTING, RolloutPhase.PROBING, RolloutPhase.PROMOTING)
+
+
+def canary_wanted(status: RolloutStatus | None) -> bool:
+    """The canary slice exists while its flags are being tested, and not a moment longer:
+    a promotion rolls the stable pods in place and gets the canary's GPUs back first."""
+    return (
+        status is not None
+        and status.canary is not None
+        and status.phase in (RolloutPhase.CANARY_STARTING, RolloutPhase.PROBING)
+    )
+
+
+def first_status(desired: FlagSet, now: dt.datetime) -> Decision:
+    """First sight of a resource with no children: nothing serves users yet, so there is
+    nothing to guard and the spec's flags are the stable ones."""
+    at = stamp(now)
+    status = RolloutStatus(stable=desired, stable_revision=desired.revision, phase_since=at)
+    return Decision(status, events=(("Normal", "FlagsInitialized", flags_text(desired)),))
+
+
 def decide(
     desired: FlagSet,
-    status: RolloutStatus | None,
+    status: RolloutStatus,
     observed: Observed,
     canary: CanarySpec,
     rollout: RolloutSpec,
 ) -> Decision:
-    now = stamp(observed.now)
-    if status is None:
-        # First sight of the resource: nothing serves users yet, so there is nothing to guard.
-        first = RolloutStatus(
-            stable=desired, stable_revision=desired.revision, phase_since=now, stable_probe_at=now
-        )
-        return Decision(first, events=(("Normal", "FlagsInitialized", _flags(desired)),))
-    step = _Step(status, observed, now)
-    step.manual_retry(desired)
-    phase = step.status.phase
+    step = _Step(status, observed, stamp(observed.now))
+    handled = step.manual_control(desired)
+    phase = step.status.phase  # after a control acted (an abort ends the canary phases)
     if phase in (RolloutPhase.IDLE, RolloutPhase.ROLLED_BACK):
         step.maybe_start(desired)
-        if step.status.phase is RolloutPhase.IDLE:
-            step.stable_probe(rollout)
     elif phase in (RolloutPhase.CANARY_STARTING, RolloutPhase.PROBING):
         step.canary_phase(desired, canary)
     elif phase is RolloutPhase.PROMOTING:
         step.promote(rollout)
+    if step.status.phase in (RolloutPhase.IDLE, RolloutPhase.ROLLED_BACK):
+        step.watch_production(rollout)  # the stable flags serve users: keep watching them
     if (
-        phase is RolloutPhase.PROBING
+        status.phase is RolloutPhase.PROBING
         and step.status.phase is not RolloutPhase.PROBING
         and observed.probe is None
     ):
         step.effects.append(Effect.STOP_PROBE)
+    if handled:
+        step.effects.append(Effect.CONSUME_ACTION)
     return Decision(step.status, tuple(step.effects), tuple(step.events))
 
 
@@ -137,19 +167,54 @@ class _Step:
             changes.setdefault("phase_since", self.now)
         self.status = self.status.model_copy(update=changes)
 
-    def manual_retry(self, desired: FlagSet) -> None:
+    # -- manual controls ----------------------------------------------------------------
+    def manual_control(self, desired: FlagSet) -> bool:
+        """Act on a control once; True when the annotation is to be removed (acted on or
+        refused).  A control for other flags than the rollout in progress is refused."""
         manual = self.observed.manual
-        if manual is None or manual.action is not ManualAction.RETRY:
-            return
-        if manual.token == self.status.handled_retry:
-            return
-        self.update(handled_retry=manual.token)
-        if self.status.rejected_revision is not None:
+        if manual is None:
+            return False
+        if manual.token == self.status.handled_action:
+            return True  # acted on before the annotation could be removed
+        self.update(handled_action=manual.token)
+        refused = self._refusal(manual, desired)
+        if refused is not None:
+            self.events.append(("Warning", "RolloutActionIgnored", f"{manual.action}: {refused}"))
+            return True
+        if manual.action is ManualAction.RETRY:
             self.events.append(
-                ("Normal", "RetryRequested", f"retrying rejected flags {desired.revision}")
+                ("Normal", "RetryRequested", f"retrying rejected flags {manual.revision}")
             )
             self.update(rejected_revision=None)
+        elif manual.action is ManualAction.ABORT:
+            during = " during promotion" if self.status.phase is RolloutPhase.PROMOTING else ""
+            self.roll_back(RolloutVerdict.ABORTED, f"aborted by a person{during}")
+        else:
+            self.update(verdict=RolloutVerdict.MANUAL_PROMOTE)
+            self.start_promotion("promoted by a person without a canary verdict")
+        return True
 
+    def _refusal(self, manual: Manual, desired: FlagSet) -> str | None:
+        status = self.status
+        if manual.error is not None:
+            return manual.error
+        if manual.revision is None:
+            return "the annotation names no flags revision (use dsv4ctl rollout)"
+        if manual.action is ManualAction.RETRY:
+            if status.phase is not RolloutPhase.ROLLED_BACK or status.rejected_revision is None:
+                return "no rejected flags to retry"
+            if manual.revision != status.rejected_revision:
+                return f"flags {manual.revision} are not the rejected ones ({status.rejected_revision})"
+            if desired.revision != status.rejected_revision:
+                return "the spec no longer asks for the rejected flags"
+            return None
+        if manual.revision != status.canary_revision or status.phase not in IN_PROGRESS:
+            return f"no rollout of flags {manual.revision} is in progress"
+        if manual.action is ManualAction.PROMOTE and status.phase is RolloutPhase.PROMOTING:
+            return "already promoting"
+        return None
+
+    # -- the canary ---------------------------------------------------------------------
     def maybe_start(self, desired: FlagSet) -> None:
         if desired.revision == self.status.stable_revision:
             return
@@ -180,25 +245,18 @@ class _Step:
             rejected_revision=None,
             message=f"canary with flags {desired.revision} starting",
         )
-        self.effects.append(Effect.APPLY_CANARY)
         self.events.append(
-            ("Normal", reason, f"canary {desired.revision} started: {_flags(desired)}")
+            ("Normal", reason, f"canary {desired.revision} started: {flags_text(desired)}")
         )
 
     def canary_phase(self, desired: FlagSet, canary: CanarySpec) -> None:
-        manual = self.observed.manual
         if desired.revision != self.status.canary_revision:
             # The spec moved under a running canary: test what is asked for now instead.
             self.start_canary(desired, "CanarySuperseded")
             return
-        if manual is not None and manual.action is ManualAction.ABORT:
-            self.roll_back(RolloutVerdict.ABORTED, "aborted by a person")
+        if self.observed.canary_blocked is not None:
+            self.roll_back(RolloutVerdict.INCONCLUSIVE, self.observed.canary_blocked)
             return
-        if manual is not None and manual.action is ManualAction.PROMOTE:
-            self.update(verdict=RolloutVerdict.MANUAL_PROMOTE)
-            self.start_promotion("promoted by a person without a canary verdict")
-            return
-        self.effects.append(Effect.APPLY_CANARY)
         if self.status.phase is RolloutPhase.CANARY_STARTING:
             self.wait_ready(canary)
         else:
@@ -232,9 +290,9 @@ class _Step:
                 report=outcome.report,
             )
             if outcome.verdict is RolloutVerdict.PASS:
-                self.start_promotion(_evidence(outcome))
+                self.start_promotion(evidence_text(outcome))
             else:
-                self.roll_back(outcome.verdict, outcome.message or _evidence(outcome))
+                self.roll_back(outcome.verdict, outcome.message or evidence_text(outcome))
         elif self.waited() > canary.probe_timeout_seconds:
             self.roll_back(
                 RolloutVerdict.INCONCLUSIVE, f"no verdict within {canary.probe_timeout_seconds}s"
@@ -243,18 +301,25 @@ class _Step:
             # The operator restarted mid-probe (or the probe died): run the same attempt again.
             self.effects.append(Effect.START_PROBE)
 
+    # -- promotion ----------------------------------------------------------------------
     def start_promotion(self, why: str) -> None:
         self.update(phase=RolloutPhase.PROMOTING, promoted_roles=(), message=f"promoting: {why}")
         self.events.append(("Normal", "CanaryPassed", why))
 
     def promote(self, rollout: RolloutSpec) -> None:
-        manual = self.observed.manual
-        if manual is not None and manual.action is ManualAction.ABORT:
-            self.roll_back(RolloutVerdict.ABORTED, "aborted by a person during promotion")
-            return
         order = [*rollout.order, *(r for r in Role if r not in rollout.order)]
         promoted = self.status.promoted_roles
-        if not set(promoted) <= self.observed.rolled:
+        rolling = [role.value for role in promoted if role not in self.observed.rolled]
+        if self.waited() > rollout.promotion_timeout_seconds:
+            pending = rolling or [r.value for r in order if r not in promoted]
+            self.roll_back(
+                RolloutVerdict.PROMOTION_TIMEOUT,
+                f"promotion did not finish within {rollout.promotion_timeout_seconds}s "
+                f"({', '.join(pending)} not rolled); the promoted roles return to the stable "
+                "flags",
+            )
+            return
+        if rolling:
             return  # the roles already promoted are still rolling
         pending = [role for role in order if role not in promoted]
         if pending:
@@ -269,12 +334,10 @@ class _Step:
             stable=canary,
             stable_revision=canary.revision,
             promoted_roles=(),
-            stable_probe_at=self.now,
-            stable_probe_verdict=None,
+            stable_probe=None,  # a watch of the old flags says nothing about the new ones
             message=f"flags {canary.revision} promoted",
         )
-        self.effects.append(Effect.DELETE_CANARY)
-        self.events.append(("Normal", "Promoted", f"stable now runs {_flags(canary)}"))
+        self.events.append(("Normal", "Promoted", f"stable now runs {flags_text(canary)}"))
 
     def roll_back(self, verdict: RolloutVerdict, why: str) -> None:
         self.update(
@@ -284,20 +347,34 @@ class _Step:
             promoted_roles=(),
             message=f"rolled back ({verdict.value}): {why}",
         )
-        self.effects.append(Effect.DELETE_CANARY)
         self.events.append(("Warning", "RolledBack", f"{verdict.value}: {why}"))
 
-    def stable_probe(self, rollout: RolloutSpec) -> None:
+    # -- production watch ---------------------------------------------------------------
+    def watch_production(self, rollout: RolloutSpec) -> None:
+        """Record a finished watch run, and start the next one when it is due (one at a
+        time; the interval counts from a run's start, the first from the phase's start)."""
+        watch = self.status.stable_probe
         outcome = self.observed.stable_probe
-        if outcome is not None and outcome.verdict != self.status.stable_probe_verdict:
-            self.update(stable_probe_verdict=outcome.verdict)
-            if outcome.verdict is RolloutVerdict.FAIL:
-                self.events.append(("Warning", "StableCorruption", _evidence(outcome)))
+        if watch is not None and watch.verdict is None and outcome is not None:
+            verdict = watch_verdict(outcome)
+            self.update(
+                stable_probe=watch.model_copy(
+                    update={
+                        "verdict": verdict,
+                        "samples": outcome.samples,
+                        "corrupt": outcome.corrupt,
+                        "message": outcome.message or evidence_text(outcome),
+                    }
+                )
+            )
+            if verdict is WatchVerdict.CORRUPT:
+                self.events.append(("Warning", "StableCorruption", evidence_text(outcome)))
         interval = rollout.stable_probe_interval_seconds
-        if self.observed.stable_probe_running:
-            return  # one low-rate probe at a time; the interval counts from its start
-        if interval and self.waited(self.status.stable_probe_at) >= interval:
-            self.update(stable_probe_at=self.now)
+        if not interval or self.observed.stable_probe_running:
+            return
+        since = watch.started_at if watch is not None else self.status.phase_since
+        if self.waited(since) >= interval:
+            self.update(stable_probe=StableProbeStatus(started_at=self.now))
             self.effects.append(Effect.START_STABLE_PROBE)
 
     def waited(self, since: str | None = None) -> float:
@@ -307,7 +384,14 @@ class _Step:
         return (self.observed.now - parse_stamp(start)).total_seconds()
 
 
-def _evidence(outcome: ProbeOutcome) -> str:
+def watch_verdict(outcome: ProbeOutcome) -> WatchVerdict:
+    """What a production watch run can claim: corruption, or none seen — never a PASS."""
+    if outcome.verdict is RolloutVerdict.FAIL:
+        return WatchVerdict.CORRUPT
+    return WatchVerdict.CLEAN if outcome.samples else WatchVerdict.NO_EVIDENCE
+
+
+def evidence_text(outcome: ProbeOutcome) -> str:
     if outcome.rate is None:
         return f"{outcome.verdict.value} after {outcome.samples} samples"
     return (
@@ -316,7 +400,7 @@ def _evidence(outcome: ProbeOutcome) -> str:
     )
 
 
-def _flags(flags: FlagSet) -> str:
+def flags_text(flags: FlagSet) -> str:
     f = flags.features
     hicache = "on" if f.hicache.enabled else "off"
     return f"hicache={hicache} indexDtype={f.index_dtype.value} image={flags.image}"

@@ -22,24 +22,35 @@ from typing import Any, Protocol
 from dsv4_engine.probe import ProbeConnectionError, ProbeSettings, run_probes
 from dsv4_operator import metrics
 from dsv4_operator.render.meta import Owner
-from dsv4_operator.rollout.reports import Evidence, report_config_map
+from dsv4_operator.rollout.reports import (
+    PROBE_MANAGER,
+    Evidence,
+    ReportRef,
+    report_filing,
+    report_skeleton,
+)
 
 log = logging.getLogger("dsv4_operator.rollout")
 
 
 class ProbeExecutor(Protocol):
-    """Called from the reconciler's worker thread; both methods must be idempotent."""
+    """Called from the reconciler's worker thread; every method must be idempotent."""
 
     def running(self, owner: Owner, report: str) -> bool:
         """True while the attempt filing ``report`` is still under way."""
         ...
 
-    def start(self, owner: Owner, report: str, target: str, settings: ProbeSettings) -> None:
-        """Run the attempt filing ``report`` (``target``: canary | stable), unless it runs."""
+    def start(self, owner: Owner, ref: ReportRef, settings: ProbeSettings) -> None:
+        """Run the attempt filing the report ``ref`` names, unless it runs already."""
         ...
 
     def stop(self, owner: Owner, report: str) -> None:
         """Stop that attempt if it still runs; whatever it filed stays as it is."""
+        ...
+
+    def completed(self, owner: Owner, report: str) -> bool | None:
+        """Whether the run that filed ``report`` ended cleanly (exit 0), when the executor
+        can tell after the fact (a Job can); None when it cannot."""
         ...
 
 
@@ -57,11 +68,13 @@ def record(owner: Owner, target: str, evidence: Evidence) -> None:
 
 
 class LocalProbeExecutor:
-    """Probe tasks on the operator's own event loop."""
+    """Probe tasks on the operator's own event loop.  A task files its report as a probe
+    Job does: the skeleton under the operator's field manager, the verdict under the
+    probe's, so the operator's PASS check reads both kinds of report the same way."""
 
     def __init__(
         self,
-        apply: Callable[[dict[str, Any]], Any],
+        apply: Callable[..., Any],
         loop: asyncio.AbstractEventLoop,
         on_done: Callable[[Owner], None] = lambda owner: None,
     ) -> None:
@@ -73,10 +86,14 @@ class LocalProbeExecutor:
     def running(self, owner: Owner, report: str) -> bool:
         return report in self._running
 
-    def start(self, owner: Owner, report: str, target: str, settings: ProbeSettings) -> None:
+    def completed(self, owner: Owner, report: str) -> bool | None:
+        return None
+
+    def start(self, owner: Owner, ref: ReportRef, settings: ProbeSettings) -> None:
+        report = ref.name(owner)
         if report in self._running:
             return
-        coroutine = self.run(owner, report, target, settings)
+        coroutine = self.run(owner, ref, settings)
         self._running[report] = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
 
     def stop(self, owner: Owner, report: str) -> None:
@@ -84,12 +101,17 @@ class LocalProbeExecutor:
         if future is not None:
             future.cancel()  # cancels the task on the loop; its `finally` forgets it
 
-    async def run(self, owner: Owner, report: str, target: str, settings: ProbeSettings) -> None:
+    async def run(self, owner: Owner, ref: ReportRef, settings: ProbeSettings) -> None:
         """One attempt, start to report; never raises (a failure is retried, not lost)."""
+        report = ref.name(owner)
         try:
+            await asyncio.to_thread(self._apply, report_skeleton(owner, ref))
             evidence = await _probe(report, settings)
-            await asyncio.to_thread(self._apply, report_config_map(owner, report, evidence))
-            record(owner, target, evidence)
+            filing = report_filing(evidence)
+            filing["metadata"].update(name=report, namespace=owner.namespace)
+            body = {"apiVersion": "v1", "kind": "ConfigMap", **filing}
+            await asyncio.to_thread(self._apply, body, manager=PROBE_MANAGER)
+            record(owner, ref.target, evidence)
             log.info("probe %s: %s", report, evidence.outcome.verdict.value)
         except Exception:  # noqa: BLE001 - the attempt is retried by the next reconcile
             log.exception("probe %s could not file its report; it will be run again", report)

@@ -14,7 +14,6 @@ from dsv4_engine.probe import ProbeSettings
 from dsv4_operator.render.meta import Owner
 from dsv4_operator.rollout.executor import record
 from dsv4_operator.rollout.probe_job import (
-    LABEL_TARGET,
     JobState,
     job_name,
     job_state,
@@ -22,7 +21,9 @@ from dsv4_operator.rollout.probe_job import (
     probe_job,
 )
 from dsv4_operator.rollout.reports import (
+    LABEL_TARGET,
     Evidence,
+    ReportRef,
     outcome_from_config_map,
     report_config_map,
     report_skeleton,
@@ -50,18 +51,24 @@ class JobProbeExecutor:
             self._record(owner, report, job)
         return state is JobState.ACTIVE
 
-    def start(self, owner: Owner, report: str, target: str, settings: ProbeSettings) -> None:
+    def completed(self, owner: Owner, report: str) -> bool | None:
+        """A Job that is gone (its TTL passed) can no longer vouch for its report: False."""
+        state, _ = job_state(self.kube.get("Job", owner.namespace, job_name(report)))
+        return state is JobState.SUCCEEDED
+
+    def start(self, owner: Owner, ref: ReportRef, settings: ProbeSettings) -> None:
+        report = ref.name(owner)
         job = self.kube.get("Job", owner.namespace, job_name(report))
         state, why = job_state(job)
         if state is JobState.ACTIVE:
             return
         if state is not JobState.ABSENT:
-            self._ended_without_report(owner, report, target, settings, why)
+            self._ended_without_report(owner, ref, settings, why)
             return
-        for obj in probe_identity(owner):
+        skeleton = self.kube.apply(report_skeleton(owner, ref))
+        for obj in probe_identity(owner, skeleton):
             self.kube.apply(obj)
-        skeleton = self.kube.apply(report_skeleton(owner, report))
-        self.kube.apply(probe_job(owner, skeleton, target, settings, self.image))
+        self.kube.apply(probe_job(owner, skeleton, ref.target, settings, self.image))
         self._watching.add((owner.namespace, report))
         log.info("probe %s: Job %s created", report, job_name(report))
 
@@ -73,19 +80,20 @@ class JobProbeExecutor:
             log.info("probe %s: Job %s stopped", report, name)
 
     def _ended_without_report(
-        self, owner: Owner, report: str, target: str, settings: ProbeSettings, why: str
+        self, owner: Owner, ref: ReportRef, settings: ProbeSettings, why: str
     ) -> None:
         """The Job is over and left no verdict (its pods crashed, it hit its deadline, or it
         was never really run): that attempt gave no evidence, which is INCONCLUSIVE.  It is
         not run again: the rollout decides what happens next, as for any verdict."""
+        report = ref.name(owner)
         config_map = self.kube.get("ConfigMap", owner.namespace, report)
         if config_map is not None and outcome_from_config_map(config_map) is not None:
             return  # filed after all (read just now): the next pass reads it
         message = f"probe Job {job_name(report)} ended without filing its report ({why})"
         evidence = Evidence.inconclusive(report, settings.base_url, message)
-        self.kube.apply(report_config_map(owner, report, evidence))
+        self.kube.apply(report_config_map(owner, ref, evidence))
         self._watching.discard((owner.namespace, report))
-        record(owner, target, evidence)
+        record(owner, ref.target, evidence)
         log.warning("probe %s: %s", report, message)
 
     def _record(self, owner: Owner, report: str, job: dict[str, Any]) -> None:

@@ -1,30 +1,44 @@
 """Manual rollout controls travel as one annotation on the DSV4Deployment.
 
-``inference.dsv4.dev/rollout-action: "<promote|abort|retry>/<token>"``: the token (a
-timestamp from `dsv4ctl rollout …`) lets the operator act on a retry exactly once, however
-often it reconciles, while promote/abort simply apply to the rollout in progress.
+``inference.dsv4.dev/rollout-action: "<promote|abort|retry>/<token>/<revision>"``: the token
+(a timestamp from `dsv4ctl rollout …`) makes a control act once — the operator records it in
+`status.rollout.handledAction` and then removes the annotation — and the revision binds it to
+the flags it was meant for (the canary's, or the rejected ones for a retry), so a control
+that outlives its rollout is refused instead of acting on the next one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from dsv4_operator.rollout.decide import Manual, ManualAction
 
 ANNOTATION = "inference.dsv4.dev/rollout-action"
+_POINTER = "/metadata/annotations/" + ANNOTATION.replace("~", "~0").replace("/", "~1")
 
 
-def encode(action: ManualAction, token: str) -> str:
-    return f"{action.value}/{token}"
+def encode(action: ManualAction, token: str, revision: str) -> str:
+    return f"{action.value}/{token}/{revision}"
 
 
 def parse(annotations: Mapping[str, str] | None) -> Manual | None:
-    """The request in the annotation; an unknown action is ignored (and logged by the caller)."""
+    """The control in the annotation.  One that cannot be parsed still acts once — as a
+    refusal the operator reports — so a typo never sits there unexplained."""
     raw = (annotations or {}).get(ANNOTATION)
     if not raw:
         return None
-    action, _, token = raw.partition("/")
+    action, _, rest = raw.partition("/")
+    token, _, revision = rest.partition("/")
     try:
-        return Manual(ManualAction(action.strip()), token.strip())
+        kind = ManualAction(action.strip())
     except ValueError:
-        return None
+        known = ", ".join(a.value for a in ManualAction)
+        return Manual(ManualAction.ABORT, raw, error=f"unknown action {action!r} (one of {known})")
+    return Manual(kind, token.strip() or raw, revision.strip() or None)
+
+
+def removal(raw: str) -> list[dict[str, Any]]:
+    """JSON patch removing the annotation only if it still holds ``raw``: a control written
+    meanwhile is left for the next pass."""
+    return [{"op": "test", "path": _POINTER, "value": raw}, {"op": "remove", "path": _POINTER}]

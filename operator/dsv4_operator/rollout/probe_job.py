@@ -17,11 +17,11 @@ from dsv4_engine.probe.verdict import Verdict
 from dsv4_operator.cli.probe import probe_args
 from dsv4_operator.render.meta import Owner, metadata
 from dsv4_operator.render.rbac import identity
+from dsv4_operator.rollout.reports import LABEL_TARGET
 
 COMPONENT = "probe"
 CONTAINER = "probe"
 ANNOTATION_REPORT = "inference.dsv4.dev/report"
-LABEL_TARGET = "inference.dsv4.dev/probe-target"
 MAX_NAME = 63  # a Job's name is also a label value on its pods
 # Past its step's own deadline (decided by the operator) a probe is only load: Kubernetes
 # stops it this long after the probe's last sample could have started.
@@ -46,11 +46,39 @@ def probe_account(owner: Owner) -> str:
     return f"{owner.name}-probe"
 
 
-def probe_identity(owner: Owner) -> list[dict[str, Any]]:
-    """What a probe pod may do: read and fill in its report ConfigMap, nothing else (the
-    operator creates the ConfigMap, with its owner, before the Job)."""
-    rules = [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch"]}]
-    return identity(owner, probe_account(owner), COMPONENT, rules, managed=False)
+def probe_identity(owner: Owner, report: dict[str, Any]) -> list[dict[str, Any]]:
+    """What the probe pod of one attempt may do: read and fill in that attempt's report
+    ConfigMap, nothing else.  The ServiceAccount is the deployment's; the Role (resourceNames:
+    just this report) and its RoleBinding belong to the report, so they go with it."""
+    name = report["metadata"]["name"]
+    account = probe_account(owner)
+    rules = [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": [name],
+            "verbs": ["get", "patch"],
+        }
+    ]
+    objects = identity(owner, account, COMPONENT, rules, managed=False)
+    grant = job_name(name)
+    for obj in objects[1:]:  # the Role and its RoleBinding
+        obj["metadata"].update(name=grant, ownerReferences=_owned_by(report))
+    objects[2]["roleRef"]["name"] = grant
+    return objects
+
+
+def _owned_by(report: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "name": report["metadata"]["name"],
+            "uid": report["metadata"]["uid"],
+            "controller": True,
+            "blockOwnerDeletion": False,
+        }
+    ]
 
 
 def job_name(report: str) -> str:
@@ -69,16 +97,7 @@ def probe_job(
     meta = metadata(owner, job_name(name), COMPONENT, managed=False)
     meta["labels"][LABEL_TARGET] = target
     meta["annotations"] = {ANNOTATION_REPORT: name}
-    meta["ownerReferences"] = [
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "name": name,
-            "uid": report["metadata"]["uid"],
-            "controller": True,
-            "blockOwnerDeletion": False,
-        }
-    ]
+    meta["ownerReferences"] = _owned_by(report)
     args = [
         "probe",
         *probe_args(settings),

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dsv4_engine.probe import ProbeConnectionError, ProbeResult, ProbeSettings, build_report
+from dsv4_engine.probe.stats import upper_bound
 from dsv4_engine.probe.verdict import Verdict
 from dsv4_operator.api.rollout import RolloutVerdict
 from dsv4_operator.render.meta import LABEL_COMPONENT, LABEL_INSTANCE, Owner, metadata
@@ -74,44 +75,80 @@ class Evidence:
 
 # Canary reports kept per DSV4Deployment: the evidence of the latest rollouts, bounded.
 REPORTS_KEPT = 10
+# The field manager a probe files its verdict under: the operator trusts a PASS only when
+# the report's data is this manager's (the operator's own manager never writes verdicts).
+PROBE_MANAGER = "dsv4-probe"
+LABEL_TARGET = "inference.dsv4.dev/probe-target"
+ANNOTATION_REVISION = "inference.dsv4.dev/revision"
+ANNOTATION_ATTEMPT = "inference.dsv4.dev/attempt"
 
 
-def report_name(owner: Owner, target: str, revision: str, attempt: int) -> str:
-    return f"{owner.name}-{target}-{revision}-{attempt}"
+@dataclass(frozen=True)
+class ReportRef:
+    """Which probe run a report is: a canary attempt, or a production watch run."""
+
+    target: str  # "canary" | "stable"
+    revision: str  # the flags probed
+    attempt: int = 0  # canary: the attempt number (`status.rollout.probeAttempt`)
+    started: str = ""  # stable: when the watch run started (RFC 3339)
+
+    def name(self, owner: Owner) -> str:
+        if self.target == "canary":
+            return f"{owner.name}-canary-{self.revision}-{self.attempt}"
+        started = self.started.replace(":", "").replace("-", "").lower()
+        return f"{owner.name}-stable-{self.revision}-{started}"
 
 
 def report_selector(owner: Owner) -> str:
     return f"{LABEL_INSTANCE}={owner.name},{LABEL_COMPONENT}={COMPONENT}"
 
 
-def stale_canary_reports(
-    owner: Owner, config_maps: list[dict[str, Any]], keep: int = REPORTS_KEPT
-) -> list[str]:
+@dataclass(frozen=True)
+class FiledReport:
+    """A report ConfigMap as read back: what it is about and what it found (if anything)."""
+
+    name: str
+    target: str
+    revision: str
+    attempt: int
+    created: str
+    outcome: ProbeOutcome | None
+
+    @classmethod
+    def of(cls, config_map: dict[str, Any]) -> FiledReport:
+        meta = config_map["metadata"]
+        annotations = meta.get("annotations") or {}
+        attempt = annotations.get(ANNOTATION_ATTEMPT, "0")
+        return cls(
+            name=meta["name"],
+            target=(meta.get("labels") or {}).get(LABEL_TARGET, ""),
+            revision=annotations.get(ANNOTATION_REVISION, ""),
+            attempt=int(attempt) if attempt.isdigit() else 0,
+            created=meta.get("creationTimestamp", ""),
+            outcome=outcome_from_config_map(config_map),
+        )
+
+
+def stale_canary_reports(reports: list[FiledReport], keep: int = REPORTS_KEPT) -> list[str]:
     """Canary reports beyond the ``keep`` newest, oldest first (their probe Jobs go with
     them).  Every attempt files one, so without this they would pile up forever."""
-    prefix = f"{owner.name}-canary-"
-    reports = sorted(
-        (
-            (cm["metadata"].get("creationTimestamp", ""), cm["metadata"]["name"])
-            for cm in config_maps
-            if cm["metadata"]["name"].startswith(prefix)
-        ),
-        reverse=True,
+    canary = sorted(
+        ((r.created, r.attempt, r.name) for r in reports if r.target == "canary"), reverse=True
     )
-    return [name for _, name in reversed(reports[keep:])]
+    return [name for _, _, name in reversed(canary[keep:])]
 
 
-def report_skeleton(owner: Owner, name: str) -> dict[str, Any]:
+def report_skeleton(owner: Owner, ref: ReportRef) -> dict[str, Any]:
     """The report ConfigMap before its probe has run: owned by the resource, no data yet.
 
     A probe Job fills it in (`report_filing`); the operator creates it first so that the
-    Job needs no say over ownership and only `get`/`patch` on ConfigMaps.
+    Job needs no say over ownership and may patch only this one ConfigMap.  Target,
+    revision and attempt ride along so a lost `status.rollout` can be rebuilt from reports.
     """
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": metadata(owner, name, COMPONENT, managed=False),
-    }
+    meta = metadata(owner, ref.name(owner), COMPONENT, managed=False)
+    meta["labels"][LABEL_TARGET] = ref.target
+    meta["annotations"] = {ANNOTATION_REVISION: ref.revision, ANNOTATION_ATTEMPT: str(ref.attempt)}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta}
 
 
 def report_filing(evidence: Evidence) -> dict[str, Any]:
@@ -140,11 +177,12 @@ def report_filing(evidence: Evidence) -> dict[str, Any]:
     }
 
 
-def report_config_map(owner: Owner, name: str, evidence: Evidence) -> dict[str, Any]:
-    """The whole report ConfigMap, as a probe running inside the operator files it."""
-    config_map = report_skeleton(owner, name)
+def report_config_map(owner: Owner, ref: ReportRef, evidence: Evidence) -> dict[str, Any]:
+    """The whole report ConfigMap, skeleton and filing in one (an attempt that ended
+    without running a probe, recorded by the operator)."""
+    config_map = report_skeleton(owner, ref)
     filing = report_filing(evidence)
-    config_map["metadata"]["annotations"] = filing["metadata"]["annotations"]
+    config_map["metadata"]["annotations"].update(filing["metadata"]["annotations"])
     config_map["data"] = filing["data"]
     return config_map
 
@@ -177,3 +215,43 @@ def _raw_outcome(config_map: dict[str, Any]) -> dict[str, Any]:
     except (KeyError, TypeError, ValueError):
         return {}
     return raw if isinstance(raw, dict) else {}
+
+
+def data_managers(config_map: dict[str, Any]) -> set[str]:
+    """Field managers that own any of the ConfigMap's data (from its managedFields)."""
+    return {
+        entry.get("manager", "")
+        for entry in config_map["metadata"].get("managedFields") or []
+        if "f:data" in (entry.get("fieldsV1") or {})
+    }
+
+
+def distrust_pass(
+    config_map: dict[str, Any],
+    outcome: ProbeOutcome,
+    needed: int,
+    threshold: float,
+    confidence: float,
+    completed: bool | None,
+) -> str | None:
+    """Why a PASS read from a report must not promote anything, or None when it holds.
+
+    The report is re-checked, not believed: it was filed by a probe (the probe's field
+    manager, no other, owns its data), its judged samples reach what the canary settings
+    require now, its corruption count keeps the exact upper bound below the threshold, and
+    (``completed`` not None: a probe Job) the probe run itself ended with exit 0."""
+    managers = data_managers(config_map)
+    if managers != {PROBE_MANAGER}:
+        found = ", ".join(sorted(managers)) or "nobody"
+        return f"its data was written by {found}, not by the probe ({PROBE_MANAGER})"
+    if outcome.samples < needed:
+        return f"{outcome.samples} judged samples, {needed} required by spec.canary"
+    bound = upper_bound(outcome.corrupt, outcome.samples, confidence)
+    if bound >= threshold:
+        return (
+            f"{outcome.corrupt}/{outcome.samples} corrupt bounds the rate at {bound:.3%}, "
+            f"not below maxCorruptionRate {threshold:.3%}"
+        )
+    if completed is False:
+        return "its probe Job did not complete with exit code 0"
+    return None

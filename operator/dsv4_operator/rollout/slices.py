@@ -1,7 +1,7 @@
 """The two slices a rollout renders: the stable workloads and the canary (pure functions).
 
 Both are ordinary renderings of the spec with other flags: the canary is the same
-deployment under the name `<name>-canary`, with the flags under test and a small replica
+deployment under the name `<name>--canary`, with the flags under test and a small replica
 count; the stable slice gets, role by role, the flags the rollout state says it runs.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from dsv4_engine.features import Role
+from dsv4_operator.api.names import CANARY_SUFFIX
 from dsv4_operator.api.rollout import CanarySpec, FlagSet
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.render.meta import Owner
@@ -29,7 +30,7 @@ def with_flags(spec: DSV4DeploymentSpec, flags: FlagSet) -> DSV4DeploymentSpec:
 
 
 def canary_owner(owner: Owner) -> Owner:
-    return Owner(name=f"{owner.name}-canary", namespace=owner.namespace, uid=owner.uid)
+    return Owner(name=f"{owner.name}{CANARY_SUFFIX}", namespace=owner.namespace, uid=owner.uid)
 
 
 def canary_spec(spec: DSV4DeploymentSpec, flags: FlagSet, canary: CanarySpec) -> DSV4DeploymentSpec:

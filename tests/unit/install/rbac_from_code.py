@@ -49,6 +49,7 @@ KUBE_VERBS: dict[str, tuple[str, ...]] = {
     "create": ("create",),
     "replace": ("update",),
     "delete": ("delete",),
+    "patch_json": ("patch",),
 }
 # `kube.request(...)` is the raw door: a call to it cannot be mapped to a permission here.
 RAW = "request"
@@ -108,7 +109,8 @@ def rendered_role_rules() -> list[dict[str, Any]]:
     """Rules of the Roles the operator creates (the router's, the probe Jobs'); it must hold
     them itself to grant them."""
     owner = Owner(name="x", namespace="ns", uid="00000000-0000-0000-0000-000000000000")
-    objects = [*rendered_objects(), *probe_identity(owner)]
+    report = {"metadata": {"name": "x-canary-0123456789-1", "uid": "u"}}
+    objects = [*rendered_objects(), *probe_identity(owner, report)]
     return [r for o in objects if o["kind"] == "Role" for r in o["rules"]]
 
 
@@ -279,7 +281,8 @@ class _Resolver:
         if not uses:
             raise self.fail(ref, f"how {target.__name__} uses {param}")
         method = ref.attr
-        resolve = home.kind_argument if method in ("get", "list", "delete") else home.object_kinds
+        by_kind = ("get", "list", "delete", "patch_json")
+        resolve = home.kind_argument if method in by_kind else home.object_kinds
         return set().union(*(resolve(argument) for argument in uses))
 
     def kind_argument(self, node: ast.expr) -> set[str]:
@@ -352,7 +355,7 @@ def kube_calls() -> Iterator[Access]:
                 (resolver.constant(k.value) for k in node.keywords if k.arg == "subresource"),
                 None,
             )
-            if method in ("get", "list", "delete"):
+            if method in ("get", "list", "delete", "patch_json"):
                 kinds = resolver.kind_argument(node.args[0])
             else:
                 kinds = resolver.object_kinds(node.args[0])

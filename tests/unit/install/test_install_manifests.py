@@ -2,6 +2,7 @@
 arguments parse, the pod is locked down, the CRD is the generated one, samples validate."""
 
 import asyncio
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -12,6 +13,7 @@ import yaml
 
 from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.spec import DSV4DeploymentSpec
+from dsv4_operator.leader import Leadership, LeaseConfig
 from dsv4_operator.runtime import OPERATOR_CONTAINER, Health, ProbeMode, parse_args
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -58,14 +60,15 @@ def get(port, path):
 
 async def probe_answers(container):
     """Status codes runtime.Health gives the two probe paths: before and after it leads."""
-    health = Health(kube=None)
+    leadership = Leadership(LeaseConfig("l", "ns", "me"))
+    health = Health(kube=None, leadership=leadership)
     runner = await health.start(0)
     port = runner.addresses[0][1]
     live = container["livenessProbe"]["httpGet"]["path"]
     ready = container["readinessProbe"]["httpGet"]["path"]
     try:
         before = [await asyncio.to_thread(get, port, p) for p in (live, ready)]
-        health.leading = True
+        leadership.renewed_at = time.monotonic()  # renewed just now: it leads
         health.watching.set()
         after = [await asyncio.to_thread(get, port, p) for p in (live, ready)]
     finally:
@@ -197,7 +200,7 @@ def test_the_flash_sample_is_one_prefill_and_one_decode_on_b200():
 
 
 async def metrics_answer():
-    health = Health(kube=None)
+    health = Health(kube=None, leadership=Leadership(LeaseConfig("l", "ns", "me")))
     runner = await health.start(0)
     try:
         port = runner.addresses[0][1]

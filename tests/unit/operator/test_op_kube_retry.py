@@ -29,8 +29,8 @@ def run(call, attempts=4):
     return result, slept
 
 
-def test_conflicts_and_5xx_are_retried_with_growing_bounded_pauses():
-    call = FailingThenOk(409, 503, 500)
+def test_throttling_and_5xx_are_retried_with_growing_bounded_pauses():
+    call = FailingThenOk(429, 503, 500)
     result, slept = run(call)
     assert result == "ok" and call.calls == 4
     assert len(slept) == 3 and all(
@@ -38,11 +38,14 @@ def test_conflicts_and_5xx_are_retried_with_growing_bounded_pauses():
     )
 
 
-def test_a_client_error_is_not_retried():
-    call = FailingThenOk(422)
+@pytest.mark.parametrize("status", [422, 409])
+def test_a_client_error_or_a_failed_precondition_is_not_retried(status):
+    """409 answers a precondition (a resourceVersion that moved, a name that exists): the
+    same request again cannot succeed; the caller must read again and decide again."""
+    call = FailingThenOk(status)
     with pytest.raises(ApiError) as err:
         run(call)
-    assert err.value.status == 422 and call.calls == 1
+    assert err.value.status == status and call.calls == 1
 
 
 def test_retries_are_bounded():

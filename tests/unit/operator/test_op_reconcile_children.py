@@ -24,25 +24,37 @@ class ListingKube:
         ]
 
 
-def child(kind, owner, name):
-    return {"kind": kind, "metadata": metadata(owner, name, "decode")}
+def child(kind, owner, name, uid=None):
+    meta = metadata(owner, name, "decode")
+    meta["ownerReferences"][0]["uid"] = uid or owner.uid
+    return {"kind": kind, "metadata": meta}
 
 
 def test_stable_and_canary_children_come_from_one_list_per_kind():
     canary = canary_owner(OWNER)
     stable_sts = child("StatefulSet", OWNER, "flash-decode")
-    canary_sts = child("StatefulSet", canary, "flash-canary-decode")
-    canary_cm = child("ConfigMap", canary, "flash-canary-engine")
+    canary_sts = child("StatefulSet", canary, "flash--canary-decode")
+    canary_cm = child("ConfigMap", canary, "flash--canary-engine")
     other = child("StatefulSet", Owner("other", "serving", "u-2"), "other-decode")
     kube = ListingKube([stable_sts, canary_sts, canary_cm, other])
 
-    stable, canary_live = Reconciler(kube, rollout=None)._children(OWNER)
+    stable, canary_live, foreign = Reconciler(kube, rollout=None)._children(OWNER)
 
     # The canary's objects never count as the stable slice's (it would prune them).
     assert stable == [stable_sts]
     assert canary_live == [canary_cm, canary_sts]
+    assert foreign == []
     assert [(kind, ns) for kind, ns, _ in kube.lists] == [(k, "serving") for k in CHILD_KINDS]
     assert {selector for _, _, selector in kube.lists} == {
-        "app.kubernetes.io/instance in (flash,flash-canary),"
+        "app.kubernetes.io/instance in (flash,flash--canary),"
         "app.kubernetes.io/managed-by=dsv4-operator"
     }
+
+
+def test_children_with_our_labels_but_another_owner_are_foreign_never_ours():
+    """A same-named predecessor's children still being garbage-collected, or objects some
+    other controller labelled like ours: matched by label, refused by owner UID."""
+    leftover = child("StatefulSet", OWNER, "flash-decode", uid="uid-of-a-deleted-flash")
+    kube = ListingKube([leftover])
+    stable, canary_live, foreign = Reconciler(kube, rollout=None)._children(OWNER)
+    assert (stable, canary_live, foreign) == ([], [], [leftover])

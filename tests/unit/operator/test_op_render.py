@@ -86,7 +86,7 @@ def test_flag_change_rolls_only_the_roles_it_affects():
     after = render({"features": {"hicache": {"enabled": True, "ratio": 2.0, "roles": ["decode"]}}})
     changed = {k for k in before if before[k] != after[k]}
     assert changed == {("ConfigMap", "flash-engine"), ("StatefulSet", "flash-decode")}
-    both = render({"features": {"indexDtype": "bf16"}})
+    both = render({"features": {"indexDtype": "fp4"}})
     assert {k for k in before if before[k] != both[k]} == {
         ("ConfigMap", "flash-engine"),
         ("StatefulSet", "flash-decode"),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 
+import pytest
+
 from dsv4_engine.features import EngineFeatures, HiCacheFeature, IndexDtype, Role
 from dsv4_operator.api.rollout import (
     CanarySpec,
@@ -12,6 +14,7 @@ from dsv4_operator.api.rollout import (
     RolloutSpec,
     RolloutStatus,
     RolloutVerdict,
+    WatchVerdict,
 )
 from dsv4_operator.rollout.decide import (
     Decision,
@@ -20,7 +23,9 @@ from dsv4_operator.rollout.decide import (
     ManualAction,
     Observed,
     ProbeOutcome,
+    canary_wanted,
     decide,
+    first_status,
     role_flags,
 )
 
@@ -42,13 +47,15 @@ def at(seconds: float) -> dt.datetime:
     return T0 + dt.timedelta(seconds=seconds)
 
 
-def step(desired: FlagSet, status: RolloutStatus | None, **observed) -> Decision:
+def step(
+    desired: FlagSet, status: RolloutStatus, rollout: RolloutSpec = ROLLOUT, **observed
+) -> Decision:
     observed.setdefault("now", T0)
-    return decide(desired, status, Observed(**observed), CANARY, ROLLOUT)
+    return decide(desired, status, Observed(**observed), CANARY, rollout)
 
 
 def idle() -> RolloutStatus:
-    return step(STABLE, None).status
+    return first_status(STABLE, T0).status
 
 
 def probing(desired: FlagSet = BF16_HICACHE) -> RolloutStatus:
@@ -56,11 +63,16 @@ def probing(desired: FlagSet = BF16_HICACHE) -> RolloutStatus:
     return step(desired, started, canary_ready=True).status
 
 
+def control(action: ManualAction, token: str = "t1", revision: str | None = None) -> Manual:
+    return Manual(action, token, revision or BF16_HICACHE.revision)
+
+
 def test_first_sight_adopts_the_spec_without_a_canary():
-    decision = step(STABLE, None)
+    decision = first_status(STABLE, T0)
     assert decision.status.phase is RolloutPhase.IDLE
     assert decision.status.stable == STABLE
     assert decision.effects == ()
+    assert not canary_wanted(decision.status)
 
 
 def test_unchanged_flags_decide_nothing():
@@ -74,7 +86,7 @@ def test_flag_change_starts_a_canary_and_keeps_stable_flags():
     decision = step(BF16_HICACHE, idle())
     assert decision.status.phase is RolloutPhase.CANARY_STARTING
     assert decision.status.canary == BF16_HICACHE
-    assert decision.effects == (Effect.APPLY_CANARY,)
+    assert canary_wanted(decision.status)
     for role in Role:
         assert role_flags(decision.status, role) == STABLE
 
@@ -105,24 +117,28 @@ def test_fail_rolls_back_and_the_reject_is_sticky():
     assert failed.status.phase is RolloutPhase.ROLLED_BACK
     assert failed.status.verdict is RolloutVerdict.FAIL
     assert failed.status.rate == 0.15 and failed.status.report == "demo-rollout-1"
-    assert Effect.DELETE_CANARY in failed.effects
+    assert not canary_wanted(failed.status)
     assert failed.status.rejected_revision == BF16_HICACHE.revision
     assert role_flags(failed.status, Role.DECODE) == STABLE
     again = step(BF16_HICACHE, failed.status, now=at(3600))
     assert again.status.phase is RolloutPhase.ROLLED_BACK
-    assert Effect.APPLY_CANARY not in again.effects
+    assert not canary_wanted(again.status)
     assert "rejected" in again.status.message
 
 
-def test_retry_annotation_tests_rejected_flags_again_once():
+def test_retry_tests_the_rejected_flags_again_exactly_once():
     failed = step(BF16_HICACHE, probing(), probe=FAIL).status
-    retried = step(BF16_HICACHE, failed, manual=Manual(ManualAction.RETRY, "r1"))
+    retried = step(BF16_HICACHE, failed, manual=control(ManualAction.RETRY, "r1"))
     assert retried.status.phase is RolloutPhase.CANARY_STARTING
-    failed_again = step(BF16_HICACHE, probing(), probe=FAIL).status.model_copy(
-        update={"handled_retry": "r1"}
-    )
-    same_token = step(BF16_HICACHE, failed_again, manual=Manual(ManualAction.RETRY, "r1"))
-    assert same_token.status.phase is RolloutPhase.ROLLED_BACK
+    assert retried.status.handled_action == "r1"
+    assert Effect.CONSUME_ACTION in retried.effects
+    # The same annotation read again (its removal not yet seen) acts no more.
+    failed_again = step(BF16_HICACHE, retried.status, canary_ready=True).status
+    failed_again = step(BF16_HICACHE, failed_again, probe=FAIL).status
+    same = step(BF16_HICACHE, failed_again, manual=control(ManualAction.RETRY, "r1"))
+    assert same.status.phase is RolloutPhase.ROLLED_BACK
+    assert Effect.CONSUME_ACTION in same.effects
+    assert "RetryRequested" not in [reason for _, reason, _ in same.events]
 
 
 def test_other_flags_after_a_reject_start_a_new_canary():
@@ -137,10 +153,11 @@ def test_other_flags_after_a_reject_start_a_new_canary():
     assert decision.status.canary_revision == fp8_hicache.revision
 
 
-def test_pass_promotes_decode_first_then_prefill_then_deletes_canary():
+def test_pass_promotes_decode_first_then_prefill_and_frees_the_canary():
     passed = step(BF16_HICACHE, probing(), probe=PASS)
     assert passed.status.phase is RolloutPhase.PROMOTING
     assert passed.status.verdict is RolloutVerdict.PASS
+    assert not canary_wanted(passed.status), "the promotion gets the canary's GPUs back"
     first = step(BF16_HICACHE, passed.status)
     assert first.status.promoted_roles == (Role.DECODE,)
     assert role_flags(first.status, Role.DECODE) == BF16_HICACHE
@@ -152,8 +169,24 @@ def test_pass_promotes_decode_first_then_prefill_then_deletes_canary():
     done = step(BF16_HICACHE, second.status, rolled=frozenset(Role))
     assert done.status.phase is RolloutPhase.IDLE
     assert done.status.stable == BF16_HICACHE
-    assert done.effects == (Effect.DELETE_CANARY,)
     assert done.status.verdict is RolloutVerdict.PASS  # the evidence stays visible
+
+
+def test_a_promotion_past_its_deadline_rolls_back_the_promoted_roles():
+    rollout = RolloutSpec(stable_probe_interval_seconds=0, promotion_timeout_seconds=600)
+    passed = step(BF16_HICACHE, probing(), rollout, probe=PASS).status
+    first = step(BF16_HICACHE, passed, rollout, now=at(10)).status
+    assert role_flags(first, Role.DECODE) == BF16_HICACHE
+    in_time = step(BF16_HICACHE, first, rollout, now=at(590))
+    assert in_time.status.phase is RolloutPhase.PROMOTING
+    late = step(BF16_HICACHE, first, rollout, now=at(601))
+    assert late.status.phase is RolloutPhase.ROLLED_BACK
+    assert late.status.verdict is RolloutVerdict.PROMOTION_TIMEOUT
+    assert "decode not rolled" in late.status.message
+    assert late.status.rejected_revision == BF16_HICACHE.revision
+    for role in Role:
+        assert role_flags(late.status, role) == STABLE
+    assert [e[1] for e in late.events] == ["RolledBack"]
 
 
 def test_canary_never_ready_is_inconclusive_and_rolled_back():
@@ -161,6 +194,14 @@ def test_canary_never_ready_is_inconclusive_and_rolled_back():
     late = step(BF16_HICACHE, started, now=at(CANARY.ready_timeout_seconds + 1))
     assert late.status.phase is RolloutPhase.ROLLED_BACK
     assert late.status.verdict is RolloutVerdict.INCONCLUSIVE
+
+
+def test_a_canary_whose_names_are_held_by_another_owner_is_rolled_back():
+    started = step(BF16_HICACHE, idle()).status
+    blocked = step(BF16_HICACHE, started, canary_blocked="StatefulSet x is held by y")
+    assert blocked.status.phase is RolloutPhase.ROLLED_BACK
+    assert blocked.status.verdict is RolloutVerdict.INCONCLUSIVE
+    assert "held by y" in blocked.status.message
 
 
 def test_spec_change_during_probing_restarts_the_canary_with_new_flags():
@@ -171,21 +212,42 @@ def test_spec_change_during_probing_restarts_the_canary_with_new_flags():
     assert decision.status.probe_attempt == 1  # attempts keep counting: old reports stay stale
 
 
-def test_abort_and_manual_promote():
-    aborted = step(BF16_HICACHE, probing(), manual=Manual(ManualAction.ABORT))
+def test_abort_and_manual_promote_act_on_their_own_rollout():
+    aborted = step(BF16_HICACHE, probing(), manual=control(ManualAction.ABORT))
     assert aborted.status.phase is RolloutPhase.ROLLED_BACK
     assert aborted.status.verdict is RolloutVerdict.ABORTED
-    promoted = step(BF16_HICACHE, probing(), manual=Manual(ManualAction.PROMOTE))
+    promoted = step(BF16_HICACHE, probing(), manual=control(ManualAction.PROMOTE))
     assert promoted.status.phase is RolloutPhase.PROMOTING
     assert promoted.status.verdict is RolloutVerdict.MANUAL_PROMOTE
+    for decision in (aborted, promoted):
+        assert Effect.CONSUME_ACTION in decision.effects
+
+
+def test_a_leftover_control_never_acts_on_a_later_rollout():
+    """A promote written for one rollout, still there when the next starts, is refused."""
+    old = FlagSet(features=EngineFeatures(kv_canary="off"), image="engine:1")
+    leftover = control(ManualAction.PROMOTE, "t-old", revision=old.revision)
+    started = step(BF16_HICACHE, idle(), manual=leftover)
+    assert started.status.phase is RolloutPhase.CANARY_STARTING
+    assert started.events[0][1] == "RolloutActionIgnored"
+    assert f"no rollout of flags {old.revision}" in started.events[0][2]
+    # Handled (refused) once: read again it stays refused and silent; never promotes.
+    ready = step(BF16_HICACHE, started.status, canary_ready=True, manual=leftover)
+    assert ready.status.phase is RolloutPhase.PROBING and ready.events[-1][1] != "CanaryPassed"
+    idle_abort = step(STABLE, idle(), manual=control(ManualAction.ABORT, "t-2"))
+    assert idle_abort.status.phase is RolloutPhase.IDLE
+    assert idle_abort.events[0][1] == "RolloutActionIgnored"
+    unbound = step(BF16_HICACHE, probing(), manual=Manual(ManualAction.PROMOTE, "t-3"))
+    assert unbound.status.phase is RolloutPhase.PROBING
+    assert "names no flags revision" in unbound.events[0][2]
 
 
 def test_a_probe_that_can_no_longer_decide_is_stopped_once():
     other = BF16_HICACHE.model_copy(update={"image": "engine:2"})
     late = at(CANARY.probe_timeout_seconds + 1)
     for decision in (
-        step(BF16_HICACHE, probing(), manual=Manual(ManualAction.ABORT)),
-        step(BF16_HICACHE, probing(), manual=Manual(ManualAction.PROMOTE)),
+        step(BF16_HICACHE, probing(), manual=control(ManualAction.ABORT)),
+        step(BF16_HICACHE, probing(), manual=control(ManualAction.PROMOTE)),
         step(BF16_HICACHE, probing(), probe_running=True, now=late),
         step(other, probing(), probe_running=True),
     ):
@@ -199,29 +261,46 @@ def test_a_probe_that_can_no_longer_decide_is_stopped_once():
     assert Effect.STOP_PROBE not in step(BF16_HICACHE, probing(), probe_running=True).effects
 
 
-def test_stable_probe_runs_on_its_interval_and_flags_corruption():
-    rollout = RolloutSpec(stable_probe_interval_seconds=600)
-    status = decide(STABLE, None, Observed(now=T0), CANARY, rollout).status
-    early = decide(STABLE, status, Observed(now=at(100)), CANARY, rollout)
+WATCH = RolloutSpec(stable_probe_interval_seconds=600)
+WATCH_CLEAN = ProbeOutcome(RolloutVerdict.INCONCLUSIVE, 0.0, 0.058, 50, "w", "too few")
+
+
+def test_the_production_watch_runs_on_its_interval_and_flags_corruption():
+    status = idle()
+    early = step(STABLE, status, WATCH, now=at(100))
     assert early.effects == ()
-    due = decide(STABLE, status, Observed(now=at(601)), CANARY, rollout)
+    due = step(STABLE, status, WATCH, now=at(601))
     assert due.effects == (Effect.START_STABLE_PROBE,)
-    busy = decide(
-        STABLE, due.status, Observed(now=at(1300), stable_probe_running=True), CANARY, rollout
-    )
+    busy = step(STABLE, due.status, WATCH, now=at(1300), stable_probe_running=True)
     assert busy.effects == (), "never two production probes at once"
-    failed = decide(STABLE, due.status, Observed(now=at(700), stable_probe=FAIL), CANARY, rollout)
-    assert failed.status.stable_probe_verdict is RolloutVerdict.FAIL
+    failed = step(STABLE, due.status, WATCH, now=at(700), stable_probe=FAIL)
+    assert failed.status.stable_probe.verdict is WatchVerdict.CORRUPT
     assert failed.events[0][1] == "StableCorruption"
     assert failed.status.stable == STABLE  # no automatic change to production
 
 
-def test_a_bad_canary_section_names_its_field():
-    import pytest
+def test_a_clean_watch_run_is_no_proof_and_says_so():
+    due = step(STABLE, idle(), WATCH, now=at(601)).status
+    clean = step(STABLE, due, WATCH, now=at(700), stable_probe=WATCH_CLEAN).status
+    assert clean.stable_probe.verdict is WatchVerdict.CLEAN  # "NoCorruptionSeen", no PASS
+    assert clean.stable_probe.samples == 50
+    nothing = ProbeOutcome(RolloutVerdict.INCONCLUSIVE, None, None, 0, "w", "unreachable")
+    blind = step(STABLE, due, WATCH, now=at(700), stable_probe=nothing).status
+    assert blind.stable_probe.verdict is WatchVerdict.NO_EVIDENCE
 
-    from dsv4_operator.rollout.controller import RolloutSpecError, _section
 
-    with pytest.raises(RolloutSpecError, match=r"^spec\.canary\.requests: "):
-        _section(CanarySpec, "canary", {"requests": 1})
-    with pytest.raises(RolloutSpecError, match=r"^spec\.rollout\.order\.0: "):
-        _section(RolloutSpec, "rollout", {"order": ["router"]})
+def test_the_production_watch_keeps_running_after_a_rollback():
+    failed = step(BF16_HICACHE, probing(), WATCH, probe=FAIL, now=at(10)).status
+    assert failed.phase is RolloutPhase.ROLLED_BACK
+    due = step(BF16_HICACHE, failed, WATCH, now=at(10 + 601))
+    assert Effect.START_STABLE_PROBE in due.effects
+    assert due.status.stable_probe.started_at
+
+
+def test_a_canary_section_that_can_never_pass_names_the_field_and_the_minimum():
+    with pytest.raises(ValueError, match=r"requests: 597 can never PASS .* the minimum is 598"):
+        CanarySpec(requests=597)
+    assert CanarySpec(requests=598).sample_count == 598
+    assert CanarySpec().sample_count == 598  # unset: the minimum, which can PASS
+    with pytest.raises(ValueError, match="the minimum is more than 100000"):
+        CanarySpec(max_corruption_rate=1e-5, confidence=0.999)

@@ -21,7 +21,7 @@ from dsv4_operator.rollout.probe_job import (
     probe_identity,
     probe_job,
 )
-from dsv4_operator.rollout.reports import stale_canary_reports
+from dsv4_operator.rollout.reports import FiledReport, stale_canary_reports
 
 OWNER = Owner(name="flash", namespace="prod", uid="uid-of-flash")
 REPORT = {"metadata": {"name": "flash-canary-ab12cd34-1", "uid": "uid-of-report"}}
@@ -108,14 +108,25 @@ def test_a_verdict_ends_the_job_and_only_a_crash_is_retried():
     assert spec["backoffLimit"] >= 1  # exit 3 (could not file the report) is retried
 
 
-def test_the_probe_identity_may_only_read_and_fill_in_configmaps():
-    sa, role, binding = probe_identity(OWNER)
+def test_the_probe_identity_may_only_read_and_fill_in_its_own_report():
+    sa, role, binding = probe_identity(OWNER, REPORT)
     assert [o["kind"] for o in (sa, role, binding)] == ["ServiceAccount", "Role", "RoleBinding"]
+    report = REPORT["metadata"]["name"]
     assert role["rules"] == [
-        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch"]}
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": [report],
+            "verbs": ["get", "patch"],
+        }
     ]
     assert binding["subjects"][0]["name"] == sa["metadata"]["name"] == probe_account(OWNER)
-    assert all(o["metadata"]["ownerReferences"][0]["uid"] == OWNER.uid for o in (sa, role, binding))
+    assert binding["roleRef"]["name"] == role["metadata"]["name"] == job_name(report)
+    # The account is the deployment's; the grant goes with its report.
+    assert sa["metadata"]["ownerReferences"][0]["uid"] == OWNER.uid
+    for grant in (role, binding):
+        (owner,) = grant["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["uid"]) == ("ConfigMap", REPORT["metadata"]["uid"])
     assert all(LABEL_MANAGED_BY not in o["metadata"]["labels"] for o in (sa, role, binding))
 
 
@@ -169,15 +180,12 @@ def test_job_state_says_why_a_job_failed():
 
 
 def test_only_the_newest_canary_reports_are_kept():
-    def report(name: str, created: str) -> dict:
-        return {"metadata": {"name": name, "creationTimestamp": created}}
+    def report(rev: str, created: str, target: str = "canary") -> FiledReport:
+        return FiledReport(f"flash-{target}-{rev}", target, rev, 1, created, None)
 
-    reports = [
-        report(f"flash-canary-rev{i}-1", f"2026-11-29T12:{i:02d}:00Z") for i in range(12)
-    ] + [report("flash-stable-rev9-0-20261129t120000z", "2026-11-29T11:00:00Z")]
-    stale = stale_canary_reports(OWNER, reports, keep=10)
-    assert stale == ["flash-canary-rev0-1", "flash-canary-rev1-1"]  # oldest first
-    assert stale_canary_reports(OWNER, reports[:10], keep=10) == []
-    # Another deployment's reports (a name sharing the prefix letters) are not ours.
-    other = Owner(name="flash-canary", namespace="prod", uid="u")
-    assert stale_canary_reports(other, reports, keep=10) == []
+    reports = [report(f"rev{i}", f"2026-11-29T12:{i:02d}:00Z") for i in range(12)] + [
+        report("rev9", "2026-11-29T11:00:00Z", target="stable")
+    ]
+    stale = stale_canary_reports(reports, keep=10)
+    assert stale == ["flash-canary-rev0", "flash-canary-rev1"]  # oldest first
+    assert stale_canary_reports(reports[:10], keep=10) == []

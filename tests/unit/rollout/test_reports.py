@@ -8,8 +8,12 @@ from dsv4_operator.api.rollout import RolloutVerdict
 from dsv4_operator.render.meta import LABEL_MANAGED_BY, Owner
 from dsv4_operator.rollout.decide import ProbeOutcome
 from dsv4_operator.rollout.reports import (
+    PROBE_MANAGER,
     REPORT_KEY,
     Evidence,
+    FiledReport,
+    ReportRef,
+    distrust_pass,
     outcome_from_config_map,
     report_config_map,
     report_filing,
@@ -18,6 +22,7 @@ from dsv4_operator.rollout.reports import (
 )
 
 OWNER = Owner(name="flash", namespace="prod", uid="uid-of-flash")
+REF = ReportRef("canary", "ab12cd34", attempt=3)
 NAME = "flash-canary-ab12cd34-3"
 FAILED = Evidence(
     body={"verdict": "FAIL", "samples": {"judged": 26}},
@@ -27,7 +32,7 @@ FAILED = Evidence(
 
 
 def test_a_filed_report_reads_back_as_the_same_verdict_and_requests():
-    config_map = report_config_map(OWNER, NAME, FAILED)
+    config_map = report_config_map(OWNER, REF, FAILED)
     assert outcome_from_config_map(config_map) == FAILED.outcome
     assert requests_from_config_map(config_map) == FAILED.requests
     assert json.loads(config_map["data"][REPORT_KEY]) == FAILED.body
@@ -35,27 +40,74 @@ def test_a_filed_report_reads_back_as_the_same_verdict_and_requests():
 
 
 def test_the_whole_report_is_the_skeleton_plus_what_a_probe_files():
-    skeleton = report_skeleton(OWNER, NAME)
+    skeleton = report_skeleton(OWNER, REF)
     filing = report_filing(FAILED)
-    whole = report_config_map(OWNER, NAME, FAILED)
+    whole = report_config_map(OWNER, REF, FAILED)
     assert whole["data"] == filing["data"]
-    assert whole["metadata"] == {**skeleton["metadata"], **filing["metadata"]}
+    assert whole["metadata"]["name"] == NAME == REF.name(OWNER)
+    annotations = whole["metadata"]["annotations"]
+    assert annotations == {
+        **skeleton["metadata"]["annotations"],
+        **filing["metadata"]["annotations"],
+    }
     # Not a child the reconcile would prune; garbage-collected with the DSV4Deployment.
     assert LABEL_MANAGED_BY not in whole["metadata"]["labels"]
     assert whole["metadata"]["ownerReferences"][0]["uid"] == OWNER.uid
 
 
 def test_a_report_without_a_verdict_yet_is_no_evidence():
-    assert outcome_from_config_map(report_skeleton(OWNER, NAME)) is None
-    assert requests_from_config_map(report_skeleton(OWNER, NAME)) == {}
+    assert outcome_from_config_map(report_skeleton(OWNER, REF)) is None
+    assert requests_from_config_map(report_skeleton(OWNER, REF)) == {}
     garbled = {"metadata": {"name": NAME}, "data": {"outcome.json": "{not json"}}
     assert outcome_from_config_map(garbled) is None
 
 
 def test_an_attempt_without_a_probe_result_is_inconclusive_and_says_why():
     evidence = Evidence.inconclusive(NAME, "http://canary:8000", "probe Job ended (Complete)")
-    outcome = outcome_from_config_map(report_config_map(OWNER, NAME, evidence))
+    outcome = outcome_from_config_map(report_config_map(OWNER, REF, evidence))
     assert outcome is not None and outcome.verdict is RolloutVerdict.INCONCLUSIVE
     assert (outcome.rate, outcome.bound, outcome.samples) == (None, None, 0)
     assert outcome.message == "probe Job ended (Complete)"
     assert evidence.requests == {}  # no request was sent, none is counted
+
+
+def test_a_report_says_which_run_it_is_so_a_lost_status_can_be_rebuilt():
+    filed = FiledReport.of(report_config_map(OWNER, REF, FAILED))
+    assert (filed.name, filed.target, filed.revision, filed.attempt) == (
+        NAME,
+        "canary",
+        "ab12cd34",
+        3,
+    )
+    assert filed.outcome == FAILED.outcome
+    watch = ReportRef("stable", "ab12cd34", started="2026-11-29T12:00:00Z")
+    assert watch.name(OWNER) == "flash-stable-ab12cd34-20261129t120000z"
+
+
+def _managed(config_map: dict, data_manager: str) -> dict:
+    fields = [
+        {"manager": "dsv4-operator", "operation": "Apply", "fieldsV1": {"f:metadata": {}}},
+        {"manager": data_manager, "operation": "Apply", "fieldsV1": {"f:data": {}}},
+    ]
+    return {**config_map, "metadata": {**config_map["metadata"], "managedFields": fields}}
+
+
+PASSED = ProbeOutcome(RolloutVerdict.PASS, 0.0, 0.00499, 598, NAME)
+
+
+def test_a_pass_is_trusted_only_when_the_report_holds_up():
+    """A PASS promotes production, so the operator re-checks the report it reads."""
+    good = _managed(report_config_map(OWNER, REF, FAILED), PROBE_MANAGER)
+    assert distrust_pass(good, PASSED, 598, 0.005, 0.95, completed=True) is None
+    assert distrust_pass(good, PASSED, 598, 0.005, 0.95, completed=None) is None
+    forged = _managed(good, "kubectl-edit")
+    assert "written by kubectl-edit, not by the probe" in distrust_pass(
+        forged, PASSED, 598, 0.005, 0.95, True
+    )
+    short = ProbeOutcome(RolloutVerdict.PASS, 0.0, 0.004, 400, NAME)
+    assert "400 judged samples, 598 required" in distrust_pass(good, short, 598, 0.005, 0.95, True)
+    dirty = ProbeOutcome(RolloutVerdict.PASS, 1 / 598, 0.004, 598, NAME)
+    assert "1/598 corrupt bounds the rate" in distrust_pass(good, dirty, 598, 0.005, 0.95, True)
+    assert "did not complete with exit code 0" in distrust_pass(
+        good, PASSED, 598, 0.005, 0.95, completed=False
+    )

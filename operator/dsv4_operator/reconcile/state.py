@@ -1,0 +1,24 @@
+"""What one reconcile pass knows, read once at its start: the one value every decision of
+the pass is computed from (the resource, its spec, its previous status, its children, now)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from dsv4_operator.api.spec import DSV4DeploymentSpec
+from dsv4_operator.api.status import DSV4DeploymentStatus
+from dsv4_operator.render.meta import Owner
+
+
+@dataclass(frozen=True)
+class PassState:
+    owner: Owner
+    obj: dict[str, Any]  # the DSV4Deployment as read (its resourceVersion guards the status)
+    spec: DSV4DeploymentSpec
+    previous: DSV4DeploymentStatus | None
+    stable_live: list[dict[str, Any]]  # children of the stable slice (owned by this UID)
+    canary_live: list[dict[str, Any]]  # children of the canary slice (owned by this UID)
+    foreign: list[dict[str, Any]]  # same labels, another owner: never adopted or touched
+    now: dt.datetime

@@ -1,0 +1,172 @@
+"""Rebuild a lost `status.rollout` from the live children and the report ConfigMaps.
+
+Pure.  The rule is never to trust the spec — it holds exactly the flags not yet proven:
+- the stable flags are what the children record as stable (`record`);
+- a role running other flags was mid-promotion: resumed only if a canary report of those
+  flags says PASS, otherwise those flags are rejected and the role rolls back;
+- a live canary slice restarts its readiness wait (a new probe attempt, never an old report);
+- a rejection recorded on the children stays a rejection (sticky reject survives);
+- the attempt counter continues after the highest attempt any report carries, so no
+  attempt can read a report filed before the loss.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from dsv4_operator.api.rollout import FlagSet, RolloutPhase, RolloutStatus, RolloutVerdict
+from dsv4_operator.api.times import stamp
+from dsv4_operator.rollout.record import Record, role_of
+from dsv4_operator.rollout.reports import FiledReport
+
+
+class Unrecoverable(Exception):
+    """The children do not say enough to rebuild the rollout safely; the message says why."""
+
+
+@dataclass(frozen=True)
+class Recovered:
+    status: RolloutStatus
+    summary: str  # what was rebuilt, for the Event
+
+
+def recover(
+    stable_live: list[dict[str, Any]],
+    canary_live: list[dict[str, Any]],
+    reports: list[FiledReport],
+    now: dt.datetime,
+) -> Recovered | None:
+    """The rebuilt status; None when no stable workload exists (nothing serves users yet)."""
+    roles = {role: w for w in stable_live if (role := role_of(w)) is not None}
+    if not roles:
+        return None
+    records = [Record.of(w) for w in roles.values()]
+    missing = [r.name for r in records if r.stable is None or r.runs is None]
+    if missing:
+        raise Unrecoverable(
+            f"status.rollout is lost and StatefulSet {', '.join(missing)} carries no readable "
+            "flags record (made by an older operator?); restore status.rollout, or delete the "
+            "workloads to start afresh from the spec"
+        )
+    runs = {role: Record.of(w).runs for role, w in roles.items()}
+    stable = _stable(records, runs)
+    rejected = next((r.rejected for r in records if r.rejected), None)
+    at = stamp(now)
+    base = RolloutStatus(
+        stable=stable,
+        stable_revision=stable.revision,
+        phase_since=at,
+        probe_attempt=max((r.attempt for r in reports if r.target == "canary"), default=0),
+        rejected_revision=rejected,
+    )
+    promoted = {role for role, flags in runs.items() if flags != stable}
+    if promoted:
+        return _mid_promotion(base, runs, promoted, reports, at)
+    canary = [Record.of(w).runs for w in canary_live if role_of(w) is not None]
+    if canary and canary[0] is not None:
+        flags = canary[0]
+        status = base.model_copy(
+            update={
+                "phase": RolloutPhase.CANARY_STARTING,
+                "canary": flags,
+                "canary_revision": flags.revision,
+                "started_at": at,
+                "rejected_revision": None,
+                "message": f"canary {flags.revision} found live; waiting for it to be Ready",
+            }
+        )
+        return Recovered(status, f"canary of flags {flags.revision} resumed from the start")
+    if rejected is not None:
+        last = _newest(reports, rejected)
+        verdict = last.outcome.verdict if last and last.outcome else None
+        status = base.model_copy(
+            update={
+                "phase": RolloutPhase.ROLLED_BACK,
+                "verdict": verdict,
+                "report": last.name if last else None,
+                "message": f"flags {rejected} stay rejected (recorded on the children)",
+            }
+        )
+        return Recovered(status, f"stable flags {stable.revision}, flags {rejected} rejected")
+    return Recovered(base, f"stable flags {stable.revision}")
+
+
+def _stable(records: list[Record], runs: dict[Any, FlagSet | None]) -> FlagSet:
+    """The recorded stable flags.  Workloads disagree only when a pass died between their
+    applies; then the flags every role already runs are the newer record."""
+    candidates = {r.stable.revision: r.stable for r in records if r.stable is not None}
+    if len(candidates) == 1:
+        return next(iter(candidates.values()))
+    for flags in candidates.values():
+        if all(ran == flags for ran in runs.values()):
+            return flags
+    raise Unrecoverable(
+        "status.rollout is lost and the workloads record different stable flags "
+        f"({', '.join(sorted(candidates))}); restore status.rollout"
+    )
+
+
+def _mid_promotion(
+    base: RolloutStatus,
+    runs: dict[Any, FlagSet | None],
+    promoted: set[Any],
+    reports: list[FiledReport],
+    at: str,
+) -> Recovered:
+    news = {flags.revision: flags for role, flags in runs.items() if role in promoted and flags}
+    if len(news) != 1:
+        raise Unrecoverable(
+            f"status.rollout is lost and the roles run {len(news)} different new flag sets"
+        )
+    revision, flags = next(iter(news.items()))
+    passed = _newest(reports, revision, RolloutVerdict.PASS)
+    common = {
+        "canary": flags,
+        "canary_revision": revision,
+        "started_at": at,
+        "promoted_roles": tuple(sorted(promoted)),
+    }
+    if passed is not None and passed.outcome is not None:
+        outcome = passed.outcome
+        status = base.model_copy(
+            update={
+                **common,
+                "phase": RolloutPhase.PROMOTING,
+                "verdict": RolloutVerdict.PASS,
+                "rate": outcome.rate,
+                "bound": outcome.bound,
+                "samples": outcome.samples,
+                "report": passed.name,
+                "rejected_revision": None,
+                "message": f"promotion of flags {revision} resumed (PASS report {passed.name})",
+            }
+        )
+        return Recovered(status, f"promotion of flags {revision} resumed")
+    status = base.model_copy(
+        update={
+            **common,
+            "phase": RolloutPhase.ROLLED_BACK,
+            "verdict": RolloutVerdict.INCONCLUSIVE,
+            "promoted_roles": (),
+            "rejected_revision": revision,
+            "message": f"rolled back (INCONCLUSIVE): status.rollout was lost while flags "
+            f"{revision} were being promoted and no PASS report proves them",
+        }
+    )
+    return Recovered(status, f"flags {revision} had no PASS report; rolled back")
+
+
+def _newest(
+    reports: list[FiledReport], revision: str, verdict: RolloutVerdict | None = None
+) -> FiledReport | None:
+    found = [
+        r
+        for r in reports
+        if r.target == "canary"
+        and r.revision == revision
+        and r.outcome is not None
+        and (verdict is None or r.outcome.verdict is verdict)
+    ]
+    return max(found, key=lambda r: (r.created, r.attempt), default=None)
