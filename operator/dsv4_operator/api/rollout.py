@@ -184,13 +184,24 @@ class StatusModel(CamelModel):
 
 
 class StableProbeStatus(StatusModel):
-    started_at: str = Field(description="When the latest production watch run started.")
+    """The production watch: the run started last, and what the last finished run found
+    (kept while the next one runs, so a Corrupt finding stays visible until disproved)."""
+
+    started_at: str = Field(description="When the latest watch run started.")
     verdict: WatchVerdict | None = Field(
-        default=None, description="Its result, once it has one (no PASS: see WatchVerdict)."
+        default=None, description="What the last finished run found (no PASS: see WatchVerdict)."
+    )
+    verdict_of: str | None = Field(
+        default=None, description="startedAt of the run the verdict is from."
     )
     samples: int | None = None
     corrupt: int | None = None
     message: str = ""
+
+    @property
+    def pending(self) -> bool:
+        """The latest run has not reported yet."""
+        return self.verdict_of != self.started_at
 
 
 class RolloutStatus(StatusModel):

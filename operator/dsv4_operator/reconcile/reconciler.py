@@ -22,6 +22,7 @@ import datetime as dt
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,10 +145,12 @@ class Reconciler:
         kube: Kube,
         rollout: RolloutController,
         host_memory: HostMemory = pod_memory,
+        clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
     ) -> None:
         self.kube = kube
         self.rollout = rollout
         self.host_memory = host_memory
+        self.clock = clock
         self._locks: defaultdict[tuple[str, str], asyncio.Lock] = defaultdict(asyncio.Lock)
 
     async def reconcile(self, namespace: str, name: str) -> None:
@@ -193,9 +196,7 @@ class Reconciler:
         if bad_name is not None:
             self._finish(obj, owner, previous, Problem("InvalidName", bad_name), None, None, [])
             return
-        state = PassState(
-            owner, obj, spec, previous, *self._children(owner), dt.datetime.now(dt.UTC)
-        )
+        state = PassState(owner, obj, spec, previous, *self._children(owner), self.clock())
         problem = check_prerequisites(self.kube, namespace, spec)
         rollout: RolloutPass | None = None
         actions: list[Action] = []

@@ -114,9 +114,8 @@ class RolloutController:
         starting = before.phase is RolloutPhase.CANARY_STARTING
         probing = before.phase is RolloutPhase.PROBING
         canary = canary_report(before) if probing else None
-        watch = watch_report(before)
-        watching = watch is not None and before.stable_probe is not None
-        watching = watching and before.stable_probe.verdict is None
+        pending = before.stable_probe is not None and before.stable_probe.pending
+        watch = watch_report(before) if pending else None
         return Observed(
             now=state.now,
             canary_ready=starting
@@ -124,9 +123,8 @@ class RolloutController:
             and self._answers(owner.namespace, *canary_url(owner)),
             probe=self._canary_outcome(state, canary) if canary else None,
             probe_running=canary is not None and self.executor.running(owner, canary.name(owner)),
-            stable_probe=self._outcome(state, watch) if watching and watch else None,
-            stable_probe_running=watching
-            and watch is not None
+            stable_probe=self._outcome(state, watch) if watch else None,
+            stable_probe_running=watch is not None
             and self.executor.running(owner, watch.name(owner)),
             manual=manual.parse(state.obj["metadata"].get("annotations")),
             **known,

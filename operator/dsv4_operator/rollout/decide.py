@@ -355,18 +355,18 @@ class _Step:
         time; the interval counts from a run's start, the first from the phase's start)."""
         watch = self.status.stable_probe
         outcome = self.observed.stable_probe
-        if watch is not None and watch.verdict is None and outcome is not None:
+        if watch is not None and watch.pending and outcome is not None:
             verdict = watch_verdict(outcome)
-            self.update(
-                stable_probe=watch.model_copy(
-                    update={
-                        "verdict": verdict,
-                        "samples": outcome.samples,
-                        "corrupt": outcome.corrupt,
-                        "message": outcome.message or evidence_text(outcome),
-                    }
-                )
+            watch = watch.model_copy(
+                update={
+                    "verdict": verdict,
+                    "verdict_of": watch.started_at,
+                    "samples": outcome.samples,
+                    "corrupt": outcome.corrupt,
+                    "message": outcome.message or evidence_text(outcome),
+                }
             )
+            self.update(stable_probe=watch)
             if verdict is WatchVerdict.CORRUPT:
                 self.events.append(("Warning", "StableCorruption", evidence_text(outcome)))
         interval = rollout.stable_probe_interval_seconds
@@ -374,7 +374,8 @@ class _Step:
             return
         since = watch.started_at if watch is not None else self.status.phase_since
         if self.waited(since) >= interval:
-            self.update(stable_probe=StableProbeStatus(started_at=self.now))
+            started = watch or StableProbeStatus(started_at=self.now)
+            self.update(stable_probe=started.model_copy(update={"started_at": self.now}))
             self.effects.append(Effect.START_STABLE_PROBE)
 
     def waited(self, since: str | None = None) -> float:

@@ -1,0 +1,149 @@
+"""The operator's reconcile, driven pass by pass against `MemoryApi`, with crashes on cue.
+
+`World` is one cluster (the API double and its controllers) and one operator process at a
+time: a crash throws the process away and starts a fresh one (no memory carried over, as a
+restarted pod), which continues from whatever the API holds.  Probes run as the real
+`JobProbeExecutor` makes them: a Job per attempt, whose scripted verdict lands in the
+attempt's report as the probe's own field manager files it.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+from collections.abc import Callable
+from typing import Any
+
+from dsv4_operator.api import API_VERSION, KIND
+from dsv4_operator.api.samples import load_sample, merge_patch
+from dsv4_operator.cluster.nodes import default_pools, node_manifests
+from dsv4_operator.reconcile.reconciler import Reconciler
+from dsv4_operator.rollout.controller import RolloutController
+from dsv4_operator.rollout.job_executor import JobProbeExecutor
+from tests.unit.operator.memory_api import Crashed, MemoryApi
+
+NS = "serving"
+T0 = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
+PASS = {"verdict": "PASS", "rate": 0.0, "bound": 0.004997, "samples": 598, "message": ""}
+FAIL = {"verdict": "FAIL", "rate": 0.15, "bound": 0.31, "samples": 26, "message": "4/26 corrupt"}
+FP4 = {"features": {"indexDtype": "fp4"}}
+
+
+class World:
+    def __init__(self) -> None:
+        self.api = MemoryApi()
+        for node in node_manifests(default_pools(gpu_nodes=2, cpu_nodes=0)):
+            self.api.user_apply(node)
+        self.now = T0
+        self.crashes = 0
+        self.verdict: Callable[[dict[str, Any]], dict[str, Any]] = lambda job: PASS
+        self.held: Callable[[dict[str, Any]], bool] = lambda obj: False
+        self.start()
+
+    # -- the operator process -----------------------------------------------------------
+    def start(self) -> None:
+        """A fresh operator process: nothing but the API survives from the last one."""
+        executor = JobProbeExecutor(self.api, image="operator:test")
+        rollout = RolloutController(
+            self.api,
+            executor,
+            service_url=lambda ns, service, port: f"http://{service}.{ns}.svc:{port}",
+            warm=lambda url: True,
+        )
+        self.reconciler = Reconciler(self.api, rollout, clock=lambda: self.now)
+
+    def crash_before_write(self, n: int) -> None:
+        self.api.crash_before_write(n)
+
+    # -- what a user does ---------------------------------------------------------------
+    def create(self, name: str, patch: dict[str, Any] | None = None) -> None:
+        sample = load_sample()
+        obj = {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "metadata": {"name": name, "namespace": NS},
+            "spec": merge_patch(sample["spec"], patch or {}),
+        }
+        self.api.user_apply(obj)
+
+    def patch_spec(self, name: str, patch: dict[str, Any]) -> None:
+        def change(obj: dict[str, Any]) -> None:
+            obj["spec"] = merge_patch(obj["spec"], patch)
+
+        self.api.user_patch(KIND, NS, name, change)
+
+    def annotate(self, name: str, key: str, value: str | None) -> None:
+        def change(obj: dict[str, Any]) -> None:
+            annotations = obj["metadata"].setdefault("annotations", {})
+            if value is None:
+                annotations.pop(key, None)
+            else:
+                annotations[key] = value
+
+        self.api.user_patch(KIND, NS, name, change)
+
+    def wipe_status(self, name: str, part: str | None = "rollout") -> None:
+        """Status lost (a restore without it) or hand-edited: ``part`` None wipes it all."""
+
+        def change(obj: dict[str, Any]) -> None:
+            if part is None:
+                obj.pop("status", None)
+            else:
+                (obj.get("status") or {}).pop(part, None)
+
+        self.api.user_patch(KIND, NS, name, change)
+
+    # -- time passing -------------------------------------------------------------------
+    def step(self, *names: str, seconds: float = 5) -> None:
+        """One pass per deployment, then the cluster's controllers and probes move.  A probe
+        Job runs through the step after the one that created it, so a pass (and a crash)
+        can find it still active, as a real probe takes minutes."""
+        waiting = self.api.names("Job")
+        for name in names:
+            try:
+                self.reconciler.reconcile_now(NS, name)
+            except Crashed:
+                self.crashes += 1
+                self.start()
+        self.api.settle(self.held)
+        self.api.run_probe_jobs(self.verdict, only=waiting)
+        self.now += dt.timedelta(seconds=seconds)
+
+    def until(
+        self, what: str, done: Callable[[], bool], *names: str, passes: int = 40, seconds: float = 5
+    ) -> None:
+        for _ in range(passes):
+            if done():
+                return
+            self.step(*(names or ("flash",)), seconds=seconds)
+        if done():
+            return
+        raise AssertionError(f"not {what} after {passes} passes: {self.rollout('flash')}")
+
+    # -- what is there ------------------------------------------------------------------
+    def obj(self, name: str = "flash") -> dict[str, Any]:
+        found = self.api.get(KIND, NS, name)
+        assert found is not None
+        return found
+
+    def rollout(self, name: str = "flash") -> dict[str, Any]:
+        return copy.deepcopy((self.obj(name).get("status") or {}).get("rollout") or {})
+
+    def phase(self, name: str = "flash") -> str | None:
+        return self.rollout(name).get("phase")
+
+    def children(self, instance: str) -> dict[tuple[str, str], dict[str, Any]]:
+        return {
+            (kind, key_name): obj
+            for (kind, ns, key_name), obj in self.api.objects.items()
+            if ns == NS
+            and (obj["metadata"].get("labels") or {}).get("app.kubernetes.io/instance") == instance
+            and kind != "Event"
+        }
+
+    def events(self, reason: str) -> list[dict[str, Any]]:
+        return [
+            obj
+            for (kind, _, _), obj in self.api.objects.items()
+            if kind == "Event" and obj["reason"] == reason
+        ]

@@ -1,0 +1,325 @@
+"""An in-memory stand-in for the Kubernetes API, for exhaustive crash-point unit tests.
+
+It answers the `Kube` methods the operator uses (get, list, apply, create, replace, delete,
+patch_json) with the semantics the reconcile relies on: resourceVersions and their
+preconditions (409), `generation` bumps on spec changes only, the status subresource,
+create-only 409s, garbage collection through owner references, the field manager that owns
+a ConfigMap's data, label selectors.  It can make the operator "die" right before its N-th
+write (`crash_before_write`), which a real API server cannot do on cue.  The end-to-end
+tests run the same operator against the real control plane; this double never replaces them.
+
+Alongside the API it plays the controllers the operator depends on: `settle` is the
+StatefulSet/Deployment controller and kubelet (every workload rolled and Ready, or held back
+for chosen names), `run_probe_jobs` is a probe Job's pod (files a scripted verdict into the
+report as the probe's field manager, then completes the Job).
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import hashlib
+import itertools
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from dsv4_operator.api.times import stamp
+from dsv4_operator.reconcile.kube import ApiError
+from dsv4_operator.rollout.reports import OUTCOME_KEY, PROBE_MANAGER
+
+Key = tuple[str, str | None, str]  # (kind, namespace, name)
+WRITES = ("apply", "create", "replace", "delete", "patch_json")
+
+
+class Crashed(BaseException):
+    """The operator process died (injected).  A BaseException: no `except Exception` in the
+    operator may swallow it, as none could swallow a SIGKILL."""
+
+
+@dataclass
+class Write:
+    verb: str
+    key: Key
+    body: dict[str, Any] | None
+    created: bool = False  # this write made the object exist
+
+
+@dataclass
+class MemoryApi:
+    objects: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    log: list[Write] = field(default_factory=list)
+    crash_countdown: int | None = None
+    # Called right before a status write lands: a test changes the object "concurrently".
+    before_status_write: Callable[[MemoryApi, Key], None] | None = None
+    _versions: itertools.count = field(default_factory=lambda: itertools.count(1))
+    _uids: itertools.count = field(default_factory=lambda: itertools.count(1))
+
+    # -- fault injection ----------------------------------------------------------------
+    def crash_before_write(self, n: int | None) -> None:
+        """The n-th write from now (1 = the next) kills the operator instead of landing."""
+        self.crash_countdown = n
+
+    def _write(self, verb: str, key: Key) -> None:
+        if self.crash_countdown is not None:
+            self.crash_countdown -= 1
+            if self.crash_countdown <= 0:
+                self.crash_countdown = None
+                raise Crashed(f"before {verb} {key}")
+
+    # -- reads --------------------------------------------------------------------------
+    def get(
+        self, kind: str, namespace: str | None, name: str, timeout: float = 0
+    ) -> dict[str, Any] | None:
+        found = self.objects.get((kind, namespace, name))
+        return copy.deepcopy(found) if found is not None else None
+
+    def list(
+        self, kind: str, namespace: str | None, selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        match = parse_selector(selector or "")
+        return [
+            copy.deepcopy(obj)
+            for (k, ns, _), obj in sorted(self.objects.items(), key=lambda kv: str(kv[0]))
+            if k == kind
+            and (namespace is None or ns == namespace)
+            and match(obj["metadata"].get("labels") or {})
+        ]
+
+    # -- writes -------------------------------------------------------------------------
+    def apply(
+        self, obj: dict[str, Any], subresource: str | None = None, manager: str = "dsv4-operator"
+    ) -> dict[str, Any]:
+        key = _key(obj)
+        self._write("apply", key)
+        current = self.objects.get(key)
+        wanted = obj["metadata"].get("resourceVersion")
+        if wanted and current is not None and current["metadata"]["resourceVersion"] != wanted:
+            raise ApiError(409, f"{key}: the object has been modified")
+        if subresource == "status":
+            if current is None:
+                raise ApiError(404, f"{key} not found")
+            if self.before_status_write is not None:
+                self.before_status_write(self, key)
+                current = self.objects[key]
+                if wanted and current["metadata"]["resourceVersion"] != wanted:
+                    raise ApiError(409, f"{key}: the object has been modified")
+            current["status"] = copy.deepcopy(obj.get("status"))
+            self._bump(current)
+            self.log.append(Write("status", key, copy.deepcopy(obj)))
+            return copy.deepcopy(current)
+        created = current is None
+        if created:
+            current = self._new(obj)
+        else:
+            self._merge(current, obj)
+        if "data" in obj:
+            _own_data(current, manager)
+        self.objects[key] = current
+        self.log.append(Write("apply", key, copy.deepcopy(obj), created))
+        return copy.deepcopy(current)
+
+    def create(self, obj: dict[str, Any], timeout: float = 0) -> dict[str, Any]:
+        meta = obj["metadata"]
+        if "name" not in meta:  # generateName (Events)
+            obj = {**obj, "metadata": {**meta, "name": f"{meta['generateName']}{next(self._uids)}"}}
+        key = _key(obj)
+        self._write("create", key)
+        if key in self.objects:
+            raise ApiError(409, f"{key} already exists")
+        self.objects[key] = self._new(obj)
+        self.log.append(Write("create", key, copy.deepcopy(obj), True))
+        return copy.deepcopy(self.objects[key])
+
+    def replace(self, obj: dict[str, Any], timeout: float = 0) -> dict[str, Any]:
+        key = _key(obj)
+        self._write("replace", key)
+        current = self.objects.get(key)
+        if current is None:
+            raise ApiError(404, f"{key} not found")
+        if obj["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+            raise ApiError(409, f"{key}: the object has been modified")
+        replaced = copy.deepcopy(obj)
+        replaced["metadata"] = {**current["metadata"], **obj["metadata"]}
+        self._bump(replaced)
+        self.objects[key] = replaced
+        self.log.append(Write("replace", key, copy.deepcopy(obj)))
+        return copy.deepcopy(replaced)
+
+    def delete(self, kind: str, namespace: str, name: str, propagation: str | None = None) -> None:
+        key = (kind, namespace, name)
+        self._write("delete", key)
+        if key not in self.objects:
+            return
+        self.log.append(Write("delete", key, None))
+        self._collect(self.objects.pop(key)["metadata"]["uid"])
+
+    def patch_json(self, kind: str, namespace: str, name: str, ops: list[dict[str, Any]]) -> Any:
+        key = (kind, namespace, name)
+        self._write("patch_json", key)
+        current = self.objects.get(key)
+        if current is None:
+            raise ApiError(404, f"{key} not found")
+        annotations = current["metadata"].setdefault("annotations", {})
+        for op in ops:
+            annotation = op["path"].removeprefix("/metadata/annotations/").replace("~1", "/")
+            if op["op"] == "test" and annotations.get(annotation) != op["value"]:
+                raise ApiError(422, f"test of {op['path']} failed")
+            if op["op"] == "remove":
+                annotations.pop(annotation, None)
+        self._bump(current)
+        self.log.append(Write("patch_json", key, {"ops": ops}))
+        return copy.deepcopy(current)
+
+    # -- what a user does (not the operator: never counted as its writes) ----------------
+    def user_apply(self, obj: dict[str, Any]) -> None:
+        key = _key(obj)
+        current = self.objects.get(key)
+        if current is None:
+            self.objects[key] = self._new(obj)
+        else:
+            self._merge(current, obj)
+
+    def user_patch(
+        self, kind: str, namespace: str, name: str, change: Callable[[dict], None]
+    ) -> None:
+        current = self.objects[(kind, namespace, name)]
+        before = json.dumps(current.get("spec"), sort_keys=True)
+        change(current)
+        if json.dumps(current.get("spec"), sort_keys=True) != before:
+            current["metadata"]["generation"] += 1
+        self._bump(current)
+
+    # -- controllers the operator relies on ----------------------------------------------
+    def names(self, kind: str) -> set[str]:
+        return {name for (k, _, name) in self.objects if k == kind}
+
+    def settle(self, held: Callable[[dict[str, Any]], bool] = lambda obj: False) -> None:
+        """Every StatefulSet and Deployment rolled out and Ready, but those ``held`` (kept at
+        their previous template, as when pods cannot be scheduled)."""
+        for (kind, _, _), obj in self.objects.items():
+            if kind not in ("StatefulSet", "Deployment") or held(obj):
+                continue
+            replicas = obj["spec"].get("replicas", 1)
+            revision = _digest(obj["spec"].get("template"))
+            status = {
+                "observedGeneration": obj["metadata"]["generation"],
+                "replicas": replicas,
+                "readyReplicas": replicas,
+                "updatedReplicas": replicas,
+                "availableReplicas": replicas,
+                "currentRevision": revision,
+                "updateRevision": revision,
+            }
+            if obj.get("status") != status:
+                obj["status"] = status
+                self._bump(obj)
+
+    def run_probe_jobs(
+        self, verdict_of: Callable[[dict[str, Any]], dict[str, Any]], only: set[str] | None = None
+    ) -> int:
+        """Run the probe Jobs not run yet (``only``: just these names): file
+        ``verdict_of(job)`` (an outcome dict) into its report as the probe does, then mark the
+        Job Complete (PASS) or Failed.  Returns how many ran."""
+        ran = 0
+        for (kind, ns, name), job in list(self.objects.items()):
+            if kind != "Job" or job.get("status") or (only is not None and name not in only):
+                continue
+            report = job["metadata"]["annotations"]["inference.dsv4.dev/report"]
+            outcome = verdict_of(job)
+            cm = self.objects.get(("ConfigMap", ns, report))
+            if cm is not None:
+                cm.setdefault("data", {})[OUTCOME_KEY] = json.dumps(outcome)
+                cm["data"]["report.json"] = json.dumps({"verdict": outcome["verdict"]})
+                _own_data(cm, PROBE_MANAGER)
+                self._bump(cm)
+            done = "Complete" if outcome["verdict"] == "PASS" else "Failed"
+            job["status"] = {"conditions": [{"type": done, "status": "True", "reason": "Ran"}]}
+            self._bump(job)
+            ran += 1
+        return ran
+
+    # -- internals ----------------------------------------------------------------------
+    def _new(self, obj: dict[str, Any]) -> dict[str, Any]:
+        made = copy.deepcopy(obj)
+        meta = made["metadata"]
+        meta.pop("resourceVersion", None)
+        serial = next(self._uids)
+        created = dt.datetime(2026, 11, 30, tzinfo=dt.UTC) + dt.timedelta(seconds=serial)
+        meta.update(uid=f"uid-{serial}", generation=1, creationTimestamp=stamp(created))
+        self._bump(made)
+        return made
+
+    def _merge(self, current: dict[str, Any], obj: dict[str, Any]) -> None:
+        spec_before = json.dumps(current.get("spec"), sort_keys=True)
+        for key, value in obj.items():
+            if key == "metadata":
+                meta = current["metadata"]
+                for part in ("labels", "annotations"):
+                    if part in value:
+                        meta[part] = {**(meta.get(part) or {}), **value[part]}
+                if "ownerReferences" in value:
+                    meta["ownerReferences"] = copy.deepcopy(value["ownerReferences"])
+            elif key != "status":
+                current[key] = copy.deepcopy(value)
+        if json.dumps(current.get("spec"), sort_keys=True) != spec_before:
+            current["metadata"]["generation"] += 1
+        self._bump(current)
+
+    def _bump(self, obj: dict[str, Any]) -> None:
+        obj["metadata"]["resourceVersion"] = str(next(self._versions))
+
+    def _collect(self, uid: str) -> None:
+        """Garbage collection: dependents of a deleted owner go too (recursively)."""
+        for key, obj in list(self.objects.items()):
+            refs = obj["metadata"].get("ownerReferences") or []
+            if any(ref.get("uid") == uid for ref in refs) and key in self.objects:
+                self._collect(self.objects.pop(key)["metadata"]["uid"])
+
+
+def _key(obj: dict[str, Any]) -> Key:
+    meta = obj["metadata"]
+    return obj["kind"], meta.get("namespace"), meta["name"]
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def _own_data(config_map: dict[str, Any], manager: str) -> None:
+    """The manager that last wrote `data` now owns it (what managedFields would say)."""
+    fields = [
+        f
+        for f in config_map["metadata"].get("managedFields") or []
+        if "f:data" not in f["fieldsV1"]
+    ]
+    fields.append({"manager": manager, "operation": "Apply", "fieldsV1": {"f:data": {}}})
+    config_map["metadata"]["managedFields"] = fields
+
+
+def _term(term: str) -> Callable[[dict[str, str]], bool]:
+    if " in (" in term:
+        key, values = (part.strip() for part in term.split(" in (", 1))
+        allowed = {v.strip() for v in values.rstrip(")").split(",")}
+        return lambda labels: labels.get(key) in allowed
+    if "=" in term:
+        key, value = (part.strip() for part in term.split("=", 1))
+        return lambda labels: labels.get(key) == value
+    return lambda labels: term in labels
+
+
+def parse_selector(selector: str) -> Callable[[dict[str, str]], bool]:
+    """`key=value`, `key in (a,b)` and `key` terms, comma-joined (what the operator sends)."""
+    terms: list[str] = []
+    depth, start = 0, 0
+    for i, char in enumerate(selector):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            terms.append(selector[start:i])
+            start = i + 1
+    terms.append(selector[start:])
+    checks: list[Callable[[dict[str, str]], bool]] = []
+    for term in filter(None, (t.strip() for t in terms)):
+        checks.append(_term(term))
+    return lambda labels: all(check(labels) for check in checks)

@@ -1,0 +1,393 @@
+"""The reconcile under faults: a crash before any write of a rollout, lost status, stray
+controls, a namesake deployment, a promotion that cannot finish — against the in-memory API
+double (`harness`), every write a crash point.  The same code runs against the real control
+plane in tests/e2e; this is where every interleaving can be tried.
+
+Exactly-once, as a user sees it: one canary slice created per rollout, one probe Job per
+attempt, one promotion, the verdict recorded, and never — at any write, in any order of
+crashes — a stable workload running flags that no canary passed.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from dsv4_operator.api import KIND
+from dsv4_operator.api.rollout import FlagSet
+from dsv4_operator.api.spec import DSV4DeploymentSpec
+from dsv4_operator.reconcile.handlers import owning_deployment
+from dsv4_operator.rollout import manual
+from dsv4_operator.rollout.decide import ManualAction
+from dsv4_operator.rollout.record import ANNOTATION_RUNS
+from dsv4_operator.rollout.slices import spec_flags
+from tests.unit.operator.harness import FAIL, FP4, NS, PASS, World
+from tests.unit.operator.memory_api import MemoryApi
+
+pytestmark = pytest.mark.slow
+
+
+def ready_world() -> World:
+    world = World()
+    world.create("flash")
+    world.until("Ready", lambda: (world.obj().get("status") or {}).get("phase") == "Ready")
+    return world
+
+
+def flags_of(world: World, name: str = "flash") -> FlagSet:
+    """The flags the spec asks for now."""
+    return spec_flags(DSV4DeploymentSpec.model_validate(world.obj(name)["spec"]))
+
+
+def stable_runs(api: MemoryApi, writes: list, instance: str = "flash") -> set[str]:
+    """Every flag revision any stable StatefulSet of ``instance`` was ever written with."""
+    seen = set()
+    for write in writes:
+        body = write.body
+        if write.verb != "apply" or write.key[0] != "StatefulSet" or body is None:
+            continue
+        if body["metadata"]["labels"].get("app.kubernetes.io/instance") != instance:
+            continue
+        runs = body["metadata"].get("annotations", {}).get(ANNOTATION_RUNS)
+        if runs:
+            seen.add(FlagSet.model_validate_json(runs).revision)
+    return seen
+
+
+def created(world: World, kind: str, prefix: str) -> list[str]:
+    return [
+        w.key[2]
+        for w in world.api.log
+        if w.created and w.key[0] == kind and w.key[2].startswith(prefix)
+    ]
+
+
+def promotions(world: World) -> int:
+    """Status writes that moved the stable flags: each is one promotion."""
+    count, stable = 0, None
+    for write in world.api.log:
+        if write.verb != "status":
+            continue
+        revision = ((write.body or {}).get("status", {}).get("rollout") or {}).get("stableRevision")
+        if stable is not None and revision is not None and revision != stable:
+            count += 1
+        stable = revision or stable
+    return count
+
+
+def rollout_writes(verdict: dict) -> int:
+    """How many writes a whole rollout makes without faults (the crash points to try)."""
+    world = ready_world()
+    world.verdict = lambda job: verdict
+    before = len([w for w in world.api.log if w.verb != "user"])
+    world.patch_spec("flash", FP4)
+    final = "Idle" if verdict is PASS else "RolledBack"
+    world.until("done", lambda: world.phase() == final and world.rollout().get("verdict"))
+    world.until("canary gone", lambda: not world.children("flash--canary"))
+    return len(world.api.log) - before
+
+
+PASS_WRITES = rollout_writes(PASS)
+FAIL_WRITES = rollout_writes(FAIL)
+
+
+def test_the_sweep_covers_a_whole_rollout():
+    # Status, canary slice (12 objects), probe report + identity + Job, promotions, Events.
+    assert PASS_WRITES > 40 and FAIL_WRITES > 30
+
+
+@pytest.mark.parametrize("crash_at", range(1, PASS_WRITES + 1))
+def test_a_crash_before_any_write_of_a_passing_rollout_still_promotes_exactly_once(crash_at):
+    world = ready_world()
+    tested = flags_of(world)
+    world.patch_spec("flash", FP4)
+    new = flags_of(world)
+    start = len(world.api.log)
+    world.crash_before_write(crash_at)
+    world.until(
+        "promoted",
+        lambda: world.phase() == "Idle" and world.rollout().get("stableRevision") == new.revision,
+        passes=60,
+    )
+    world.until("canary gone", lambda: not world.children("flash--canary"))
+    assert world.crashes == 1
+    rollout = world.rollout()
+    assert rollout["verdict"] == "PASS" and rollout["report"]  # the verdict is not lost
+    writes = world.api.log[start:]
+    assert len(set(created(world, "StatefulSet", "flash--canary-decode"))) == 1
+    assert (
+        len(
+            [
+                w
+                for w in writes
+                if w.created and w.key == ("StatefulSet", NS, "flash--canary-decode")
+            ]
+        )
+        == 1
+    )
+    jobs = [w.key[2] for w in writes if w.created and w.key[0] == "Job"]
+    assert len(jobs) == rollout["probeAttempt"] == 1, jobs
+    assert promotions(world) == 1
+    # Stable workloads only ever ran the old flags or the ones the canary passed.
+    assert stable_runs(world.api, writes) <= {tested.revision, new.revision}
+
+
+@pytest.mark.parametrize("crash_at", range(1, FAIL_WRITES + 1))
+def test_a_crash_before_any_write_of_a_failing_rollout_never_promotes_it(crash_at):
+    world = ready_world()
+    world.verdict = lambda job: FAIL
+    stable = flags_of(world)
+    world.patch_spec("flash", FP4)
+    rejected = flags_of(world)
+    start = len(world.api.log)
+    world.crash_before_write(crash_at)
+    world.until("rolled back", lambda: world.phase() == "RolledBack", passes=60)
+    world.until("canary gone", lambda: not world.children("flash--canary"))
+    assert world.crashes == 1
+    rollout = world.rollout()
+    assert rollout["verdict"] == "FAIL" and rollout["rejectedRevision"] == rejected.revision
+    assert rollout["stableRevision"] == stable.revision
+    writes = world.api.log[start:]
+    assert rejected.revision not in stable_runs(world.api, writes)
+    jobs = [w.key[2] for w in writes if w.created and w.key[0] == "Job"]
+    assert len(jobs) == rollout["probeAttempt"] == 1, jobs
+    # Sticky: more passes (and more crashes) never start it again.
+    for _ in range(5):
+        world.step("flash")
+    assert world.phase() == "RolledBack" and not world.children("flash--canary")
+
+
+def control(world: World, action: ManualAction, revision: str, token: str) -> None:
+    world.annotate("flash", manual.ANNOTATION, manual.encode(action, token, revision))
+
+
+def test_a_control_acts_once_and_is_removed():
+    world = ready_world()
+    world.verdict = lambda job: FAIL
+    world.patch_spec("flash", FP4)
+    world.until("rolled back", lambda: world.phase() == "RolledBack")
+    rejected = world.rollout()["rejectedRevision"]
+    world.verdict = lambda job: PASS
+    control(world, ManualAction.RETRY, rejected, "t1")
+    world.until("retried", lambda: world.phase() == "Idle" and world.rollout()["verdict"] == "PASS")
+    assert world.rollout()["handledAction"] == "t1"
+    assert manual.ANNOTATION not in (world.obj()["metadata"].get("annotations") or {})
+    assert len(world.events("RetryRequested")) == 1
+
+
+def test_a_leftover_promote_does_not_promote_the_next_rollout():
+    world = ready_world()
+    world.verdict = lambda job: FAIL
+    world.patch_spec("flash", FP4)
+    world.until("probing", lambda: world.phase() == "Probing", passes=3)
+    first = world.rollout()["canaryRevision"]
+    # A promote for the first rollout arrives only after it was rolled back.
+    world.until("rolled back", lambda: world.phase() == "RolledBack")
+    control(world, ManualAction.PROMOTE, first, "t-late")
+    world.patch_spec("flash", {"features": {"indexDtype": "fp8", "kvCanary": "off"}})
+    world.until("second canary", lambda: world.phase() in ("CanaryStarting", "Probing"))
+    world.until("rolled back again", lambda: world.phase() == "RolledBack")
+    second = world.rollout()
+    assert second["canaryRevision"] != first
+    assert second["verdict"] == "FAIL", "the leftover promote never acted on the new rollout"
+    assert world.events("RolloutActionIgnored")
+    assert manual.ANNOTATION not in (world.obj()["metadata"].get("annotations") or {})
+
+
+def test_status_wiped_mid_rollout_never_lets_untested_flags_into_production():
+    world = ready_world()
+    stable = flags_of(world)
+    world.verdict = lambda job: FAIL
+    world.patch_spec("flash", FP4)
+    world.until("probing", lambda: world.phase() == "Probing", passes=3)
+    start = len(world.api.log)
+    world.wipe_status("flash", part=None)  # a restore from a backup without status
+    world.step("flash")
+    rebuilt = world.rollout()
+    assert rebuilt["stableRevision"] == stable.revision
+    assert rebuilt["phase"] in ("CanaryStarting", "Probing")
+    assert world.events("RolloutStateRebuilt")
+    world.until("rolled back", lambda: world.phase() == "RolledBack")
+    assert flags_of(world).revision not in stable_runs(world.api, world.api.log[start:])
+    assert world.rollout()["probeAttempt"] == 2, "a new attempt, never the old report re-read"
+
+
+def test_status_wiped_after_a_rejection_keeps_the_rejection():
+    world = ready_world()
+    world.verdict = lambda job: FAIL
+    world.patch_spec("flash", FP4)
+    world.until("rolled back", lambda: world.phase() == "RolledBack")
+    rejected = world.rollout()["rejectedRevision"]
+    world.wipe_status("flash")
+    for _ in range(5):
+        world.step("flash")
+    assert world.phase() == "RolledBack" and world.rollout()["rejectedRevision"] == rejected
+    assert not world.children("flash--canary")
+
+
+def test_status_wiped_after_promotion_rebuilds_the_promoted_flags():
+    world = ready_world()
+    world.patch_spec("flash", FP4)
+    world.until("promoted", lambda: world.phase() == "Idle" and world.rollout().get("verdict"))
+    promoted = world.rollout()["stableRevision"]
+    world.wipe_status("flash")
+    world.step("flash")
+    assert world.rollout()["stableRevision"] == promoted
+    assert world.phase() == "Idle"
+
+
+def test_status_wiped_mid_promotion_resumes_it_only_with_a_pass_report():
+    world = ready_world()
+    world.held = lambda obj: obj["metadata"]["name"] == "flash-decode"  # decode keeps rolling
+    world.patch_spec("flash", FP4)
+    world.until("decode promoting", lambda: world.rollout().get("promotedRoles") == ["decode"])
+    world.wipe_status("flash")
+    world.step("flash")
+    resumed = world.rollout()
+    assert resumed["phase"] == "Promoting" and resumed["promotedRoles"] == ["decode"]
+    # The same, with the PASS report gone: nothing proves the flags, so they roll back.
+    for name in [k[2] for k in world.api.objects if k[0] == "ConfigMap" and "-canary-" in k[2]]:
+        world.api.objects.pop(("ConfigMap", NS, name))
+    world.wipe_status("flash")
+    world.step("flash")
+    assert world.phase() == "RolledBack"
+    assert world.rollout()["rejectedRevision"] == flags_of(world).revision
+
+
+def test_an_unreadable_status_from_another_operator_version_is_read_or_rebuilt():
+    world = ready_world()
+    raw = world.obj()["status"]["rollout"]
+
+    def future_field(obj: dict) -> None:
+        obj["status"]["rollout"] = {**raw, "fieldFromAFutureVersion": {"x": 1}}
+
+    world.api.user_patch(KIND, NS, "flash", future_field)
+    world.step("flash")
+    assert world.rollout()["stableRevision"] == raw["stableRevision"]
+    assert not world.events("RolloutStateRebuilt"), "unknown fields are ignored, not fatal"
+
+
+def test_a_deployment_and_its_namesake_canary_stay_intact_through_a_rollout_of_each():
+    world = World()
+    world.create("flash")
+    world.create("flash-canary")
+    both = ("flash", "flash-canary")
+    world.until("both Ready", lambda: all(world.phase(n) == "Idle" for n in both), *both)
+    namesake = copy.deepcopy(world.children("flash-canary"))
+    world.patch_spec("flash", FP4)
+    world.until(
+        "flash promoted",
+        lambda: world.phase("flash") == "Idle" and world.rollout("flash").get("verdict"),
+        *both,
+    )
+    after = world.children("flash-canary")
+    assert after.keys() == namesake.keys()
+    assert all(after[k]["metadata"]["uid"] == namesake[k]["metadata"]["uid"] for k in after)
+    world.patch_spec("flash-canary", FP4)
+    world.until(
+        "flash-canary promoted",
+        lambda: (
+            world.phase("flash-canary") == "Idle" and world.rollout("flash-canary").get("verdict")
+        ),
+        *both,
+    )
+    assert world.children("flash--canary--canary") == {}
+    world.until(
+        "both Ready", lambda: all(world.obj(n)["status"]["phase"] == "Ready" for n in both), *both
+    )
+
+
+def test_an_object_another_owner_holds_is_never_adopted():
+    world = World()
+    foreign = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": "flash-decode", "namespace": NS, "labels": {"team": "other"}},
+        "spec": {"replicas": 3},
+    }
+    world.api.user_apply(foreign)
+    world.create("flash")
+    for _ in range(3):
+        world.step("flash")
+    held = world.api.get("StatefulSet", NS, "flash-decode")
+    assert held["spec"] == {"replicas": 3} and "ownerReferences" not in held["metadata"]
+    status = world.obj()["status"]
+    degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
+    assert degraded["status"] == "True" and degraded["reason"] == "WriteConflict"
+    assert "StatefulSet flash-decode exists and belongs to no owner" in degraded["message"]
+    assert world.events("WriteConflict")
+
+
+def test_a_promotion_that_cannot_finish_is_rolled_back_at_its_deadline():
+    world = ready_world()
+    world.patch_spec("flash", {**FP4, "rollout": {"promotionTimeoutSeconds": 120}})
+    world.held = lambda obj: obj["metadata"]["name"] == "flash-decode"  # its pods never start
+    world.until("decode promoting", lambda: world.rollout().get("promotedRoles") == ["decode"])
+    world.until("rolled back", lambda: world.phase() == "RolledBack", seconds=30)
+    rollout = world.rollout()
+    assert rollout["verdict"] == "PROMOTION_TIMEOUT"
+    assert "within 120s (decode not rolled)" in rollout["message"]
+    decode = world.api.get("StatefulSet", NS, "flash-decode")
+    runs = FlagSet.model_validate_json(decode["metadata"]["annotations"][ANNOTATION_RUNS])
+    assert runs.revision == rollout["stableRevision"], "decode is back on the stable flags"
+
+
+def test_the_production_watch_keeps_running_after_a_rollback():
+    world = ready_world()
+    world.patch_spec("flash", {"rollout": {"stableProbeIntervalSeconds": 60}})
+    world.verdict = lambda job: FAIL if "canary" in job["metadata"]["name"] else WATCH_CLEAN
+    world.patch_spec("flash", FP4)
+    world.until("rolled back", lambda: world.phase() == "RolledBack")
+    watched = world.rollout().get("stableProbe")
+    world.until(
+        "a watch run after the rollback",
+        lambda: (w := world.rollout().get("stableProbe")) and w != watched and w.get("verdict"),
+        seconds=30,
+    )
+    assert world.rollout()["stableProbe"]["verdict"] == "NoCorruptionSeen"
+    assert world.phase() == "RolledBack"
+
+
+WATCH_CLEAN = {"verdict": "INCONCLUSIVE", "rate": 0.0, "bound": 0.058, "samples": 50, "message": ""}
+
+
+def test_a_concurrent_abort_refuses_the_status_write_and_no_role_is_promoted():
+    """A person aborts while a pass is deciding to promote the first role: the pass's status
+    write is refused (resourceVersion precondition), so nothing it decided was acted on,
+    and the pass runs again on what is there now — the abort."""
+    world = ready_world()
+    world.patch_spec("flash", FP4)
+    world.until("promotion started", lambda: world.phase() == "Promoting")
+    assert world.rollout()["promotedRoles"] == []
+    passed = world.rollout()["canaryRevision"]
+
+    def abort_meanwhile(api: MemoryApi, key: tuple) -> None:
+        api.before_status_write = None  # once
+        control(world, ManualAction.ABORT, passed, "t-abort")
+
+    world.api.before_status_write = abort_meanwhile
+    start = len(world.api.log)
+    world.step("flash")  # decides "promote decode", is refused, decides again
+    rollout = world.rollout()
+    assert rollout["phase"] == "RolledBack" and rollout["verdict"] == "ABORTED"
+    assert passed not in stable_runs(world.api, world.api.log[start:])
+
+
+def test_a_pass_report_not_filed_by_the_probe_is_not_trusted():
+    world = ready_world()
+    world.verdict = lambda job: {**PASS, "samples": 100}  # fewer than 598
+    world.patch_spec("flash", FP4)
+    world.until("rolled back", lambda: world.phase() == "RolledBack")
+    assert world.rollout()["verdict"] == "INCONCLUSIVE"
+    assert "100 judged samples, 598 required" in world.rollout()["message"]
+
+
+def test_events_of_the_canary_slice_and_probe_jobs_reconcile_their_real_owner():
+    world = ready_world()
+    world.verdict = lambda job: FAIL
+    world.patch_spec("flash", FP4)
+    world.until("probing", lambda: world.phase() == "Probing")
+    sts = world.api.get("StatefulSet", NS, "flash--canary-decode")
+    job = next(obj for (kind, _, _), obj in world.api.objects.items() if kind == "Job")
+    assert owning_deployment(sts["metadata"]) == owning_deployment(job["metadata"]) == "flash"
