@@ -81,14 +81,15 @@ class Background:
 def operator_and_runtime(
     cluster: LocalCluster, namespace: str, logs: Path, *extra: str
 ) -> tuple[Background, Background]:
-    """The operator for one namespace, probing reference engines that the local runtime runs
-    for the engine pods (both returned unstarted; ``extra``: more `run` flags)."""
+    """The operator for one namespace, and the local runtime that runs a reference engine for
+    each engine pod of a `spec.engine: reference` deployment (both returned unstarted;
+    ``extra``: more `run` flags)."""
     env = {**cluster.env, "DSV4_LOCALRUN_DIR": str(logs)}
     operator = Background(
         [
             str(Path(sys.executable).with_name("dsv4-operator")), "run",
             "--namespace", namespace, "--lease-namespace", namespace, "--lease-seconds", "6",
-            "--engine-backend", "reference", "--local-endpoints",
+            "--local-endpoints",
             "--resync-seconds", "2", "--health-port", str(free_port()),
             *extra,
         ],

@@ -28,6 +28,7 @@ from dsv4_operator.reconcile.kube import Kube
 from dsv4_operator.render.meta import Owner
 from dsv4_operator.rollout.job_executor import JobProbeExecutor
 from dsv4_operator.rollout.probe_job import probe_account
+from dsv4_operator.rollout.reports import ReportRef
 from tests.e2e.helpers import account_kubeconfig, audit_events, get_json, wait_for
 from tests.unit.install import rbac_from_code
 
@@ -277,15 +278,17 @@ def test_the_operators_rbac_lets_it_run_probe_jobs(installed):
     kube = Kube(config.new_client_from_config(config_file=str(kubeconfig)))
     flash = get_json(cluster, "dsv4", "flash", "-n", SAMPLE_NS)["metadata"]
     owner = Owner(name="flash", namespace=SAMPLE_NS, uid=flash["uid"])
-    report = "flash-canary-rbac-1"
-    settings = ProbeSettings(base_url=f"http://flash-canary-router.{SAMPLE_NS}.svc:8000")
+    ref = ReportRef("canary", "rbac", attempt=1)
+    report = ref.name(owner)
+    settings = ProbeSettings(base_url=f"http://flash--canary-router.{SAMPLE_NS}.svc:8000")
     executor = JobProbeExecutor(kube, "ghcr.io/dsv4/operator:0.1.0")
-    executor.start(owner, report, "canary", settings)  # an ApiError (403) would raise here
+    executor.start(owner, ref, settings)  # an ApiError (403) would raise here
     executor.running(owner, report)
     job = get_json(cluster, "job", report, "-n", SAMPLE_NS)
     assert job["spec"]["template"]["spec"]["serviceAccountName"] == probe_account(owner)
-    role = get_json(cluster, "role", probe_account(owner), "-n", SAMPLE_NS)
+    role = get_json(cluster, "role", report, "-n", SAMPLE_NS)
     assert role["rules"][0]["resources"] == ["configmaps"]
+    assert role["rules"][0]["resourceNames"] == [report]
     result = cluster.kubectl(
         "auth", "can-i", "delete", "jobs", "-n", SAMPLE_NS, f"--as={OPERATOR_SA}", check=False
     )

@@ -297,22 +297,25 @@ def test_feature_flag_change_changes_the_hash_and_rolls_affected_pods(ns, operat
 
     # New flags go to a canary slice first; the stable pods keep running the old flags.
     def canary_exists():
-        probe = ns.kubectl("get", "statefulset", "flash-canary-decode", "-n", NS, check=False)
+        probe = ns.kubectl("get", "statefulset", "flash--canary-decode", "-n", NS, check=False)
         return probe.returncode == 0
 
-    wait_for("canary slice", canary_exists, 60)
-    # The canary's objects are applied before the status that records them: wait for both.
-    wait_for(
+    # The status records the decision before the canary's objects are applied: wait for both.
+    starting = wait_for(
         "rollout phase CanaryStarting",
-        lambda: status(ns, "flash").get("rollout", {}).get("phase") == "CanaryStarting",
-        30,
+        lambda: (
+            (r := status(ns, "flash").get("rollout", {})).get("phase") == "CanaryStarting" and r
+        ),
+        60,
     )
+    wait_for("canary slice", canary_exists, 60)
     assert {p["metadata"]["uid"] for p in pods(ns, "flash", "decode")} <= set(before)
-    # Nothing answers for the canary here (no local runtime in this test): a person promotes.
+    # Nothing answers for the canary here (no local runtime in this test): a person promotes
+    # the flags this canary runs (a control names them; it acts once and is removed).
+    control = manual.encode(ManualAction.PROMOTE, "e2e", starting["canaryRevision"])
     ns.kubectl(
-        "annotate", "dsv4", "flash", "-n", NS, "--overwrite",
-        f"{manual.ANNOTATION}={manual.encode(ManualAction.PROMOTE, 'e2e')}",
-    )  # fmt: skip
+        "annotate", "dsv4", "flash", "-n", NS, "--overwrite", f"{manual.ANNOTATION}={control}"
+    )
 
     def rolled():
         decode = pods(ns, "flash", "decode")
@@ -348,13 +351,15 @@ def test_feature_flag_change_changes_the_hash_and_rolls_affected_pods(ns, operat
         "canary deleted after promotion",
         lambda: (
             ns.kubectl(
-                "get", "statefulset", "flash-canary-decode", "-n", NS, check=False
+                "get", "statefulset", "flash--canary-decode", "-n", NS, check=False
             ).returncode
             != 0
         ),
         60,
     )
     assert status(ns, "flash")["rollout"]["verdict"] == "MANUAL_PROMOTE"
+    annotations = kget(ns, "dsv4", "flash")["metadata"].get("annotations") or {}
+    assert manual.ANNOTATION not in annotations, "a handled control is removed"
 
 
 def test_missing_prerequisites_set_degraded_without_crashing(ns, operator):

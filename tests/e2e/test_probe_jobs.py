@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from dsv4_engine.probe import ProbeSettings
 from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.rollout import RolloutVerdict
-from dsv4_operator.api.samples import load_sample
+from dsv4_operator.api.samples import shipped_sample
 from dsv4_operator.cluster.local import LocalCluster
 from dsv4_operator.reconcile.kube import Kube
 from dsv4_operator.render.meta import LABEL_COMPONENT, Owner
@@ -37,7 +37,12 @@ from dsv4_operator.rollout.probe_job import (
     probe_identity,
     probe_job,
 )
-from dsv4_operator.rollout.reports import REPORT_KEY, outcome_from_config_map, report_skeleton
+from dsv4_operator.rollout.reports import (
+    REPORT_KEY,
+    ReportRef,
+    outcome_from_config_map,
+    report_skeleton,
+)
 from dsv4_operator.runtime import probe_image
 from tests.e2e.helpers import (
     Background,
@@ -53,13 +58,13 @@ IMAGE = "ghcr.io/dsv4/operator:e2e"
 BIN = Path(sys.executable).parent
 
 
-def create_deployment(cluster: LocalCluster, namespace: str, spec: dict | None = None) -> Owner:
+def create_deployment(cluster: LocalCluster, namespace: str) -> Owner:
+    """The shipped reference-engine sample, unchanged, in ``namespace``."""
     cluster.kubectl("apply", "--server-side", "-f", str(CRD_PATH))
     cluster.kubectl("wait", "--for=condition=Established", "crd/dsv4deployments.inference.dsv4.dev")
     cluster.kubectl("create", "namespace", namespace, check=False)
-    sample = load_sample()
-    sample["metadata"] = {"name": "flash", "namespace": namespace}
-    sample["spec"].update(spec or {})
+    sample = shipped_sample("flash-reference")
+    sample["metadata"]["namespace"] = namespace
     cluster.kubectl("apply", "-f", "-", input=json.dumps(sample))
     uid = get_json(cluster, "dsv4", "flash", "-n", namespace)["metadata"]["uid"]
     return Owner(name="flash", namespace=namespace, uid=uid)
@@ -73,13 +78,22 @@ def admin(cluster: LocalCluster) -> Kube:
 COMMAND_NS = "probe-job-command"
 
 
+PERMITTED = ReportRef("canary", "perm", attempt=1)
+
+
+def file_skeleton(kube: Kube, owner: Owner, ref: ReportRef) -> dict:
+    """What the operator does before a probe Job: the report, then the Job's identity."""
+    skeleton = kube.apply(report_skeleton(owner, ref))
+    for obj in probe_identity(owner, skeleton):
+        kube.apply(obj)
+    return skeleton
+
+
 @pytest.fixture(scope="module")
 def owner(cluster: LocalCluster) -> Owner:
     """A DSV4Deployment to own the reports; no operator watches this namespace."""
     owner = create_deployment(cluster, COMMAND_NS)
-    kube = admin(cluster)
-    for obj in probe_identity(owner):
-        kube.apply(obj)
+    file_skeleton(admin(cluster), owner, PERMITTED)
     return owner
 
 
@@ -96,8 +110,9 @@ def test_the_jobs_command_files_its_verdict_as_the_probe_account(
     cluster, owner, server_thread, tmp_path, server, exit_code, verdict
 ):
     kube = admin(cluster)
-    report = f"flash-canary-cmd{exit_code}-1"
-    skeleton = kube.apply(report_skeleton(owner, report))
+    ref = ReportRef("canary", f"cmd{exit_code}", attempt=1)
+    report = ref.name(owner)
+    skeleton = file_skeleton(kube, owner, ref)
     url = server_thread(**server).url if server is not None else "http://127.0.0.1:9"
     settings = ProbeSettings(
         base_url=url, backend="reference", concurrency=8, requests=60, max_corruption_rate=0.1
@@ -130,16 +145,18 @@ def test_the_jobs_command_files_its_verdict_as_the_probe_account(
 @pytest.mark.parametrize(
     ("verb", "resource", "namespace", "allowed"),
     [
-        ("patch", "configmaps", COMMAND_NS, True),
-        ("get", "configmaps", COMMAND_NS, True),
+        ("patch", "configmaps/flash-canary-perm-1", COMMAND_NS, True),
+        ("get", "configmaps/flash-canary-perm-1", COMMAND_NS, True),
+        ("patch", "configmaps/flash-engine", COMMAND_NS, False),  # only its own report
+        ("patch", "configmaps", COMMAND_NS, False),
         ("create", "configmaps", COMMAND_NS, False),  # the operator creates the report
-        ("delete", "configmaps", COMMAND_NS, False),
-        ("patch", "configmaps", "default", False),  # only its own namespace
+        ("delete", "configmaps/flash-canary-perm-1", COMMAND_NS, False),
+        ("patch", "configmaps/flash-canary-perm-1", "default", False),  # its namespace only
         ("get", "secrets", COMMAND_NS, False),
         ("patch", "dsv4deployments", COMMAND_NS, False),
     ],
 )
-def test_the_probe_account_may_fill_in_reports_and_nothing_else(
+def test_the_probe_account_may_fill_in_its_report_and_nothing_else(
     cluster, owner, verb, resource, namespace, allowed
 ):
     user = f"system:serviceaccount:{COMMAND_NS}:{probe_account(owner)}"
@@ -177,9 +194,10 @@ def test_a_restarted_operator_never_starts_a_second_job_for_one_attempt(cluster,
     it ended without a report (KWOK's pods run nothing), files INCONCLUSIVE instead of
     probing again."""
     kube = admin(cluster)
-    report = "flash-canary-restart-1"
-    settings = ProbeSettings(base_url="http://flash-canary-router.x.svc:8000", backend="reference")
-    JobProbeExecutor(kube, IMAGE).start(owner, report, "canary", settings)
+    ref = ReportRef("canary", "restart", attempt=1)
+    report = ref.name(owner)
+    settings = ProbeSettings(base_url="http://flash--canary-router.x.svc:8000", backend="reference")
+    JobProbeExecutor(kube, IMAGE).start(owner, ref, settings)
     job = wait_for(
         "the Job to end",
         lambda: (
@@ -191,8 +209,8 @@ def test_a_restarted_operator_never_starts_a_second_job_for_one_attempt(cluster,
     )
     restarted = JobProbeExecutor(kube, IMAGE)
     assert not restarted.running(owner, report)
-    restarted.start(owner, report, "canary", settings)
-    restarted.start(owner, report, "canary", settings)  # every later pass, too
+    restarted.start(owner, ref, settings)
+    restarted.start(owner, ref, settings)  # every later pass, too
     assert kube.get("Job", COMMAND_NS, report)["metadata"]["uid"] == job["metadata"]["uid"]
     outcome = outcome_from_config_map(kube.get("ConfigMap", COMMAND_NS, report))
     assert outcome is not None and outcome.verdict is RolloutVerdict.INCONCLUSIVE
@@ -210,14 +228,15 @@ def test_a_running_job_is_waited_for_across_restarts_and_stopped_when_told(clust
     }
     cluster.kubectl("apply", "-f", "-", input=json.dumps(quota))
     kube = admin(cluster)
-    report = "flash-canary-held-1"
-    settings = ProbeSettings(base_url="http://flash-canary-router.x.svc:8000", backend="reference")
-    JobProbeExecutor(kube, IMAGE).start(owner, report, "canary", settings)
+    ref = ReportRef("canary", "held", attempt=1)
+    report = ref.name(owner)
+    settings = ProbeSettings(base_url="http://flash--canary-router.x.svc:8000", backend="reference")
+    JobProbeExecutor(kube, IMAGE).start(owner, ref, settings)
     job = kube.get("Job", owner.namespace, report)
 
     restarted = JobProbeExecutor(kube, IMAGE)
     assert restarted.running(owner, report)
-    restarted.start(owner, report, "canary", settings)
+    restarted.start(owner, ref, settings)
     assert kube.get("Job", owner.namespace, report)["metadata"]["uid"] == job["metadata"]["uid"]
 
     restarted.stop(owner, report)
@@ -229,7 +248,6 @@ def test_a_running_job_is_waited_for_across_restarts_and_stopped_when_told(clust
 
 # -- an operator in Job mode -------------------------------------------------------------------
 MODE_NS = "probe-job-mode"
-CANARY = {"requests": 32, "concurrency": 16, "maxCorruptionRate": 0.1, "readyTimeoutSeconds": 240}
 HICACHE_BF16 = {"hicache": {"enabled": True, "ratio": 2.0}, "indexDtype": "bf16"}
 
 
@@ -238,7 +256,7 @@ def job_mode(cluster: LocalCluster, tmp_path_factory):
     logs = tmp_path_factory.mktemp("probe-job-mode")
     job_flags = ("--probe-mode", "job", "--probe-image", IMAGE)
     operator, runtime = operator_and_runtime(cluster, MODE_NS, logs, *job_flags)
-    owner = create_deployment(cluster, MODE_NS, {"canary": CANARY})
+    owner = create_deployment(cluster, MODE_NS)
     operator.start()
     runtime.start()
     try:
@@ -271,7 +289,7 @@ def test_a_probe_job_that_files_nothing_is_inconclusive_and_rolls_back(cluster, 
     (container,) = job["spec"]["template"]["spec"]["containers"]
     assert container["image"] == IMAGE and container["command"] == ["dsv4ctl"]
     # The Job reaches the canary the way a pod does: through the router Service's DNS name.
-    assert container["args"][1] == f"http://flash-canary-router.{MODE_NS}.svc:8000"
+    assert container["args"][1] == f"http://flash--canary-router.{MODE_NS}.svc:8000"
     report = job["metadata"]["annotations"][ANNOTATION_REPORT]
     (ref,) = job["metadata"]["ownerReferences"]
     assert (ref["kind"], ref["name"]) == ("ConfigMap", report)

@@ -20,8 +20,8 @@ from dsv4_operator.render.meta import Owner
 from dsv4_operator.rollout import manual
 from dsv4_operator.rollout.decide import ManualAction
 from dsv4_operator.rollout.executor import LocalProbeExecutor
-from dsv4_operator.rollout.reports import outcome_from_config_map
-from tests.e2e.helpers import get_json, wait_for
+from dsv4_operator.rollout.reports import ReportRef, outcome_from_config_map
+from tests.e2e.helpers import get_json
 
 NS = "rollout-controls"
 
@@ -39,13 +39,17 @@ def deployment(cluster: LocalCluster) -> Owner:
 
 
 def run_attempt(cluster: LocalCluster, owner: Owner, report: str, server_kwargs: dict | None):
+    """One local probe attempt filing `flash-canary-<revision>-<attempt>`."""
     kube = Kube(config.new_client_from_config(config_file=cluster.kubeconfig))
+    revision, attempt = report.removeprefix("flash-canary-").rsplit("-", 1)
+    ref = ReportRef("canary", revision, attempt=int(attempt))
+    assert ref.name(owner) == report
 
     async def go() -> None:
         executor = LocalProbeExecutor(kube.apply, asyncio.get_running_loop())
         if server_kwargs is None:
             url = "http://127.0.0.1:9"  # discard port: nothing listens
-            await executor.run(owner, report, "canary", ProbeSettings(base_url=url))
+            await executor.run(owner, ref, ProbeSettings(base_url=url))
             return
         server = ScriptedCompletionServer(**server_kwargs)
         url = await server.start()
@@ -53,7 +57,7 @@ def run_attempt(cluster: LocalCluster, owner: Owner, report: str, server_kwargs:
             settings = ProbeSettings(
                 base_url=url, backend="reference", concurrency=8, requests=200, seed=3
             )
-            await executor.run(owner, report, "canary", settings)
+            await executor.run(owner, ref, settings)
         finally:
             await server.stop()
 
@@ -114,13 +118,12 @@ def test_rollout_cli_shows_status_prints_report_and_sets_controls(cluster, deplo
     annotations = get_json(cluster, "dsv4", "flash", "-n", NS)["metadata"]["annotations"]
     request = manual.parse(annotations)
     assert request is not None and request.action is ManualAction.RETRY and request.token
-    assert main(["rollout", "abort", "flash", *common]) == 0
-
-    def aborted():
-        got = manual.parse(get_json(cluster, "dsv4", "flash", "-n", NS)["metadata"]["annotations"])
-        return got is not None and got.action is ManualAction.ABORT
-
-    wait_for("abort annotation", aborted, timeout=10)
+    assert request.revision == "abc"  # bound to the rejected flags it retries
+    # Nothing is in progress: an abort is refused before anything is written.
+    assert main(["rollout", "abort", "flash", *common]) == 1
+    assert "nothing to abort" in capsys.readouterr().err
+    after = manual.parse(get_json(cluster, "dsv4", "flash", "-n", NS)["metadata"]["annotations"])
+    assert after == request
 
 
 def test_rollout_cli_on_a_missing_deployment_is_one_line(cluster, capsys):

@@ -6,9 +6,11 @@ rendered `engine.yaml` (its role, its feature flags, fault injection included), 
 router in front of its slice's engines — on a loopback port, then publishes the port in
 the endpoint map (see `endpoints`).  A pod that goes away takes its process with it.
 
-Only what cannot run here is changed: the backend becomes `reference`, parallelism 1, and
-ports are local.  Everything the canary is meant to catch (flags, HiCache, index-K dtype)
-is exactly what the operator rendered.
+Only what cannot run here is changed: parallelism 1, and ports are local.  Everything the
+canary is meant to catch (flags, HiCache, index-K dtype) is exactly what the operator
+rendered.  The engine is never swapped: a pod of a deployment that runs SGLang (it needs
+GPUs) is left alone, with one log line saying so — such a deployment says `engine: reference`
+to run here (manifests/samples/flash-reference.yaml does).
 """
 
 from __future__ import annotations
@@ -65,13 +67,21 @@ class Process:
     restarts: int = 0
 
 
+class NotReference(ValueError):
+    """The pod runs an engine this machine cannot run (SGLang needs GPUs)."""
+
+
 def local_engine_yaml(text: str, port: int, bootstrap_port: int) -> tuple[str, dict[str, str]]:
     """The pod's engine.yaml as the CPU reference engine runs it, plus the environment."""
     config = load_engine_yaml(text)
+    if config.backend is not Backend.REFERENCE:
+        raise NotReference(
+            f"it runs engine {config.backend.value}, which needs GPUs; the local runtime runs "
+            "only `spec.engine: reference` (see manifests/samples/flash-reference.yaml)"
+        )
     disaggregation = config.disaggregation.model_copy(update={"bootstrap_port": bootstrap_port})
     local = config.model_copy(
         update={
-            "backend": Backend.REFERENCE,
             "tp": 1,
             "dp": 1,
             "ep": 1,
@@ -95,6 +105,8 @@ class LocalRuntime:
     # Health answers of this pass, by pod uid: the router, the endpoint map and the restart
     # checks all ask, and each answer is an HTTP round trip (up to 2 s on a busy machine).
     _health: dict[str, bool] = field(default_factory=dict, init=False, repr=False)
+    # Pods this runtime will not run (another engine), told once each.
+    _refused: set[str] = field(default_factory=set, init=False, repr=False)
 
     def sync(self) -> None:
         """One pass: start what new Running pods need, stop what vanished pods left."""
@@ -134,7 +146,13 @@ class LocalRuntime:
         if text is None or short_hash(text) != wanted:
             return  # the ConfigMap for this pod's template is not there yet: next pass
         port, bootstrap = free_port(), free_port()
-        local, env = local_engine_yaml(text, port, bootstrap)
+        try:
+            local, env = local_engine_yaml(text, port, bootstrap)
+        except NotReference as why:
+            if pod.metadata.uid not in self._refused:
+                self._refused.add(pod.metadata.uid)
+                log.warning("not running pod %s/%s: %s", ns, pod.metadata.name, why)
+            return
         config_path = self.workdir / f"{pod.metadata.name}-{pod.metadata.uid[:8]}.yaml"
         config_path.write_text(local)
         command = [sys.executable, "-m", "dsv4_engine.cli", "launch", "--config", str(config_path)]

@@ -51,6 +51,7 @@ def engine_config(owner: Owner, spec: DSV4DeploymentSpec, role: Role) -> EngineC
         )
     return EngineConfig(
         role=role,
+        backend=spec.engine,
         model_path=model_path(spec),
         served_model_name=spec.model.served_model_name,
         tool_call_parser=spec.model.tool_call_parser,

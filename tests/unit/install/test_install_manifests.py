@@ -162,11 +162,20 @@ def crd_schema():
     return version["schema"]["openAPIV3Schema"]
 
 
-def test_there_are_the_two_samples_the_docs_promise():
-    names = {yaml.safe_load(p.read_text())["metadata"]["name"] for p in SAMPLES}
+def engine_of(path) -> str:
+    return yaml.safe_load(path.read_text())["spec"].get("engine", "sglang")
+
+
+def test_there_are_the_samples_the_docs_promise():
+    """Two GPU deployments on SGLang (the kustomization applies both) and the CPU reference
+    engine's, for the local playground and CI (applied on its own: it is also `flash`)."""
+    gpu = [p for p in SAMPLES if engine_of(p) == "sglang"]
+    names = {yaml.safe_load(p.read_text())["metadata"]["name"] for p in gpu}
     assert names == {"flash", "pro"}
     (kustomization,) = load("samples", "kustomization.yaml")
-    assert sorted(kustomization["resources"]) == [p.name for p in SAMPLES]
+    assert sorted(kustomization["resources"]) == [p.name for p in gpu]
+    (reference,) = [p.name for p in SAMPLES if engine_of(p) == "reference"]
+    assert reference == "flash-reference.yaml"
 
 
 @pytest.mark.parametrize("path", SAMPLES, ids=[p.stem for p in SAMPLES])
@@ -191,7 +200,7 @@ def test_the_pro_sample_is_multi_node_on_gb200_in_one_nvlink_domain():
 
 
 def test_the_flash_sample_is_one_prefill_and_one_decode_on_b200():
-    (flash,) = [yaml.safe_load(p.read_text()) for p in SAMPLES if "flash" in p.name]
+    (flash,) = [yaml.safe_load(p.read_text()) for p in SAMPLES if "flash-b200" in p.name]
     spec = DSV4DeploymentSpec.model_validate(flash["spec"])
     assert spec.placement.gpu_products == ("NVIDIA-B200",)
     assert spec.model.preset.value == "v4-flash"

@@ -3,16 +3,18 @@ CPU (backend, parallelism, ports) changes."""
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from dsv4_engine.engine_config import Backend, EngineConfig, dump_engine_yaml, load_engine_yaml
 from dsv4_engine.features import EngineFeatures, FaultInjection, HiCacheFeature, IndexDtype, Role
-from dsv4_operator.localrun.runtime import INJECT_ENV, local_engine_yaml
+from dsv4_operator.localrun.runtime import INJECT_ENV, NotReference, local_engine_yaml
 
 
-def rendered(features: EngineFeatures) -> str:
+def rendered(features: EngineFeatures, backend: Backend = Backend.REFERENCE) -> str:
     config = EngineConfig(
         role=Role.DECODE,
+        backend=backend,
         model_path="/models",
         served_model_name="deepseek-v4-flash",
         tp=4,
@@ -42,3 +44,10 @@ def test_the_demo_fault_reaches_the_engine_as_its_environment_switch():
     features = EngineFeatures(fault_injection=FaultInjection(ungated_index_k=True))
     _, env = local_engine_yaml(rendered(features), port=31001, bootstrap_port=31002)
     assert env == {INJECT_ENV: "1"}
+
+
+def test_an_sglang_pod_is_never_swapped_for_the_reference_engine():
+    """What a DSV4Deployment says it runs is what runs: SGLang needs GPUs, so the local
+    runtime leaves such a pod alone rather than quietly running something else."""
+    with pytest.raises(NotReference, match="only `spec.engine: reference`"):
+        local_engine_yaml(rendered(EngineFeatures(), Backend.SGLANG), 31001, 31002)

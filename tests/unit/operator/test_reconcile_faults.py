@@ -391,3 +391,20 @@ def test_events_of_the_canary_slice_and_probe_jobs_reconcile_their_real_owner():
     sts = world.api.get("StatefulSet", NS, "flash--canary-decode")
     job = next(obj for (kind, _, _), obj in world.api.objects.items() if kind == "Job")
     assert owning_deployment(sts["metadata"]) == owning_deployment(job["metadata"]) == "flash"
+
+
+def test_workloads_without_a_record_are_not_guessed_at():
+    """Status lost and the workloads made by an operator that recorded nothing: the flags
+    they run cannot be told apart from untested ones, so nothing is touched."""
+    world = ready_world()
+    for (kind, _, _), obj in world.api.objects.items():
+        if kind == "StatefulSet":
+            obj["metadata"]["annotations"].pop("inference.dsv4.dev/stable-flags")
+    world.wipe_status("flash")
+    world.patch_spec("flash", FP4)
+    start = len(world.api.log)
+    world.step("flash")
+    degraded = next(c for c in world.obj()["status"]["conditions"] if c["type"] == "Degraded")
+    assert degraded["reason"] == "RolloutStateLost"
+    assert "carries no readable flags record" in degraded["message"]
+    assert not [w for w in world.api.log[start:] if w.verb not in ("status", "create")]
