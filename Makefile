@@ -51,7 +51,7 @@ bench: bench-plan bench-probe bench-engine-server bench-engine bench-rollout ## 
 bench-probe: venv ## Probe client throughput at concurrency 64, samples needed to PASS / FAIL
 	$(PY) bench/bench_probe.py
 
-bench-rollout: venv control-plane ## Flag change -> canary verdict -> promotion time, and API writes per rollout
+bench-rollout: venv control-plane ## On the shipped defaults: flag change -> FAIL / PASS verdict -> rollout done, samples, API writes
 	$(PY) bench/bench_rollout.py
 
 bench-plan: venv ## Time `dsv4ctl plan` (must stay interactive: well under a second)

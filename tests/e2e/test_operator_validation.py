@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from dsv4_engine.probe.stats import minimum_samples
 from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.samples import load_sample, merge_patch
 
@@ -44,3 +45,51 @@ def test_invalid_spec_is_refused_naming_the_field(crd, case):
     result = dry_run(crd, obj)
     assert result.returncode != 0, f"accepted: {case['patch']}"
     assert case["field"] in result.stderr, result.stderr
+
+
+# (maxCorruptionRate, confidence): the defaults, a tight and a loose budget, high confidence.
+SETTINGS = [(0.005, 0.95), (0.001, 0.99), (0.1, 0.95), (0.02, 0.999), (0.3, 0.6)]
+
+
+@pytest.mark.parametrize(("rate", "confidence"), SETTINGS)
+def test_the_api_server_and_the_probe_agree_on_the_fewest_requests_that_can_pass(
+    crd, rate, confidence
+):
+    """At the minimum the API server accepts, one below it refuses naming the field and the
+    minimum — the very number `dsv4ctl probe` and the canary use (`minimum_samples`)."""
+    least = minimum_samples(rate, confidence)
+    canary = {"maxCorruptionRate": rate, "confidence": confidence}
+
+    def with_requests(n: int | None) -> dict:
+        settings = canary if n is None else {**canary, "requests": n}
+        return merge_patch(
+            load_sample(), {"metadata": {"name": "grid"}, "spec": {"canary": settings}}
+        )
+
+    assert dry_run(crd, with_requests(least)).returncode == 0
+    assert dry_run(crd, with_requests(None)).returncode == 0  # unset: the minimum
+    refused = dry_run(crd, with_requests(least - 1))
+    assert refused.returncode != 0
+    assert "spec.canary.requests" in refused.stderr
+    assert f"{least - 1} requests can never PASS" in refused.stderr
+    assert f"the minimum is {least}" in refused.stderr
+
+
+def test_a_setting_no_request_count_can_pass_is_refused_even_unset(crd):
+    obj = merge_patch(
+        load_sample(),
+        {"metadata": {"name": "hopeless"}, "spec": {"canary": {"maxCorruptionRate": 1e-5}}},
+    )
+    refused = dry_run(crd, obj)
+    assert refused.returncode != 0
+    assert "the default requests can never PASS" in refused.stderr
+    assert "the minimum is more than 100000" in refused.stderr
+
+
+@pytest.mark.parametrize(("name", "accepted"), [("flash-canary", True), ("flash--canary", False)])
+def test_a_name_with_a_double_hyphen_is_refused(crd, name, accepted):
+    """`<name>--canary-…` is the canary slice's: no deployment may be named into it."""
+    result = dry_run(crd, merge_patch(load_sample(), {"metadata": {"name": name}}))
+    assert (result.returncode == 0) is accepted, result.stderr
+    if not accepted:
+        assert "metadata.name: must not contain '--'" in result.stderr

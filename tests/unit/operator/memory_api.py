@@ -53,6 +53,8 @@ class MemoryApi:
     crash_countdown: int | None = None
     # Called right before a status write lands: a test changes the object "concurrently".
     before_status_write: Callable[[MemoryApi, Key], None] | None = None
+    # Writes the "server" refuses: (verb, kind) -> the error it answers (403, 422, ...).
+    refuse: dict[tuple[str, str], ApiError] = field(default_factory=dict)
     _versions: itertools.count = field(default_factory=lambda: itertools.count(1))
     _uids: itertools.count = field(default_factory=lambda: itertools.count(1))
 
@@ -62,6 +64,9 @@ class MemoryApi:
         self.crash_countdown = n
 
     def _write(self, verb: str, key: Key) -> None:
+        refused = self.refuse.get((verb, key[0]))
+        if refused is not None:
+            raise refused
         if self.crash_countdown is not None:
             self.crash_countdown -= 1
             if self.crash_countdown <= 0:

@@ -18,6 +18,7 @@ from dsv4_operator.api import KIND
 from dsv4_operator.api.rollout import FlagSet
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.reconcile.handlers import owning_deployment
+from dsv4_operator.reconcile.kube import ApiError
 from dsv4_operator.rollout import manual
 from dsv4_operator.rollout.decide import ManualAction
 from dsv4_operator.rollout.record import ANNOTATION_RUNS
@@ -408,3 +409,24 @@ def test_workloads_without_a_record_are_not_guessed_at():
     assert degraded["reason"] == "RolloutStateLost"
     assert "carries no readable flags record" in degraded["message"]
     assert not [w for w in world.api.log[start:] if w.verb not in ("status", "create")]
+
+
+@pytest.mark.parametrize(
+    ("status", "reason"), [(403, "WriteForbidden"), (422, "WriteInvalid"), (500, "WriteFailed")]
+)
+def test_a_refused_write_is_a_condition_and_an_event_naming_the_object(status, reason):
+    world = World()
+    message = "statefulsets.apps is forbidden: not allowed"
+    world.api.refuse[("apply", "StatefulSet")] = ApiError(status, message)
+    world.create("flash")
+    world.step("flash")
+    degraded = next(c for c in world.obj()["status"]["conditions"] if c["type"] == "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", reason)
+    named = f"apply StatefulSet flash-prefill: HTTP {status}: {message}"
+    assert degraded["message"] == named
+    assert [e["message"] for e in world.events(reason)] == [named]
+    # Once the server accepts again, the next pass converges and the condition clears.
+    world.api.refuse.clear()
+    world.until("Ready", lambda: world.obj()["status"]["phase"] == "Ready")
+    degraded = next(c for c in world.obj()["status"]["conditions"] if c["type"] == "Degraded")
+    assert degraded["status"] == "False"
