@@ -10,9 +10,10 @@ the verdict names the deviation instead of calling the text prose.
 
 What counts as DSML-shaped: `<`, optionally a marker-like `?dsml?` (any case, any single
 character or none for each bar), then one of DSML's element names.  Without a marker the
-tag must also look like the element: `name="…"` on an invoke or parameter, nothing on an
-envelope — so `<parameter>` in an XML explanation is not taken for a damaged call, while
-`<invoke name="get_weather">` is.  A marker-like `|DSML|` outside any tag is a fragment.
+tag must also look like the element: `name="…"` on an invoke or parameter, or the envelope
+names `function_calls`/`tool_calls` — so `<parameter>` or `<calls>` in an XML explanation
+is not taken for a damaged call, while `<invoke name="get_weather">` is.  Outside a tag, a
+marker between vertical bars (``|DSML|``) is a fragment.
 Parameter values are never searched: they are user data and may hold any text.
 """
 
@@ -33,7 +34,9 @@ _NEAR_TAG = re.compile(
     r"(?![A-Za-z0-9_])(?P<rest>[^<>]{0,300})>",
     re.IGNORECASE,
 )
-_NEAR_MARKER = re.compile(rf"(?P<lbar>{_BARISH})\s?(?P<word>dsml)\s?(?P<rbar>{_BARISH})", re.I)
+# Outside a tag only vertical bars make a marker: "(DSML)" in prose is a word.
+_BARS = "[|｜│┃∣ǀ¦︱︲￨❘]"
+_NEAR_MARKER = re.compile(rf"(?P<lbar>{_BARS})\s?(?P<word>dsml)\s?(?P<rbar>{_BARS})", re.I)
 
 
 @dataclass(frozen=True)
@@ -58,9 +61,12 @@ def find(text: str, spelling: Spelling) -> NearMiss | None:
 
 
 def _looks_like_element(name: str, rest: str) -> bool:
-    if name.lower() in ("invoke", "parameter"):
-        return 'name="' in rest or not rest.strip()
-    return rest.strip() in ("", "/")
+    """Without a marker, only a tag shaped like DSML's own: an invoke or parameter with its
+    name attribute, or one of the two envelope names that are no ordinary word."""
+    name = name.lower()
+    if name in ("invoke", "parameter"):
+        return 'name="' in rest
+    return name in ("function_calls", "tool_calls") and rest.strip() in ("", "/")
 
 
 def _tag_deviations(m: re.Match[str], spelling: Spelling) -> list[str]:
