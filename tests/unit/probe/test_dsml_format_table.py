@@ -2,6 +2,9 @@
 definitions say: SGLang 0.5.23's detectors for each `--tool-call-parser`, DeepSeek's
 encoders (deepseek-recipe for V4/V4.1, encoding_dsv32 for V3.2) and their special tokens."""
 
+import json
+from pathlib import Path
+
 import deepseek_recipe as dr
 import pytest
 
@@ -17,7 +20,7 @@ from dsv4_engine.probe.dsml_format import (
     DsmlFormat,
 )
 from tests.unit.probe.encoders import render
-from tests.unit.probe.served_parsers import SGLANG_PARSERS
+from tests.unit.probe.served_parsers import SGLANG_PARSERS, recipe_serve
 
 pytestmark = pytest.mark.sglang
 
@@ -72,3 +75,28 @@ def test_an_invoke_without_parameters_holds_one_of_the_tables_bodies(fmt):
     )
     body = text.split(f'{s.tag(INVOKE)} name="p">', 1)[1].split(s.closing(INVOKE), 1)[0]
     assert body in EMPTY_INVOKE_BODIES
+
+
+def _corpus(fmt: DsmlFormat) -> dict[str, dict]:
+    path = Path(__file__).parents[2] / "data" / "dsml_corpus" / f"corpus_{fmt}.jsonl"
+    return {row["edit"]: row for row in map(json.loads, path.read_text().splitlines())}
+
+
+def test_deepseeks_reference_parser_demands_the_layout_the_validator_demands():
+    """V3.2's reference parser (DeepSeek's, as SGLang ships it) reads the valid calls and
+    refuses a lost newline, a lost blank line and text after the block."""
+    from sglang.srt.entrypoints.openai import encoding_dsv32 as ds32
+
+    rows = _corpus(DsmlFormat.V32)
+    for edit in ("weather", "multi", "multilingual", "limits"):
+        message = ds32.parse_message_from_completion_text(rows[edit]["text"], "chat")
+        assert message["tool_calls"], edit
+    for edit in ("no_newline_between_tags", "no_blank_line_before_block", "runaway_after_block"):
+        with pytest.raises(ds32.DS32EncodingError):
+            ds32.parse_message_from_completion_text(rows[edit]["text"], "chat")
+
+
+@pytest.mark.parametrize("fmt", [DsmlFormat.V4, DsmlFormat.V41])
+def test_deepseek_recipe_reads_no_arguments_from_a_json_body(fmt):
+    row = _corpus(fmt)["json_body"]
+    assert recipe_serve(row["text"], fmt, row["tools"]).calls == (("get_weather", {}),)
