@@ -58,6 +58,7 @@ __all__ = [
     "Language",
     "ToolCall",
     "language",
+    "markup_in",
     "parse",
     "split_reasoning",
 ]
