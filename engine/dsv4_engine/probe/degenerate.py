@@ -1,52 +1,81 @@
-"""Signs that text is no longer language: loops, mixed-script salad, stray special tokens.
+"""Signs that an answer is no longer language, judged from its own evidence and the request.
 
-Why these three: they are what a corrupted attention read produces in practice — once the
-lightning indexer selects the wrong entries, decoding falls into a repetition loop, drifts
-into tokens from unrelated scripts, or emits chat-template tokens mid-answer.  Each test
-is tuned to stay quiet on ordinary prose (including bilingual CJK/Latin text and markdown)
-and to fire on the damage; the corpus tests hold both sides.
+What a corrupted attention read produces in practice: once the lightning indexer selects
+the wrong entries, decoding falls into a repetition loop, runs on past where it should
+stop, emits chat-template tokens mid-answer, or drifts into tokens from unrelated text.
+Each check below looks for one of these and is argued so that ordinary output — code,
+markdown tables, bilingual text, and argument values in any mix of scripts — stays quiet:
+
+* **Loops** — a unit of 2..100 characters repeated back to back at least 5 times over at
+  least 60 characters; a unit shorter than 5 characters needs 12 repeats (``=`` * 40 under
+  a title, "ha ha ha" are language).  A loop the request itself holds is copied, not
+  degenerate.  Values of complete parameters are user data: they are judged only when the
+  prompt is known (then a loop must come from it), otherwise the echo and schema judge them.
+* **Runaway** — text after the tool-call block (the format ends the turn there) is found by
+  the parser; an answer that runs into max_tokens is the caller's `finish_reason` evidence.
+* **Stray special tokens** — chat-template tokens (``<｜User｜>``, ``</think>``, …) in the
+  answer: the tokenizer never produces them from text, only a derailed decoder does.
+* **Token salad** — never judged by how many scripts appear: a call may legitimately carry
+  Arabic, Cyrillic, CJK, Hebrew, Greek, Latin and emoji at once, and values are not judged
+  for scripts at all.  In the prose, two kinds of evidence count, each needing two words
+  (one odd word is as likely a name or a quote as damage; damage confined to one word is
+  the echo's to catch):
+
+  - words that switch script inside themselves (``Lеt`` with a Cyrillic ``е``,
+    ``weatherпожалуйста``) — tokens glued from unrelated vocabularies.  Latin next to CJK is
+    ordinary ("GPU显存"), and a single-letter prefix is notation (``Δx``, ``μs``);
+  - when the prompt is known: words in a script that neither the request (prompt, schemas,
+    echo) nor the model's own languages (Latin, CJK) explain.
 """
 
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections import Counter
-from functools import lru_cache
+from itertools import groupby
 
-from dsv4_engine.probe.dsml import EOS, TAG
+from dsv4_engine.probe.context import RequestContext
+from dsv4_engine.probe.dsml import Language
+from dsv4_engine.probe.scripts import CJK, LATIN, script
 
-# A unit of 2..100 characters repeated back to back at least 5 times.
 _REPEAT = re.compile(r"(.{2,100}?)\1{4,}", re.DOTALL)
 _MIN_LOOP_CHARS = 60
 _MIN_SHORT_UNIT_REPEATS = 12
+_SHORT_UNIT = 5
 _SPECIAL = re.compile(r"<｜(?!DSML｜)[^｜<>\n]{1,40}｜>|<think>|</think>")
 _WORD = re.compile(r"\w+")
-_CJK_FAMILY = frozenset({"CJK", "HIRAGANA", "KATAKANA", "HANGUL", "FULLWIDTH", "HALFWIDTH"})
-_MAX_SCRIPTS = 3
-_NOT_LETTERS = "0123456789_"
+_MODEL_SCRIPTS = frozenset({LATIN, CJK})
+_MIN_SALAD_WORDS = 2
 
 
-def degeneracy(text: str) -> str | None:
-    """Why `text` (reasoning split off) is degenerate, or None when it reads as language."""
-    body = text.removesuffix(EOS)
-    if not body.strip():
+def degeneracy(answer: Language, context: RequestContext | None = None) -> str | None:
+    """Why the answer is degenerate, or None when it reads as language."""
+    if not answer.prose.strip() and not answer.values:
         return "empty output"
-    if m := _SPECIAL.search(body):
-        return f"stray special token {m[0]!r}"
-    # Each well-formed DSML tag counts as one character: tags legitimately repeat.
-    language = TAG.sub("\x00", body)
-    return _loop(language) or _salad(language)
+    for text in (answer.prose, *answer.values):
+        if (m := _SPECIAL.search(text)) and not _explained(m[0], context):
+            return f"stray special token {m[0]!r}"
+    judged_values = answer.values if context is not None and context.prompt_known else ()
+    for text in (answer.prose, *judged_values):
+        if why := _loop(text, context):
+            return why
+    return _salad(answer.prose, context)
+
+
+def _explained(fragment: str, context: RequestContext | None) -> bool:
+    return context is not None and context.explains(fragment)
 
 
 def _may_loop(text: str) -> bool:
     """Cheap necessary condition: a unit repeated 5 times over 60+ characters makes some
     6-gram occur at least 5 times (at the unit's period, or more often for short units)."""
+    if len(text) < _MIN_LOOP_CHARS:
+        return False
     grams = Counter(text[i : i + 6] for i in range(len(text) - 5))
-    return bool(grams) and grams.most_common(1)[0][1] >= 5
+    return grams.most_common(1)[0][1] >= 5
 
 
-def _loop(text: str) -> str | None:
+def _loop(text: str, context: RequestContext | None) -> str | None:
     if not _may_loop(text):
         return None
     for m in _REPEAT.finditer(text):
@@ -54,45 +83,43 @@ def _loop(text: str) -> str | None:
         repeats = len(m[0]) // len(unit)
         if unit.strip() == "" or len(m[0]) < _MIN_LOOP_CHARS:
             continue
-        if len(unit.strip()) < 5 and repeats < _MIN_SHORT_UNIT_REPEATS:
+        if len(unit.strip()) < _SHORT_UNIT and repeats < _MIN_SHORT_UNIT_REPEATS:
+            continue
+        if _explained(m[0], context):
             continue
         return f"loop: {unit!r:.40} repeated {repeats} times"
     return None
 
 
-@lru_cache(maxsize=4096)
-def _script(char: str) -> str | None:
-    """The script family of a letter (first word of its Unicode name), None for non-letters."""
-    if not char.isalpha():
+def _salad(prose: str, context: RequestContext | None) -> str | None:
+    if prose.isascii():
         return None
-    name = unicodedata.name(char, "")
-    first = name.split(" ", 1)[0]
-    return "CJK" if first in _CJK_FAMILY else first or None
-
-
-def _salad(text: str) -> str | None:
-    """Words that mix alphabets, or more alphabets than any one answer plausibly needs.
-
-    Latin next to CJK inside one word is normal in Chinese and Japanese technical text
-    ("GPU显存"), so that pair is not counted; Latin inside a Cyrillic word is not.
-    """
-    if text.isascii():
+    words = [w for w in _WORD.findall(prose) if not w.isascii() and not _explained(w, context)]
+    mixed = [w for w in words if _switches_script(w)]
+    if len(mixed) >= _MIN_SALAD_WORDS:
+        return f"mixed-script words: {', '.join(mixed[:3])}"
+    if context is None or not context.prompt_known:
         return None
-    scripts: set[str] = set()
-    mixed_words = []
-    for word in _WORD.findall(text):
-        if word.isascii():
-            if word.strip(_NOT_LETTERS):
-                scripts.add("LATIN")
-            continue
-        in_word = {s for s in map(_script, word) if s}
-        scripts |= in_word
-        if {"CJK", "LATIN"} <= in_word:
-            in_word.discard("CJK")
-        if len(in_word) > 1:
-            mixed_words.append(word)
-    if len(mixed_words) >= 2:
-        return f"mixed-script words: {', '.join(mixed_words[:3])}"
-    if len(scripts) > _MAX_SCRIPTS:
-        return f"mixed-script salad: {len(scripts)} scripts ({', '.join(sorted(scripts))})"
+    allowed = _MODEL_SCRIPTS | context.scripts
+    foreign = [w for w in words if {s for s in map(script, w) if s} - allowed]
+    if len(foreign) >= _MIN_SALAD_WORDS:
+        scripts = sorted({s for w in foreign for s in map(script, w) if s} - allowed)
+        return (
+            f"token salad: {', '.join(foreign[:3])} in {', '.join(scripts)}, "
+            "which neither the request nor the model's languages explain"
+        )
     return None
+
+
+def _switches_script(word: str) -> bool:
+    """A word whose letters change script twice, or once between runs of 2+ letters.
+    Latin and CJK together count as one (ordinary in Chinese and Japanese text)."""
+    runs = [
+        (key, len(list(group)))
+        for key, group in groupby(
+            LATIN if s == CJK else s for s in map(script, word) if s is not None
+        )
+    ]
+    if len(runs) >= 3:
+        return True
+    return len(runs) == 2 and min(length for _, length in runs) >= 2

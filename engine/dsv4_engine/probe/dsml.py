@@ -2,22 +2,27 @@
 
 Why our own parser: SGLang's detectors and DeepSeek's `deepseek-recipe` are built to serve
 users, so they are lenient — they skip an unclosed invoke, ignore stray text, accept a bare
-invoke without its envelope — and a corrupted answer then reaches the client looking
-plausible.  A probe needs the opposite: every deviation from the format the encoder renders
-is reported, with the class of damage, so a corruption rate means something.
+invoke without its envelope, strip or keep whitespace — and a corrupted answer then reaches
+the client looking plausible.  A probe needs the opposite: every deviation from what the
+encoders render is reported, with the class of damage, so a corruption rate means something.
 
-The grammar accepted (｜ is U+FF5C; V4.1 puts one space after the marker in every tag and
-names the envelope ` calls`):
+The grammar, with every token and separator from the format table in `dsml_format`
+(OPEN(x) is ``<｜DSML｜x`` in V3.2/V4 and ``<｜DSML｜ x`` in V4.1, CLOSE(x) its ``</…>``):
 
-    completion := [reasoning "</think>"] prose [block] [prose] [EOS]
-    block      := <｜DSML｜ENV> ws (invoke ws)+ </｜DSML｜ENV>
-    invoke     := <｜DSML｜invoke name="N"> ws (param ws)* </｜DSML｜invoke>
-                | <｜DSML｜invoke name="N"> ws JSON-object ws </｜DSML｜invoke>
-                | <｜DSML｜invoke name="N"/>
-    param      := <｜DSML｜parameter name="P" string="true|false">VALUE</｜DSML｜parameter>
+    answer  := prose [BLOCK_PREFIX block] [EOS]
+    block   := OPEN(env)> SEP invoke (SEP invoke)* SEP CLOSE(env)
+    invoke  := OPEN(invoke) name="N"> (SEP param)+ SEP CLOSE(invoke)
+             | OPEN(invoke) name="N"> ("\\n" | "\\n\\n") CLOSE(invoke)
+             | OPEN(invoke) name="N"/>
+    param   := OPEN(parameter) name="P" string="true|false">VALUE CLOSE(parameter)
 
-`string="true"` values are taken verbatim (no stripping: the encoder writes none);
-`string="false"` values must be one JSON literal.
+What a deviation is classed as: a tag of the block spelt otherwise (another format's
+envelope or spacing, a near miss such as ASCII ``|`` or no marker, whitespace where the
+format has ``\\n``, a JSON body) is ENVELOPE_MISMATCH; tags out of order, stray text or
+missing attributes UNBALANCED; text that ends inside the block TRUNCATED; markup outside
+the block LEAKED_MARKUP; text after the block — the format ends the turn there — a runaway
+(DEGENERATE_TEXT).  `string="true"` values are taken verbatim, `string="false"` values must
+be one JSON literal.
 """
 
 from __future__ import annotations
@@ -25,40 +30,48 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from enum import Enum, StrEnum
+from enum import Enum
 from typing import Any, NoReturn
 
+from dsv4_engine.probe import nearmiss
+from dsv4_engine.probe.dsml_format import (
+    BLOCK_PREFIX,
+    ELEMENT_NAMES,
+    EMPTY_INVOKE_BODIES,
+    ENVELOPE_NAMES,
+    EOS,
+    INVOKE,
+    MARKER,
+    PARAMETER,
+    SEPARATOR,
+    THINK_END,
+    DsmlFormat,
+    Spelling,
+)
 from dsv4_engine.probe.outcome import Outcome
 
-MARKER = "｜DSML｜"
-EOS = "<｜end▁of▁sentence｜>"
-THINK_END = "</think>"
-ENVELOPE_NAMES = frozenset({"function_calls", "tool_calls", "calls"})
+__all__ = [
+    "EOS",
+    "MARKER",
+    "DsmlError",
+    "DsmlFormat",
+    "Language",
+    "ToolCall",
+    "language",
+    "markup_in",
+    "parse",
+    "split_reasoning",
+]
 
 TAG = re.compile(
-    r"<(?P<close>/?)｜DSML｜(?P<space> ?)(?P<name>[A-Za-z_]+)"
-    r'(?P<attrs>(?:\s+[A-Za-z_]+="[^"<>]*")*)\s*(?P<selfclose>/?)>'
+    rf"<(?P<close>/?){MARKER}(?P<space>\s*)(?P<name>[A-Za-z_]+)"
+    r'(?P<attrs>(?:\s+[A-Za-z_]+="[^"<>]*")*)(?P<pad>\s*)(?P<selfclose>/?)>'
 )
-_PARTIAL_TAG = re.compile(r'</?｜DSML｜ ?[A-Za-z_]*(?:\s+[A-Za-z_]+(?:="[^"<>]*"?|=)?)*\s*/?')
-_ATTR = re.compile(r'([A-Za-z_]+)="([^"<>]*)"')
-
-
-class DsmlFormat(StrEnum):
-    V32 = "v32"
-    V4 = "v4"
-    V41 = "v41"
-
-    @property
-    def envelope(self) -> str:
-        return {"v32": "function_calls", "v4": "tool_calls", "v41": "calls"}[self.value]
-
-    @property
-    def spaced(self) -> bool:
-        return self is DsmlFormat.V41
-
-    def tag(self, name: str, close: bool = False) -> str:
-        """The spelling of a tag's opening, e.g. ``<｜DSML｜ invoke`` for V4.1."""
-        return f"<{'/' if close else ''}{MARKER}{' ' if self.spaced else ''}{name}"
+_PARTIAL_TAG = re.compile(rf'</?{MARKER}\s*[A-Za-z_]*(?:\s+[A-Za-z_]+(?:="[^"<>]*"?|=)?)*\s*/?')
+_INSIDE_OUTCOMES = (Outcome.ENVELOPE_MISMATCH, Outcome.UNBALANCED)
+"""Inside the block: a misspelt tag, and a bare marker fragment."""
+_INVOKE_ATTRS = re.compile(r' name="(?P<name>[^"<>]*)"')
+_PARAM_ATTRS = re.compile(r' name="(?P<name>[^"<>]*)" string="(?P<string>true|false)"')
 
 
 class DsmlError(Exception):
@@ -77,7 +90,7 @@ class ToolCall:
 
 
 class _State(Enum):
-    OUTSIDE = "outside the block"
+    OUTSIDE = "before the block"
     ENVELOPE = "inside the envelope"
     INVOKE = "inside an invoke"
     PARAM = "inside a parameter value"
@@ -86,120 +99,153 @@ class _State(Enum):
 
 @dataclass
 class _Parser:
-    fmt: DsmlFormat
+    spelling: Spelling
     state: _State = _State.OUTSIDE
     calls: list[ToolCall] = field(default_factory=list)
+    pending: list[str] = field(default_factory=list)
+    """Text since the last tag."""
     invoke_name: str = ""
     invoke_args: dict[str, Any] = field(default_factory=dict)
-    invoke_body: list[str] = field(default_factory=list)
     param_name: str = ""
     param_is_string: bool = True
-    param_value: list[str] = field(default_factory=list)
 
     def text(self, chunk: str) -> None:
-        """Text between tags; prose outside the block is left to `degenerate`."""
-        if self.state is _State.ENVELOPE and chunk.strip():
-            raise DsmlError(Outcome.UNBALANCED, f"stray text inside the envelope: {chunk!r:.60}")
-        if self.state is _State.INVOKE:
-            self.invoke_body.append(chunk)
-        elif self.state is _State.PARAM:
-            self.param_value.append(chunk)
+        if self.state is _State.OUTSIDE:
+            _no_near_miss(chunk, self.spelling, "before the block", Outcome.ENVELOPE_MISMATCH)
+        elif self.state is _State.DONE:
+            _no_near_miss(chunk, self.spelling, "after the block", Outcome.LEAKED_MARKUP)
+        self.pending.append(chunk)
+
+    def finish(self) -> tuple[ToolCall, ...]:
+        if self.state is not _State.OUTSIDE and self.state is not _State.DONE:
+            raise DsmlError(Outcome.TRUNCATED, f"text ends {self.state.value}")
+        if self.state is _State.DONE and (rest := "".join(self.pending)):
+            raise DsmlError(
+                Outcome.DEGENERATE_TEXT,
+                f"runaway: {rest!r:.60} after the tool-call block, where the format ends the turn",
+            )
+        return tuple(self.calls)
 
     def tag(self, m: re.Match[str]) -> None:
-        name, close = m["name"], bool(m["close"])
-        spaced, selfclose = bool(m["space"]), bool(m["selfclose"])
-        known = name in ENVELOPE_NAMES or name in ("invoke", "parameter")
+        name, close, selfclose = m["name"], bool(m["close"]), bool(m["selfclose"])
         if self.state is _State.DONE:
             raise DsmlError(Outcome.LEAKED_MARKUP, f"DSML tag after the block: {m[0]!r}")
-        if not known:
+        if self.state in (_State.ENVELOPE, _State.INVOKE):
+            # A misspelt tag among exact ones: name it before the structure breaks on it.
+            between = "".join(self.pending)
+            _no_near_miss(between, self.spelling, self.state.value, *_INSIDE_OUTCOMES)
+        if name not in ELEMENT_NAMES and name.lower() not in ELEMENT_NAMES:
             where = Outcome.LEAKED_MARKUP if self.state is _State.OUTSIDE else Outcome.UNBALANCED
             raise DsmlError(where, f"unknown DSML tag {m[0]!r} {self.state.value}")
-        if self.state is _State.PARAM and not (close and name == "parameter"):
+        if self.state is _State.PARAM and not (close and name.lower() == PARAMETER):
             raise DsmlError(Outcome.UNBALANCED, f"{m[0]!r} inside parameter {self.param_name!r}")
-        wrong_envelope = name in ENVELOPE_NAMES and name != self.fmt.envelope
-        if wrong_envelope or spaced != self.fmt.spaced:
-            raise DsmlError(
-                Outcome.ENVELOPE_MISMATCH,
-                f"{m[0]!r} is not {self.fmt.value} DSML (expected "
-                f"{self.fmt.tag(self.fmt.envelope if name in ENVELOPE_NAMES else name, close)!r})",
-            )
-        attrs = dict(_ATTR.findall(m["attrs"]))
+        self._check_spelling(m)
         if name in ENVELOPE_NAMES:
             self._envelope(close, selfclose, m[0])
-        elif name == "invoke":
-            self._invoke(close, selfclose, attrs, m[0])
+        elif name == INVOKE:
+            self._invoke(close, selfclose, m, m[0])
         else:
-            self._param(close, selfclose, attrs, m[0])
+            self._param(close, selfclose, m, m[0])
+        self.pending = []
+
+    def _check_spelling(self, m: re.Match[str]) -> None:
+        name, spelling = m["name"], self.spelling
+        expected = spelling.envelope if name.lower() in ENVELOPE_NAMES else name.lower()
+        if name == expected and m["space"] == spelling.space:
+            return
+        if name != name.lower() and name.lower() == expected:
+            why = f"element {name!r} where the format spells it {expected!r}"
+        elif name.lower() != expected:
+            why = f"envelope {name!r} where {spelling.fmt} names it {expected!r}"
+        else:
+            why = f"{m['space']!r} between the marker and {name!r} where {spelling.fmt} writes {spelling.space!r}"
+        raise DsmlError(
+            Outcome.ENVELOPE_MISMATCH,
+            f"{m[0]!r} is not {spelling.fmt} DSML: {why} "
+            f"(expected {spelling.tag(expected, bool(m['close']))!r})",
+        )
+
+    def _separator(self, allowed: tuple[str, ...], where: str) -> None:
+        """The text since the last tag must be exactly one of `allowed`."""
+        chunk = "".join(self.pending)
+        if chunk in allowed:
+            return
+        _no_near_miss(chunk, self.spelling, where, *_INSIDE_OUTCOMES)
+        if not chunk.strip():
+            raise DsmlError(
+                Outcome.ENVELOPE_MISMATCH,
+                f"layout: {chunk!r} {where} where the format writes {allowed[0]!r}",
+            )
+        if self.state is _State.INVOKE and _is_json_object(chunk):
+            raise DsmlError(
+                Outcome.ENVELOPE_MISMATCH,
+                f"invoke {self.invoke_name!r} body is a JSON object: the format passes "
+                "arguments only as parameter tags (deepseek-recipe reads {} from it)",
+            )
+        raise DsmlError(Outcome.UNBALANCED, f"stray text {where}: {chunk.strip()!r:.60}")
 
     def _envelope(self, close: bool, selfclose: bool, raw: str) -> None:
         if selfclose:
             raise DsmlError(Outcome.UNBALANCED, f"self-closing envelope {raw!r}")
         if not close and self.state is _State.OUTSIDE:
+            if not "".join(self.pending).endswith(BLOCK_PREFIX):
+                raise DsmlError(
+                    Outcome.ENVELOPE_MISMATCH,
+                    f"layout: the block must follow the prose after {BLOCK_PREFIX!r}, "
+                    f"found {''.join(self.pending)[-2:]!r}",
+                )
             self.state = _State.ENVELOPE
         elif close and self.state is _State.ENVELOPE:
             if not self.calls:
                 raise DsmlError(Outcome.UNBALANCED, "tool-call block without an invoke")
+            self._separator((SEPARATOR,), "before the envelope's end")
             self.state = _State.DONE
         else:
             raise DsmlError(Outcome.UNBALANCED, f"{raw!r} {self.state.value}")
 
-    def _invoke(self, close: bool, selfclose: bool, attrs: dict[str, str], raw: str) -> None:
+    def _invoke(self, close: bool, selfclose: bool, m: re.Match[str], raw: str) -> None:
         if self.state is _State.OUTSIDE and not close:
             raise DsmlError(Outcome.ENVELOPE_MISMATCH, f"{raw!r} without the tool-call envelope")
         if not close and self.state is _State.ENVELOPE:
-            if not attrs.get("name"):
-                raise DsmlError(Outcome.UNBALANCED, f"invoke without a name: {raw!r}")
+            self._separator((SEPARATOR,), "inside the envelope")
+            attrs = _INVOKE_ATTRS.fullmatch(m["attrs"])
+            if attrs is None or m["pad"] or not attrs["name"]:
+                raise DsmlError(Outcome.UNBALANCED, f'invoke needs exactly name="…": {raw!r}')
             if selfclose:
                 self.calls.append(ToolCall(attrs["name"], {}))
                 return
-            self.state, self.invoke_name = _State.INVOKE, attrs["name"]
-            self.invoke_args, self.invoke_body = {}, []
+            self.state, self.invoke_name, self.invoke_args = _State.INVOKE, attrs["name"], {}
         elif close and self.state is _State.INVOKE:
-            self.calls.append(ToolCall(self.invoke_name, self._invoke_arguments()))
+            allowed = (SEPARATOR,) if self.invoke_args else EMPTY_INVOKE_BODIES
+            self._separator(allowed, f"inside invoke {self.invoke_name!r}")
+            self.calls.append(ToolCall(self.invoke_name, self.invoke_args))
             self.state = _State.ENVELOPE
         else:
             raise DsmlError(Outcome.UNBALANCED, f"{raw!r} {self.state.value}")
 
-    def _invoke_arguments(self) -> dict[str, Any]:
-        body = "".join(self.invoke_body).strip()
-        if not body:
-            return self.invoke_args
-        if self.invoke_args:
-            raise DsmlError(Outcome.UNBALANCED, f"stray text between parameters: {body!r:.60}")
-        try:
-            parsed = json.loads(body, parse_constant=_reject_constant)
-        except ValueError:
-            raise DsmlError(
-                Outcome.UNBALANCED, f"invoke {self.invoke_name!r} body is neither tags nor JSON"
-            ) from None
-        if not isinstance(parsed, dict):
-            raise DsmlError(Outcome.SCHEMA, f"invoke {self.invoke_name!r} JSON body not an object")
-        return parsed
-
-    def _param(self, close: bool, selfclose: bool, attrs: dict[str, str], raw: str) -> None:
+    def _param(self, close: bool, selfclose: bool, m: re.Match[str], raw: str) -> None:
         if self.state is _State.OUTSIDE:
             raise DsmlError(Outcome.ENVELOPE_MISMATCH, f"{raw!r} without the tool-call envelope")
         if not close and self.state is _State.INVOKE and not selfclose:
-            if "".join(self.invoke_body).strip():
-                raise DsmlError(Outcome.UNBALANCED, "stray text before a parameter")
-            self.invoke_body = []
-            kind = attrs.get("string")
-            if not attrs.get("name") or kind not in ("true", "false"):
+            self._separator((SEPARATOR,), f"inside invoke {self.invoke_name!r}")
+            attrs = _PARAM_ATTRS.fullmatch(m["attrs"])
+            if attrs is None or m["pad"] or not attrs["name"]:
                 raise DsmlError(
-                    Outcome.UNBALANCED, f'parameter needs name="…" and string="true|false": {raw!r}'
+                    Outcome.UNBALANCED,
+                    f'parameter needs exactly name="…" string="true|false": {raw!r}',
                 )
             if attrs["name"] in self.invoke_args:
                 raise DsmlError(Outcome.SCHEMA, f"parameter {attrs['name']!r} given twice")
             self.state, self.param_name = _State.PARAM, attrs["name"]
-            self.param_is_string, self.param_value = kind == "true", []
-        elif close and self.state is _State.PARAM:
+            self.param_is_string = attrs["string"] == "true"
+        elif close and self.state is _State.PARAM and not selfclose:
             self.invoke_args[self.param_name] = self._param_value()
             self.state = _State.INVOKE
         else:
             raise DsmlError(Outcome.UNBALANCED, f"{raw!r} {self.state.value}")
 
     def _param_value(self) -> Any:
-        raw = "".join(self.param_value)
+        raw = "".join(self.pending)
         if self.param_is_string:
             return raw
         try:
@@ -209,6 +255,31 @@ class _Parser:
                 Outcome.SCHEMA,
                 f'parameter {self.param_name!r} string="false" is not JSON: {raw!r:.60}',
             ) from None
+
+
+def _no_near_miss(
+    text: str,
+    spelling: Spelling,
+    where: str,
+    tag_outcome: Outcome,
+    fragment_outcome: Outcome = Outcome.LEAKED_MARKUP,
+) -> None:
+    """Raise when `text` holds something shaped like DSML that is not the exact spelling."""
+    near = nearmiss.find(text, spelling)
+    if near is None:
+        return
+    what = "DSML-like tag" if near.is_tag else "DSML marker fragment"
+    raise DsmlError(
+        tag_outcome if near.is_tag else fragment_outcome,
+        f"{what} {near.text!r:.60} {where} is not {spelling.fmt} DSML: {near.deviation}",
+    )
+
+
+def _is_json_object(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
 
 
 def _reject_constant(value: str) -> Any:
@@ -222,10 +293,9 @@ def split_reasoning(text: str) -> tuple[str, str]:
 
 
 def parse(text: str, fmt: DsmlFormat) -> tuple[ToolCall, ...]:
-    """The calls of an answer (reasoning already split off); `DsmlError` on any deviation.
-    Prose around the block is allowed and not returned: `degenerate` judges it."""
+    """The calls of an answer (reasoning already split off); `DsmlError` on any deviation."""
     body = text.removesuffix(EOS)
-    parser = _Parser(fmt)
+    parser = _Parser(fmt.spelling)
     pos = 0
     while (hit := body.find(MARKER, pos)) != -1:
         start = hit - 2 if body[max(0, hit - 2) : hit] == "</" else hit - 1
@@ -237,12 +307,20 @@ def parse(text: str, fmt: DsmlFormat) -> tuple[ToolCall, ...]:
         parser.tag(m)
         pos = m.end()
     tail = body[pos:]
-    if parser.state is not _State.OUTSIDE and parser.state is not _State.DONE:
-        raise DsmlError(Outcome.TRUNCATED, f"text ends {parser.state.value}")
     if _ends_with_partial_marker(tail):
         raise DsmlError(Outcome.TRUNCATED, f"text ends inside a DSML tag: {tail[-12:]!r}")
     parser.text(tail)
-    return tuple(parser.calls)
+    return parser.finish()
+
+
+def markup_in(text: str, fmt: DsmlFormat) -> str | None:
+    """Why `text` (reasoning, or content next to server-parsed calls) holds DSML markup —
+    the exact marker or a near miss — or None when it holds none."""
+    if MARKER in text:
+        at = text.index(MARKER)
+        return f"DSML markup {text[max(0, at - 2) : at + 20]!r}"
+    near = nearmiss.find(text, fmt.spelling)
+    return None if near is None else f"DSML-like markup {near.text!r:.60} ({near.deviation})"
 
 
 def _bad_marker(body: str, start: int, state: _State) -> NoReturn:
@@ -264,3 +342,28 @@ def _ends_with_partial_marker(tail: str) -> bool:
     return len(fragment) >= 2 and (
         ("<" + MARKER).startswith(fragment) or ("</" + MARKER).startswith(fragment)
     )
+
+
+@dataclass(frozen=True)
+class Language:
+    """An answer split for the degeneracy judge: the words the model wrote as language
+    (prose, stray text, an unfinished value) and the values of complete parameters."""
+
+    prose: str
+    values: tuple[str, ...]
+
+
+def language(text: str) -> Language:
+    """Split an answer (reasoning split off) without parsing it: it may be broken or in
+    another format's spelling, so any parameter-shaped element (exact, other format, or a
+    near miss) delimits a value.  Each DSML tag becomes one NUL character, so tags that
+    legitimately repeat make no loop."""
+    body = text.removesuffix(EOS)
+    values = tuple(m[1] for m in _VALUE.finditer(body))
+    return Language(TAG.sub("\x00", _VALUE.sub("\x00", body)), values)
+
+
+_VALUE = re.compile(
+    rf"<\s*[^\s<>]{{0,8}}\s*{PARAMETER}\b[^<>]*>(.*?)<\s*/\s*[^\s<>]{{0,8}}\s*{PARAMETER}\s*>",
+    re.DOTALL | re.IGNORECASE,
+)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dsv4_engine.probe.client import ChatAnswer, EngineClient, TransportError
+from dsv4_engine.probe.context import RequestContext
 from dsv4_engine.probe.outcome import VALID, Judgement, Outcome
 from dsv4_engine.probe.settings import ProbeName, ProbeSettings
 from dsv4_engine.probe.tools import Echo, tool_validators
@@ -103,7 +104,12 @@ async def _echo(
         messages.append({"role": "user", "content": echo_instruction(echo)})
         answer = await ctx.client.chat(ctx.body(messages, ctx.settings.max_tokens, tools=True))
         judgement = classify_chat_message(
-            answer.message, answer.finish_reason, ctx.settings.format, _ECHO_VALIDATORS, echo
+            answer.message,
+            answer.finish_reason,
+            ctx.settings.format,
+            _ECHO_VALIDATORS,
+            echo,
+            RequestContext.of(messages, [ECHO_TOOL], echo),
         )
         if not judgement.valid:
             return judgement, answer

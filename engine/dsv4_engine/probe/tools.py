@@ -7,6 +7,7 @@ ignores a keyword would call a violating call valid.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -37,10 +38,25 @@ def tool_validators(
     tools: Sequence[Mapping[str, Any]],
 ) -> dict[str, jsonschema.protocols.Validator]:
     """name -> validator of its parameters, from OpenAI tool objects (or bare functions).
-    Built once per tool set: compiling a schema costs more than checking a call."""
+    Compiling a schema (checking it against the metaschema) costs milliseconds, far more
+    than checking a call, and a log repeats the same tool set on every line: compiled
+    once per distinct tool set."""
+    try:
+        key = json.dumps(list(tools), sort_keys=True)
+    except (TypeError, ValueError):
+        return _compile(tools)
+    return dict(_compiled(key))
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(tools_json: str) -> tuple[tuple[str, jsonschema.protocols.Validator], ...]:
+    return tuple(_compile(json.loads(tools_json)).items())
+
+
+def _compile(tools: Sequence[Mapping[str, Any]]) -> dict[str, jsonschema.protocols.Validator]:
     validators: dict[str, jsonschema.protocols.Validator] = {}
     for i, tool in enumerate(tools):
-        function = tool.get("function", tool)
+        function = tool.get("function", tool) if isinstance(tool, Mapping) else None
         if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
             raise ValueError(f"tools[{i}]: expected an object with function.name (a string)")
         parameters = function.get("parameters", {"type": "object"})

@@ -1,20 +1,32 @@
 """Classify one completion: the judge shared by `dsv4ctl validate` and the probes.
 
-The order of the checks is the order of causes: degenerate text first (a loop that ran
-into max_tokens is a loop, not a truncation), then the structure of the DSML block, then
-the arguments against the tool's schema, and last the echo (a well-formed call whose values
-changed — the quietest corruption and the one users notice last).
+The order of the checks is the order of causes: markup in the reasoning first, then
+degenerate text (a loop that ran into max_tokens is a loop, not a truncation), then the
+structure of the DSML block, then the arguments against the tool's schema, and last the
+echo (a well-formed call whose values changed — the quietest corruption and the one users
+notice last).  The request context (prompt, tools, echo) travels with the answer because
+degeneracy is judged relative to it (see `degenerate`).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
+from dsv4_engine.probe.context import RequestContext
 from dsv4_engine.probe.degenerate import degeneracy
-from dsv4_engine.probe.dsml import MARKER, DsmlError, DsmlFormat, ToolCall, parse, split_reasoning
-from dsv4_engine.probe.outcome import Judgement, Outcome
+from dsv4_engine.probe.dsml import (
+    DsmlError,
+    DsmlFormat,
+    Language,
+    ToolCall,
+    language,
+    markup_in,
+    parse,
+    split_reasoning,
+)
+from dsv4_engine.probe.outcome import VALIDATOR_OUTCOMES, Judgement, Outcome
 from dsv4_engine.probe.tools import Echo, Validators, check_calls, tool_validators
 
 
@@ -23,12 +35,13 @@ def classify_completion(
     fmt: DsmlFormat,
     validators: Validators | None = None,
     echo: Echo | None = None,
+    context: RequestContext | None = None,
 ) -> Judgement:
     """Judge a raw completion, as the engine emitted it (DSML not parsed server-side)."""
     reasoning, answer = split_reasoning(text)
-    if MARKER in reasoning:
-        return Judgement(Outcome.LEAKED_MARKUP, "DSML markup inside the reasoning")
-    if why := degeneracy(answer):
+    if why := markup_in(reasoning, fmt):
+        return Judgement(Outcome.LEAKED_MARKUP, f"{why} inside the reasoning")
+    if why := degeneracy(language(answer), context):
         return Judgement(Outcome.DEGENERATE_TEXT, why)
     try:
         calls = parse(answer, fmt)
@@ -43,28 +56,29 @@ def classify_chat_message(
     fmt: DsmlFormat,
     validators: Validators | None = None,
     echo: Echo | None = None,
+    context: RequestContext | None = None,
 ) -> Judgement:
     """Judge an OpenAI chat `message`: server-parsed `tool_calls`, or raw DSML in `content`.
 
     With a tool-call parser on (SGLang `--tool-call-parser deepseekv4`), DSML left in the
-    content is markup the parser could not take: leaked.  Without one, the content holds
-    the raw block and the strict parser judges it.
+    content or the reasoning — exact or a near miss — is markup the parser could not take:
+    leaked.  Without one, the content holds the raw block and the strict parser judges it.
     """
     content = message.get("content") or ""
+    if why := markup_in(message.get("reasoning_content") or "", fmt):
+        return Judgement(Outcome.LEAKED_MARKUP, f"{why} inside the reasoning")
     raw_calls = message.get("tool_calls") or []
     if not raw_calls:
-        judgement = classify_completion(content, fmt, validators, echo)
+        judgement = classify_completion(content, fmt, validators, echo, context)
         if (
             finish_reason == "length"
             and judgement.outcome is Outcome.SCHEMA
-            and MARKER not in content
+            and markup_in(content, fmt) is None
         ):
             return Judgement(Outcome.TRUNCATED, "hit max_tokens before any tool call")
         return judgement
-    if MARKER in content:
-        return Judgement(Outcome.LEAKED_MARKUP, f"DSML left in content: {content!r:.80}")
-    if content.strip() and (why := degeneracy(content)):
-        return Judgement(Outcome.DEGENERATE_TEXT, why)
+    if why := markup_in(content, fmt):
+        return Judgement(Outcome.LEAKED_MARKUP, f"{why} left in content: {content!r:.80}")
     calls = []
     for i, raw in enumerate(raw_calls):
         function = raw.get("function") or {}
@@ -75,6 +89,9 @@ def classify_chat_message(
         if not isinstance(args, dict):
             return Judgement(Outcome.SCHEMA, f"tool_calls[{i}].arguments is not an object")
         calls.append(ToolCall(str(function.get("name", "")), args))
+    values = tuple(v for call in calls for v in call.args.values() if isinstance(v, str))
+    if (content.strip() or values) and (why := degeneracy(Language(content, values), context)):
+        return Judgement(Outcome.DEGENERATE_TEXT, why)
     return check_calls(calls, validators, echo)
 
 
@@ -91,11 +108,19 @@ def parse_echo(value: Any, where: str) -> Echo | None:
     return Echo(value["tool"], dict(value["args"]))
 
 
-def classify_records(
-    lines: Sequence[str], fmt: DsmlFormat, source: str
-) -> list[tuple[str, Judgement]]:
+class Judged(NamedTuple):
+    """One `dsv4ctl validate` record and its verdict; `label` is the record's expected
+    class when it carries one (a labelled corpus)."""
+
+    id: str
+    judgement: Judgement
+    label: Outcome | None
+
+
+def classify_records(lines: Sequence[str], fmt: DsmlFormat, source: str) -> list[Judged]:
     """Judge `dsv4ctl validate` input: one JSON object per line (`id`, `text`, `tools`?,
-    `echo`?); blank lines are skipped.  Raises ValueError naming the line and field."""
+    `echo`?, `prompt`?, `label`?); blank lines are skipped.  Raises ValueError naming the
+    line and field."""
     results = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -119,7 +144,28 @@ def classify_records(
         except ValueError as err:
             raise ValueError(f"{where}: {err}") from None
         echo = parse_echo(record.get("echo"), where)
-        results.append(
-            (str(record["id"]), classify_completion(record["text"], fmt, validators, echo))
+        prompt = _prompt(record.get("prompt"), where)
+        context = (
+            RequestContext.of(prompt, tools, echo) if prompt is not None or tools or echo else None
         )
+        judgement = classify_completion(record["text"], fmt, validators, echo, context)
+        results.append(Judged(str(record["id"]), judgement, _label(record.get("label"), where)))
     return results
+
+
+def _prompt(value: Any, where: str) -> str | list[dict[str, Any]] | None:
+    """The `prompt` field: the prompt text, or the request's OpenAI chat messages."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(m, dict) for m in value):
+        return value
+    raise ValueError(f"{where}: field 'prompt' must be a string or a list of chat messages")
+
+
+def _label(value: Any, where: str) -> Outcome | None:
+    if value is None:
+        return None
+    names = [o.value for o in VALIDATOR_OUTCOMES]
+    if value not in names:
+        raise ValueError(f"{where}: field 'label' must be one of {', '.join(names)}")
+    return Outcome(value)

@@ -10,7 +10,8 @@ from pathlib import Path
 from dsv4_engine.cliutil import CommandError
 from dsv4_engine.probe.dsml import DsmlFormat
 from dsv4_engine.probe.exitcodes import usage_error_exit_3
-from dsv4_engine.probe.validate import classify_records
+from dsv4_engine.probe.scores import score, score_table
+from dsv4_engine.probe.validate import Judged, classify_records
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -18,14 +19,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "validate",
         help="classify tool-call completions from a JSONL file",
         description=(
-            "Classify raw completions (one JSON object per line: id, text, optional tools and "
-            "echo) as VALID or a corruption class. Exit 0 when all are valid, 1 otherwise, 3 "
-            "on unreadable input."
+            "Classify raw completions (one JSON object per line: id, text, optional tools, "
+            "echo, prompt and label) as VALID or a corruption class. Exit 0 when all are "
+            "valid, 1 otherwise, 3 on unreadable input."
         ),
     )
     parser.add_argument("--format", required=True, choices=[f.value for f in DsmlFormat])
     parser.add_argument("file", type=Path, help="JSONL file, or - for stdin")
     parser.add_argument("--output", choices=["table", "json"], default="table")
+    parser.add_argument(
+        "--score",
+        action="store_true",
+        help="compare each record's label with its verdict: per-class precision and recall",
+    )
     parser.error = usage_error_exit_3(parser)
     parser.set_defaults(func=run)
 
@@ -41,13 +47,36 @@ def run(args: argparse.Namespace) -> int:
         results = classify_records(text.splitlines(), DsmlFormat(args.format), str(args.file))
     except ValueError as err:
         raise CommandError(str(err), 3) from None
-    for record_id, judgement in results:
-        if args.output == "json":
-            line = {"id": record_id, "valid": judgement.valid, "class": judgement.outcome.value}
-            print(json.dumps(line, ensure_ascii=False))
-        else:
-            print(f"{record_id}\t{judgement.outcome.value}\t{judgement.detail}")
-    if args.output == "table":
-        counts = Counter(j.outcome.value for _, j in results)
-        print("\n".join(f"# {name}: {n}" for name, n in sorted(counts.items())))
-    return 0 if all(j.valid for _, j in results) else 1
+    if args.score and (unlabelled := [r.id for r in results if r.label is None]):
+        raise CommandError(f"--score: record {unlabelled[0]!r} has no field 'label'", 3)
+    if args.output == "json":
+        _print_json(results, args.score)
+    else:
+        _print_table(results, args.score)
+    return 0 if all(r.judgement.valid for r in results) else 1
+
+
+def _print_json(results: list[Judged], scored: bool) -> None:
+    for r in results:
+        j = r.judgement
+        line = {"id": r.id, "valid": j.valid, "class": j.outcome.value, "detail": j.detail}
+        print(json.dumps(line, ensure_ascii=False))
+    summary: dict = {"total": len(results), "counts": _counts(results)}
+    if scored:
+        summary["scores"] = {
+            s.outcome.value: {"labelled": s.labelled, "judged": s.judged, "correct": s.correct}
+            for s in score((r.label, r.judgement.outcome) for r in results)
+        }
+    print(json.dumps({"summary": summary}))
+
+
+def _print_table(results: list[Judged], scored: bool) -> None:
+    for r in results:
+        print(f"{r.id}\t{r.judgement.outcome.value}\t{r.judgement.detail}")
+    print("\n".join(f"# {name}: {n}" for name, n in _counts(results).items()))
+    if scored:
+        print(score_table(score((r.label, r.judgement.outcome) for r in results)))
+
+
+def _counts(results: list[Judged]) -> dict[str, int]:
+    return dict(sorted(Counter(r.judgement.outcome.value for r in results).items()))

@@ -1,11 +1,14 @@
-"""Regenerate the labelled DSML corpus: `$VENV/bin/python tests/data/dsml_corpus/make_corpus.py`.
+"""Regenerate the labelled DSML corpus, from the repository root:
+`$VENV/bin/python -m tests.data.dsml_corpus.make_corpus`.
 
-Valid completions are rendered by DeepSeek's own encoder (`deepseek-recipe`, V4 and V4.1;
-V3.2 is V4 with the `function_calls` envelope, DOMAIN.md §5), so "valid" is DeepSeek's
-word, not the validator's.  Each corrupt completion is one named edit of a valid one, and
-its label is the class that edit was designed to produce (see EDITS); the validator is not
-consulted.  Writes corpus_<format>.jsonl in the `dsv4ctl validate` input format plus
-`label` and `edit`.
+Valid completions are rendered by the formats' own encoders (`deepseek-recipe` for V4 and
+V4.1, DeepSeek's V3.2 encoder as SGLang ships it; tests/unit/probe/encoders.py), so
+"valid" is DeepSeek's word, not the validator's.  Each corrupt completion is one named edit
+of a valid one, and its label is the class that edit was designed to produce (see EDITS);
+the validator is not consulted.  Every record carries the request's prompt, so degeneracy
+is judged relative to it, except the PROSE_ONLY ones marked `no prompt` (a log without
+prompts).  Writes corpus_<format>.jsonl in the `dsv4ctl validate` input format (with
+`label` and `edit`).
 """
 
 from __future__ import annotations
@@ -14,13 +17,14 @@ import json
 import random
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-import deepseek_recipe as dr
+from dsv4_engine.probe.dsml import EOS, DsmlFormat
+from tests.unit.probe.encoders import render as encode
 
 HERE = Path(__file__).parent
-FORMATS = ("v32", "v4", "v41")
-EOS = "<｜end▁of▁sentence｜>"
+FORMATS = tuple(f.value for f in DsmlFormat)
 
 
 def fn(name: str, properties: dict, required: list[str], strict: bool = True) -> dict:
@@ -60,6 +64,28 @@ ECHO = fn(
 )
 ORDER = fn("lookup_order", {"order_id": {"type": "string"}}, ["order_id"], strict=False)
 
+NOTE = fn(
+    "store_note",
+    {
+        "title": {"type": "string"},
+        "body": {"type": "string"},
+        "langs": {"type": "array", "items": {"type": "string"}},
+        "meta": {"type": "object"},
+    },
+    ["title", "body"],
+)
+LIMITS = fn(
+    "set_limits",
+    {
+        "max_id": {"type": "integer"},
+        "min_id": {"type": "integer"},
+        "ratio": {"type": "number"},
+        "tiny": {"type": "number"},
+        "label": {"type": "string"},
+    },
+    ["max_id"],
+)
+
 ECHO_ARGS = {
     "record_id": "R-7KQ2M9XW4HT3",
     "token": "ZP8RC6NV2GJ5DY4B",
@@ -67,31 +93,55 @@ ECHO_ARGS = {
     "urgent": True,
 }
 ORDER_ARGS = {"order_id": "ORD-55821-XKQ"}
+MULTILINGUAL_ARGS = {
+    "title": "مرحبا Привет 你好 שלום Γειά Hello 👋🌍",
+    "body": "سلام دنیا — Здравствуй, мир — 世界你好 — עולם — Καλημέρα κόσμε — bonjour 🎉\n✓ done",
+    "langs": ["العربية", "Русский", "中文", "עברית", "Ελληνικά", "English", "日本語"],
+    "meta": {"emoji": "🧪🔬🚀", "mixed": "Δx ≈ 3μs, ΔΔCt, Tシャツ, GPU显存"},
+}
+LIMITS_ARGS = {
+    "max_id": 2**63 - 1,
+    "min_id": -(2**53),
+    "ratio": 1.7976931348623157e308,
+    "tiny": 5e-324,
+    "label": '  quotes " and \\ back\\slash, <b>tags</b> & tabs\t  ',
+}
 
-# name -> (tools, calls [(tool, args)], prose, reasoning, echo)
-SCENARIOS: dict[str, tuple[list, list, str, str | None, dict | None]] = {
-    "weather": (
+
+def ask(args: dict) -> str:
+    return f"Call the tool with exactly these arguments: {json.dumps(args, ensure_ascii=False)}"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    tools: list
+    calls: list
+    prompt: str
+    prose: str = ""
+    reasoning: str | None = None
+    echo: dict | None = None
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "weather": Scenario(
         [WEATHER],
         [("get_weather", {"city": "San Francisco", "days": 3})],
+        "What is the weather in San Francisco for the next 3 days?",
         "Let me check the weather.",
-        None,
-        None,
     ),
-    "echo": (
+    "echo": Scenario(
         [ECHO],
         [("record_echo", ECHO_ARGS)],
-        "",
-        None,
-        {"tool": "record_echo", "args": ECHO_ARGS},
+        ask(ECHO_ARGS),
+        echo={"tool": "record_echo", "args": ECHO_ARGS},
     ),
-    "order": (
+    "order": Scenario(
         [ORDER],
         [("lookup_order", ORDER_ARGS)],
-        "",
-        None,
-        {"tool": "lookup_order", "args": ORDER_ARGS},
+        ask(ORDER_ARGS),
+        echo={"tool": "lookup_order", "args": ORDER_ARGS},
     ),
-    "search": (
+    "search": Scenario(
         [SEARCH],
         [
             (
@@ -103,69 +153,85 @@ SCENARIOS: dict[str, tuple[list, list, str, str | None, dict | None]] = {
                 },
             )
         ],
+        "帮我搜索关于稀疏注意力 (DSA) 的中文论文, 2025 年, 标签 mla 和 dsa。",
         "我来搜索一下相关论文。",
-        None,
-        None,
     ),
-    "multi": (
+    "multi": Scenario(
         [WEATHER, TIME],
         [("get_weather", {"city": "Paris"}), ("get_time", {"tz": "Europe/Paris"})],
-        "",
-        None,
-        None,
+        "Weather and local time in Paris, please.",
     ),
-    "zero_arg": ([PING], [("ping", {})], "", None, None),
-    "reasoning": (
+    "zero_arg": Scenario([PING], [("ping", {})], "Ping the server."),
+    "reasoning": Scenario(
         [WEATHER],
         [("get_weather", {"city": "Oslo", "days": 1})],
-        "",
-        "The user wants Oslo weather; call the tool.",
-        None,
+        "Weather in Oslo tomorrow?",
+        reasoning="The user wants Oslo weather; call the tool.",
+    ),
+    "multilingual": Scenario(
+        [NOTE],
+        [("store_note", MULTILINGUAL_ARGS)],
+        ask(MULTILINGUAL_ARGS),
+        echo={"tool": "store_note", "args": MULTILINGUAL_ARGS},
+    ),
+    "multilingual_no_echo": Scenario(
+        [NOTE],
+        [("store_note", MULTILINGUAL_ARGS)],
+        "Save a note greeting the team in every language we use.",
+        "Saving the note: 👋",
+    ),
+    "limits": Scenario(
+        [LIMITS],
+        [("set_limits", LIMITS_ARGS)],
+        ask(LIMITS_ARGS),
+        echo={"tool": "set_limits", "args": LIMITS_ARGS},
     ),
 }
-PROSE_ONLY = {
-    "prose": ([WEATHER], "The capital of France is Paris."),
+# name -> (tools, prose, prompt); None: a log that kept no prompt.
+PROSE_ONLY: dict[str, tuple[list, str, str | None]] = {
+    "prose": ([WEATHER], "The capital of France is Paris.", "What is the capital of France?"),
     "markdown": (
         [WEATHER],
         "| model | layers |\n|---|---|\n| V4-Flash | 43 |\n| V4-Pro | 61 |\n\nBoth use DSA.",
+        "Tabulate the layer counts of V4-Flash and V4-Pro.",
     ),
-    "bilingual": ([SEARCH], "DeepSeek-V4 的 GPU显存 需求取决于 KV cache 大小, 约 80GB。"),
+    "bilingual": (
+        [SEARCH],
+        "DeepSeek-V4 的 GPU显存 需求取决于 KV cache 大小, 约 80GB。",
+        "DeepSeek-V4 需要多少显存?",
+    ),
+    "translation": (
+        [NOTE],
+        "Yes: مرحبا, Привет, שלום, Γειά σου and 你好 all mean hello 👋",
+        "Are these all 'hello'? مرحبا (Arabic), Привет (Russian), שלום (Hebrew), "
+        "Γειά σου (Greek), 你好 (Chinese)",
+    ),
+    "translation_no_prompt": (
+        [NOTE],
+        "Hello is مرحبا in Arabic, Привет in Russian, שלום in Hebrew, Γειά σου in Greek, "
+        "你好 in Chinese 👋",
+        None,
+    ),
+    "code_and_notation": (
+        [WEATHER],
+        "Use `Δt = 3μs` and the ΔΔCt method; the loop `for i in range(10): print(i)` prints 0..9.",
+        "Explain the qPCR ΔΔCt method with a timing example.",
+    ),
 }
 
 
-def render(fmt: str, tools: list, calls: list, prose: str, reasoning: str | None) -> str:
-    """The completion DeepSeek's encoder renders for this assistant turn."""
-    encoding = dr.DeepseekV41Encoding() if fmt == "v41" else dr.DeepseekV4Encoding()
-    definitions = [
-        dr.ToolDefinition(t["function"]["name"], "", t["function"]["parameters"]) for t in tools
-    ]
-    tool_calls = [
-        dr.ToolCall(f"c{i}", name, json.dumps(args, ensure_ascii=False))
-        for i, (name, args) in enumerate(calls)
-    ]
-    message = dr.AssistantMessage(prose, reasoning_content=reasoning, tool_calls=tool_calls or None)
-    conversation = dr.Conversation(
-        [dr.UserMessage("go"), message], tools=definitions, thinking_mode=reasoning is not None
+def render(fmt: str, scenario: Scenario) -> str:
+    return encode(
+        DsmlFormat(fmt), scenario.tools, scenario.calls, scenario.prose, scenario.reasoning
     )
-    prompt = encoding.render_conversation(conversation).prompt
-    turn = prompt[prompt.rindex("<｜User｜>") :]
-    turn = turn[turn.index("<｜Assistant｜>") + len("<｜Assistant｜>") :]
-    completion = turn[: turn.index(EOS) + len(EOS)]
-    # The prompt ends with <think> (thinking) or </think> (not): the engine emits the rest.
-    completion = (
-        completion.removeprefix("<think>") if reasoning else completion.removeprefix("</think>")
-    )
-    if fmt == "v32":
-        completion = completion.replace("tool_calls>", "function_calls>")
-    return completion
 
 
 def env(fmt: str) -> str:
-    return {"v32": "function_calls", "v4": "tool_calls", "v41": " calls"}[fmt]
+    return DsmlFormat(fmt).envelope if fmt != "v41" else " " + DsmlFormat(fmt).envelope
 
 
 def sp(fmt: str) -> str:
-    return " " if fmt == "v41" else ""
+    return DsmlFormat(fmt).spelling.space
 
 
 def other_env(fmt: str) -> str:
@@ -174,6 +240,12 @@ def other_env(fmt: str) -> str:
 
 def cut_at(text: str, needle: str, extra: int = 0) -> str:
     return text[: text.index(needle) + extra]
+
+
+def first_param_to_json_body(text: str, fmt: str) -> str:
+    """The invoke's parameter tags replaced by one JSON object (SGLang's "format 2")."""
+    params = re.search(rf"(<{M}{sp(fmt)}parameter.*</{M}{sp(fmt)}parameter>)", text, re.S)
+    return text.replace(params[1], '{"city": "San Francisco", "days": 3}')
 
 
 Edit = Callable[[str, str], str]
@@ -193,12 +265,20 @@ EDITS: dict[str, dict[str, tuple[str, Edit]]] = {
             "reasoning",
             lambda t, f: t.replace("call the tool", f'call <{M}{sp(f)}invoke name="get_weather">'),
         ),
+        "ascii_markup_in_reasoning": (
+            "reasoning",
+            lambda t, f: t.replace("call the tool", 'call <|DSML|invoke name="get_weather">'),
+        ),
         "parameter_after_block": (
             "weather",
             lambda t, f: (
                 t.removesuffix(EOS)
                 + f'\n<{M}{sp(f)}parameter name="x" string="true">y</{M}{sp(f)}parameter>'
             ),
+        ),
+        "ascii_fragment_in_prose": (
+            "weather",
+            lambda t, f: t.replace("Let me check", "Let me |DSML| check"),
         ),
     },
     "UNBALANCED": {
@@ -220,6 +300,10 @@ EDITS: dict[str, dict[str, tuple[str, Edit]]] = {
             "weather",
             lambda t, f: t.replace(' name="city" string="true"', ' name="city"'),
         ),
+        "attributes_swapped": (
+            "weather",
+            lambda t, f: t.replace(' name="city" string="true"', ' string="true" name="city"'),
+        ),
         "extra_invoke_close": (
             "weather",
             lambda t, f: t.replace(
@@ -237,6 +321,7 @@ EDITS: dict[str, dict[str, tuple[str, Edit]]] = {
         "before_envelope_close": ("multi", lambda t, f: cut_at(t, f"</{M}{env(f)}>")),
         "partial_marker": ("search", lambda t, f: cut_at(t, f"<{M}", 3)),
         "mid_attribute": ("weather", lambda t, f: cut_at(t, 'name="get_weather', 14)),
+        "mid_multilingual_value": ("multilingual", lambda t, f: cut_at(t, "Здравствуй", 6)),
     },
     "ENVELOPE_MISMATCH": {
         "other_format_envelope": (
@@ -254,6 +339,26 @@ EDITS: dict[str, dict[str, tuple[str, Edit]]] = {
         "closing_other_envelope": (
             "multi",
             lambda t, f: t.replace(f"</{M}{env(f)}>", f"</{M}{other_env(f)}>"),
+        ),
+        "ascii_bars": ("weather", lambda t, f: t.replace(M, "|DSML|")),
+        "lowercase_marker": ("weather", lambda t, f: t.replace(M, "｜dsml｜")),
+        "plain_xml": ("weather", lambda t, f: t.replace(M + sp(f), "")),
+        "ascii_bars_in_invoke_only": (
+            "echo",
+            lambda t, f: t.replace(f"<{M}{sp(f)}invoke", f"<|DSML|{sp(f)}invoke"),
+        ),
+        "element_case": (
+            "weather",
+            lambda t, f: t.replace(f"{M}{sp(f)}invoke", f"{M}{sp(f)}Invoke"),
+        ),
+        "json_body": ("weather", first_param_to_json_body),
+        "no_newline_between_tags": (
+            "weather",
+            lambda t, f: t.replace(f"</{M}{sp(f)}parameter>\n<", f"</{M}{sp(f)}parameter><", 1),
+        ),
+        "no_blank_line_before_block": (
+            "weather",
+            lambda t, f: t.replace(f"\n\n<{M}{env(f)}>", f"\n<{M}{env(f)}>"),
         ),
     },
     "SCHEMA": {
@@ -292,6 +397,9 @@ EDITS: dict[str, dict[str, tuple[str, Edit]]] = {
                 rf"(<{M}{sp(f)}invoke.*?</{M}{sp(f)}invoke>)", r"\1\n\1", t, flags=re.S
             ),
         ),
+        "multilingual_char_changed": ("multilingual", lambda t, f: t.replace("Привет", "Привeт")),
+        "emoji_dropped": ("multilingual", lambda t, f: t.replace("👋🌍", "👋")),
+        "padding_stripped": ("limits", lambda t, f: t.replace(">  quotes", ">quotes")),
     },
     "DEGENERATE_TEXT": {
         "loop_in_prose": (
@@ -302,10 +410,20 @@ EDITS: dict[str, dict[str, tuple[str, Edit]]] = {
             ),
         ),
         "loop_in_value": ("echo", lambda t, f: cut_at(t, "ZP8RC6") + "ZP8RC6" * 40),
+        "loop_in_closed_value": (
+            "weather",
+            lambda t, f: t.replace(">San Francisco<", ">" + "San Francisco " * 8 + "<"),
+        ),
         "script_salad": (
             "weather",
             lambda t, f: t.replace(
                 "Let me check the weather.", "Lеt me chеck 天气 the wеather пожалуйста Ωραίο."
+            ),
+        ),
+        "foreign_scripts_not_in_request": (
+            "weather",
+            lambda t, f: t.replace(
+                "Let me check the weather.", "Let me check the καιρός weather طقس now."
             ),
         ),
         "empty": ("weather", lambda t, f: ""),
@@ -317,6 +435,10 @@ EDITS: dict[str, dict[str, tuple[str, Edit]]] = {
             "weather",
             lambda t, f: t.replace("the weather.", "the weather" + "!?" * 40),
         ),
+        "runaway_after_block": (
+            "weather",
+            lambda t, f: t.removesuffix(EOS) + "\nI have called the tool." + EOS,
+        ),
     },
 }
 
@@ -325,26 +447,36 @@ def main() -> None:
     for fmt in FORMATS:
         rows = []
         valid = {}
-        for name, (tools, calls, prose, reasoning, echo) in SCENARIOS.items():
-            valid[name] = (render(fmt, tools, calls, prose, reasoning), tools, echo)
-            rows.append((f"{fmt}-valid-{name}", "VALID", name, *valid[name]))
-        for name, (tools, prose) in PROSE_ONLY.items():
-            rows.append((f"{fmt}-valid-{name}", "VALID", name, prose + EOS, tools, None))
+        for name, scenario in SCENARIOS.items():
+            valid[name] = render(fmt, scenario)
+            rows.append((f"{fmt}-valid-{name}", "VALID", name, valid[name], scenario))
+        for name, (tools, prose, prompt) in PROSE_ONLY.items():
+            scenario = Scenario(tools, [], prompt, prose)
+            rows.append((f"{fmt}-valid-{name}", "VALID", name, prose + EOS, scenario))
         for label, edits in EDITS.items():
-            for edit_name, (scenario, edit) in edits.items():
-                text, tools, echo = valid[scenario]
+            for edit_name, (scenario_name, edit) in edits.items():
+                text = valid[scenario_name]
                 edited = edit(text, fmt)
                 assert edited != text, f"{fmt} {edit_name}: edit changed nothing"
                 rows.append(
-                    (f"{fmt}-{label.lower()}-{edit_name}", label, edit_name, edited, tools, echo)
+                    (
+                        f"{fmt}-{label.lower()}-{edit_name}",
+                        label,
+                        edit_name,
+                        edited,
+                        SCENARIOS[scenario_name],
+                    )
                 )
         rng = random.Random(fmt)
         rng.shuffle(rows)
         with open(HERE / f"corpus_{fmt}.jsonl", "w") as out:
-            for rid, label, edit_name, text, tools, echo in rows:
-                row = {"id": rid, "label": label, "edit": edit_name, "text": text, "tools": tools}
-                if echo is not None:
-                    row["echo"] = echo
+            for rid, label, edit_name, text, scenario in rows:
+                row = {"id": rid, "label": label, "edit": edit_name, "text": text}
+                row["tools"] = scenario.tools
+                if scenario.prompt is not None:
+                    row["prompt"] = scenario.prompt
+                if scenario.echo is not None:
+                    row["echo"] = scenario.echo
                 out.write(json.dumps(row, ensure_ascii=False) + "\n")
         print(f"corpus_{fmt}.jsonl: {len(rows)} completions")
 

@@ -26,7 +26,8 @@ def _judge(fmt: str) -> list[tuple[dict, str, str]]:
     path = CORPUS / f"corpus_{fmt}.jsonl"
     results = classify_records(path.read_text().splitlines(), DsmlFormat(fmt), path.name)
     return [
-        (row, j.outcome.value, j.detail) for row, (_, j) in zip(_load(fmt), results, strict=True)
+        (row, r.judgement.outcome.value, r.judgement.detail)
+        for row, r in zip(_load(fmt), results, strict=True)
     ]
 
 
@@ -60,5 +61,7 @@ def test_a_valid_completion_of_one_format_is_an_envelope_mismatch_in_the_others(
             continue
         path = f"corpus_{fmt}.jsonl as {other}"
         lines = [json.dumps(row) for row in valid]
-        outcomes = {j.outcome.value for _, j in classify_records(lines, DsmlFormat(other), path)}
+        outcomes = {
+            r.judgement.outcome.value for r in classify_records(lines, DsmlFormat(other), path)
+        }
         assert outcomes == {"ENVELOPE_MISMATCH"}, (fmt, other, outcomes)

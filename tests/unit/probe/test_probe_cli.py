@@ -16,11 +16,38 @@ def test_validate_json_output_is_one_object_per_line(capsys):
     path = CORPUS / "corpus_v41.jsonl"
     code = main(["validate", "--format", "v41", str(path), "--output", "json"])
     rows = [json.loads(line) for line in path.read_text().splitlines()]
-    out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    *out, summary = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert code == 1  # the corpus holds corrupt completions
     assert [o["id"] for o in out] == [r["id"] for r in rows]
-    assert all(set(o) == {"id", "valid", "class"} for o in out)
+    assert all(set(o) == {"id", "valid", "class", "detail"} for o in out)
     assert all(o["valid"] == (o["class"] == "VALID") for o in out)
+    assert all(bool(o["detail"]) == (not o["valid"]) for o in out)
+    counts = summary["summary"]["counts"]
+    assert summary["summary"]["total"] == len(rows) == sum(counts.values())
+    assert counts["VALID"] == sum(o["valid"] for o in out)
+
+
+def test_validate_score_reports_precision_and_recall_per_class(capsys):
+    path = CORPUS / "corpus_v4.jsonl"
+    main(["validate", "--format", "v4", str(path), "--output", "json", "--score"])
+    *out, summary = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    labels = [json.loads(line)["label"] for line in path.read_text().splitlines()]
+    scores = summary["summary"]["scores"]
+    for name, s in scores.items():
+        assert s["labelled"] == labels.count(name)
+        assert s["judged"] == sum(o["class"] == name for o in out)
+        hits = sum(o["class"] == name == label for o, label in zip(out, labels, strict=True))
+        assert s["correct"] == hits
+    main(["validate", "--format", "v4", str(path), "--score"])
+    table = capsys.readouterr().out
+    assert "class              labelled judged precision recall" in table
+
+
+def test_validate_score_needs_labels(tmp_path, capsys):
+    path = tmp_path / "unlabelled.jsonl"
+    path.write_text('{"id": "a", "text": "fine"}\n')
+    assert main(["validate", "--format", "v4", str(path), "--score"]) == 3
+    assert "record 'a' has no field 'label'" in capsys.readouterr().err
 
 
 def test_validate_all_valid_exits_zero(tmp_path, capsys):
@@ -41,6 +68,8 @@ def test_validate_all_valid_exits_zero(tmp_path, capsys):
         ('{"text": "hi"}', "bad.jsonl:2: field 'id' (string) is missing"),
         ('{"id": "a"}', "bad.jsonl:2: field 'text'"),
         ('{"id": "a", "text": "x", "echo": {"tool": 1}}', "bad.jsonl:2: echo must be"),
+        ('{"id": "a", "text": "x", "prompt": 3}', "bad.jsonl:2: field 'prompt' must be"),
+        ('{"id": "a", "text": "x", "label": "FINE"}', "bad.jsonl:2: field 'label' must be one of"),
         (
             '{"id": "a", "text": "x", "tools": [{"function": {"name": "f", "parameters": {"type": 5}}}]}',
             "bad.jsonl:2: tools[0] (f): parameters is not a JSON schema",

@@ -3,6 +3,7 @@ cannot run here) with a seeded, configurable corruption rate: concurrency achiev
 transport errors kept apart from corruption, sequential FAIL speed, PASS only with enough
 evidence, and inapplicable checks reported rather than counted."""
 
+import json
 import random
 
 import jsonschema
@@ -23,8 +24,9 @@ from dsv4_engine.probe import (
     run_probes,
 )
 from dsv4_engine.probe.dsml import DsmlFormat
-from dsv4_engine.probe.scripted_server import ScriptedCompletionServer
-from dsv4_engine.probe.workload import document
+from dsv4_engine.probe.scripted_server import ScriptedCompletionServer, render_dsml
+from dsv4_engine.probe.validate import classify_completion
+from dsv4_engine.probe.workload import ECHO_TOOL_NAME, document, random_echo
 from dsv4_engine.reference.model import REFERENCE_SHAPE, ModelConfig
 
 
@@ -274,3 +276,35 @@ async def test_malformed_replies_are_transport_errors_not_crashes(reply, aiohttp
     assert result.tally.transport_errors >= 4 and result.judged == 0
     assert result.tally.stopped_because == "transport errors above the limit"
     assert result.verdict is Verdict.INCONCLUSIVE
+
+
+@pytest.mark.asyncio
+async def test_the_probe_judges_an_answer_relative_to_its_request(unused_tcp_port):
+    """The echo prompt is ASCII: prose in two scripts it does not hold is token salad —
+    which the judge can only tell because the probe hands it the request."""
+    prose = "Готово: καιρός."
+
+    async def chat(request: web.Request) -> web.Response:
+        body = await request.json()
+        instruction = body["messages"][-1]["content"]
+        args, _ = json.JSONDecoder().raw_decode(instruction[instruction.index("{") :])
+        content = prose + render_dsml(DsmlFormat.V4, ECHO_TOOL_NAME, args)
+        choice = {"message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+        return web.json_response({"choices": [choice]})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", unused_tcp_port).start()
+    try:
+        url = f"http://127.0.0.1:{unused_tcp_port}"
+        result = await run_probes(_settings(url, requests=8, concurrency=4))
+    finally:
+        await runner.cleanup()
+    details = {s.detail for s in result.tally.samples}
+    assert {s.outcome for s in result.tally.samples} == {Outcome.DEGENERATE_TEXT}, details
+    assert all("token salad" in d for d in details)
+    echo = random_echo(random.Random(0))
+    alone = prose + render_dsml(DsmlFormat.V4, echo.tool, echo.args)
+    assert classify_completion(alone, DsmlFormat.V4).valid  # without the request: could be quoting
