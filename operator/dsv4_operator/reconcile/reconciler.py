@@ -188,13 +188,11 @@ class Reconciler:
         try:
             spec = DSV4DeploymentSpec.model_validate(obj.get("spec") or {})
         except ValidationError as err:
-            self._finish(
-                obj, owner, previous, Problem("InvalidSpec", first_error(err)), None, None, []
-            )
+            self._finish(obj, owner, previous, Problem("InvalidSpec", first_error(err)))
             return
         bad_name = name_problem(name)
         if bad_name is not None:
-            self._finish(obj, owner, previous, Problem("InvalidName", bad_name), None, None, [])
+            self._finish(obj, owner, previous, Problem("InvalidName", bad_name))
             return
         state = PassState(owner, obj, spec, previous, *self._children(owner), self.clock())
         problem = check_prerequisites(self.kube, namespace, spec)
@@ -218,11 +216,12 @@ class Reconciler:
         owner: Owner,
         previous: DSV4DeploymentStatus | None,
         problem: Problem | None,
-        state: PassState | None,
-        rollout: RolloutPass | None,
-        actions: list[Action],
+        state: PassState | None = None,
+        rollout: RolloutPass | None = None,
+        actions: list[Action] | None = None,
     ) -> None:
         """Status first (the decision recorded), then the writes it decided, then Events."""
+        actions = actions or []
         status = self._status(obj, previous, problem, state, rollout, actions)
         version = self._write_status(obj, owner, previous, status)
         failure = None
