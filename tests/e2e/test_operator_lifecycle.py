@@ -237,11 +237,13 @@ def test_sample_creates_every_child_and_becomes_ready_on_b200(ns, operator):
         "NAME", "PHASE", "PREFILL", "DECODE", "HICACHE", "INDEXDTYPE", "CANARY", "AGE",
     ]  # fmt: skip
     assert table[1].split()[:6] == ["flash", "Ready", "1/1", "1/1", "false", "fp8"]
-    reasons = {
-        e["reason"]
-        for e in kget(ns, "events", "--field-selector", "involvedObject.name=flash")["items"]
-    }
-    assert {"Applied", "PhaseReady"} <= reasons
+
+    def reasons():
+        items = kget(ns, "events", "--field-selector", "involvedObject.name=flash")["items"]
+        return {e["reason"] for e in items}
+
+    # A pass writes its Events after the status that records its decision: wait for them.
+    wait_for("the pass's Events", lambda: {"Applied", "PhaseReady"} <= reasons(), 30)
 
 
 def test_steady_state_reconcile_makes_zero_writes(ns, operator):

@@ -304,8 +304,13 @@ def test_a_probe_job_that_files_nothing_is_inconclusive_and_rolls_back(cluster, 
     outcome = outcome_from_config_map(get_json(cluster, "configmap", report, "-n", MODE_NS))
     assert outcome is not None and outcome.verdict is RolloutVerdict.INCONCLUSIVE
     assert "ended without filing its report" in outcome.message
-    events = get_json(cluster, "events", "-n", MODE_NS)["items"]
-    (rolled_back,) = [e for e in events if e["reason"] == "RolledBack"]
+
+    def rolled_back_events() -> list[dict]:
+        items = get_json(cluster, "events", "-n", MODE_NS)["items"]
+        return [e for e in items if e["reason"] == "RolledBack"]
+
+    # The Event follows the status write that records the decision: wait for it.
+    (rolled_back,) = wait_for("the RolledBack Event", rolled_back_events, 30)
     assert "ended without filing its report" in rolled_back["message"]
     shown = subprocess.run(
         [str(BIN / "dsv4ctl"), "rollout", "report", "flash", "-n", MODE_NS],

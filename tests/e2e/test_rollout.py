@@ -171,8 +171,15 @@ def test_a_canary_that_never_answers_is_inconclusive_and_rolled_back(world):
             120,
         )
         assert done["rejectedRevision"] == done["canaryRevision"]
-        reasons = [e["message"] for e in events(cluster, "RolledBack")]
-        assert any(m.startswith("INCONCLUSIVE: canary not Ready within 15s") for m in reasons)
+        # Events follow the status write that records the decision: wait for it.
+        wait_for(
+            "the RolledBack Event",
+            lambda: any(
+                e["message"].startswith("INCONCLUSIVE: canary not Ready within 15s")
+                for e in events(cluster, "RolledBack")
+            ),
+            30,
+        )
     finally:
         patch_spec(cluster, {"canary": None})  # back to the defaults
         runtime.start()
@@ -220,6 +227,7 @@ def test_clean_flags_pass_the_default_canary_and_promote_once_across_an_operator
     ]
     assert len(created) == 1, created
     assert stable_hashes(cluster) != hashes
+    wait_for("the Promoted Event", lambda: events(cluster, "Promoted"), 30)
     assert len(events(cluster, "Promoted")) == 1
     wait_for("canary deleted after promotion", lambda: not canary_exists(cluster), 120)
     annotations = get_json(cluster, "dsv4", NAME, "-n", NS)["metadata"].get("annotations") or {}

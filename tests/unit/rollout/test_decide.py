@@ -7,6 +7,8 @@ import datetime as dt
 import pytest
 
 from dsv4_engine.features import EngineFeatures, HiCacheFeature, IndexDtype, Role
+from dsv4_engine.probe import ProbeSettings
+from dsv4_engine.probe.stats import minimum_samples, upper_bound
 from dsv4_operator.api.rollout import (
     CanarySpec,
     FlagSet,
@@ -304,3 +306,15 @@ def test_a_canary_section_that_can_never_pass_names_the_field_and_the_minimum():
     assert CanarySpec().sample_count == 598  # unset: the minimum, which can PASS
     with pytest.raises(ValueError, match="the minimum is more than 100000"):
         CanarySpec(max_corruption_rate=1e-5, confidence=0.999)
+
+
+@pytest.mark.parametrize(("rate", "confidence"), [(0.005, 0.95), (0.001, 0.99), (0.1, 0.9)])
+def test_the_canary_and_dsv4ctl_probe_count_the_same_samples_by_default(rate, confidence):
+    """One rule for "enough to PASS": the canary's default, `dsv4ctl probe`'s default and
+    the smallest request count the CRD accepts are all `minimum_samples`."""
+    least = minimum_samples(rate, confidence)
+    canary = CanarySpec(max_corruption_rate=rate, confidence=confidence)
+    probe = ProbeSettings(base_url="http://x", max_corruption_rate=rate, confidence=confidence)
+    assert canary.sample_count == probe.sample_budget == least
+    # And it is the fewest that can: zero corrupt out of `least` clears the exact bound.
+    assert upper_bound(0, least, confidence) < rate <= upper_bound(0, least - 1, confidence)
