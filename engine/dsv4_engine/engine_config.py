@@ -76,20 +76,35 @@ OPERATOR_OWNED_FLAGS: tuple[str, ...] = (
 )
 
 
-def owned_flag_in(extra_args: list[str] | tuple[str, ...]) -> str | None:
-    """The first extra argument that would set an operator-owned flag, else None.
+# SGLang flags that change the prefill→decode transfer format (see
+# `features.CHANGES_TRANSFER`): both roles must agree on them at every instant, which a
+# per-role extra argument — applied to one role's pods at a time, without a canary — cannot
+# promise.  So they are refused in extraArgs too (with their own reason).
+TRANSFER_FORMAT_FLAGS: tuple[str, ...] = ("--page-size", "--kv-cache-dtype")
+
+
+def flag_in(extra_args: list[str] | tuple[str, ...], flags: tuple[str, ...]) -> str | None:
+    """The first extra argument that would set one of ``flags``, else None.
 
     argparse accepts any unambiguous prefix of a long option (`--tp` means `--tp-size`),
-    so a token is refused when it is a prefix of an owned flag, not only when it equals
-    one.  The CRD's CEL rule for `extraArgs` is the same test.
+    so a token is refused when it is a prefix of a listed flag, not only when it equals
+    one.  The CRD's CEL rules for `extraArgs` are the same test.
     """
     for arg in extra_args:
         if not arg.startswith("--"):
             continue
         flag = arg.split("=", 1)[0]
-        if any(owned.startswith(flag) for owned in OPERATOR_OWNED_FLAGS):
+        if any(listed.startswith(flag) for listed in flags):
             return arg
     return None
+
+
+def owned_flag_in(extra_args: list[str] | tuple[str, ...]) -> str | None:
+    return flag_in(extra_args, OPERATOR_OWNED_FLAGS)
+
+
+def transfer_flag_in(extra_args: list[str] | tuple[str, ...]) -> str | None:
+    return flag_in(extra_args, TRANSFER_FORMAT_FLAGS)
 
 
 class Disaggregation(CamelModel):

@@ -114,3 +114,27 @@ class EngineFeatures(CamelModel):
     index_dtype: IndexDtype = IndexDtype.FP8
     kv_canary: KvCanary = KvCanary.OFF
     fault_injection: FaultInjection = FaultInjection()
+
+
+# What each flag does to the prefill→decode transfer: the KV and index-K pages a prefill
+# engine ships to a decode engine for every request.  A flag that changes their format
+# means a prefill and a decode engine with different values cannot hand a request over —
+# so such a change is never promoted role by role (see docs/rollout.md).  Every field of
+# EngineFeatures is classified here; tests/unit/engine/test_engine_config.py keeps it so.
+CHANGES_TRANSFER: dict[str, bool] = {
+    "hicache": False,  # a host tier behind each engine's own pools: pages travel as they are
+    "index_dtype": True,  # index-K rows travel with the KV: fp8 132 B, fp4 68 B, bf16 256 B
+    "kv_canary": False,  # integrity hashes kept inside one engine
+    "fault_injection": False,  # the reference engine's read gate: the format is unchanged
+}
+
+
+def transfer_contract(features: EngineFeatures) -> dict[str, object]:
+    """The flags both ends of a PD transfer must agree on (camelCase, as on the wire)."""
+    dumped = features.model_dump(mode="json", by_alias=True)
+    fields = EngineFeatures.model_fields
+    return {
+        fields[name].alias or name: dumped[fields[name].alias or name]
+        for name, changes in CHANGES_TRANSFER.items()
+        if changes
+    }

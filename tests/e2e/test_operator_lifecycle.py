@@ -234,7 +234,8 @@ def test_sample_creates_every_child_and_becomes_ready_on_b200(ns, operator):
 
     table = ns.kubectl("get", "dsv4", "flash", "-n", NS).stdout.splitlines()
     assert table[0].split() == [
-        "NAME", "PHASE", "PREFILL", "DECODE", "HICACHE", "INDEXDTYPE", "CANARY", "AGE",
+        "NAME", "PHASE", "PREFILL", "DECODE", "HICACHE", "INDEXDTYPE", "CANARY", "TRANSFER",
+        "AGE",
     ]  # fmt: skip
     assert table[1].split()[:6] == ["flash", "Ready", "1/1", "1/1", "false", "fp8"]
 

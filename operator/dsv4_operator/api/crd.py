@@ -45,6 +45,7 @@ PRINTER_COLUMNS = [
     {"name": "HiCache", "type": "boolean", "jsonPath": ".status.activeFeatures.hicache.enabled"},
     {"name": "IndexDtype", "type": "string", "jsonPath": ".status.activeFeatures.indexDtype"},
     {"name": "Canary", "type": "string", "jsonPath": ".status.rollout.phase"},
+    {"name": "Transfer", "type": "string", "jsonPath": ".status.rollout.transfer"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

@@ -16,7 +16,7 @@ from enum import StrEnum
 
 from pydantic import ConfigDict, Field, model_validator
 
-from dsv4_engine.features import CamelModel, EngineFeatures, Role
+from dsv4_engine.features import CamelModel, EngineFeatures, Role, transfer_contract
 from dsv4_engine.probe.settings import ProbeName
 from dsv4_engine.probe.stats import MAX_REQUESTS, can_pass, minimum_samples
 from dsv4_operator.api.canary_rule import requests_can_pass_rule
@@ -144,8 +144,18 @@ class FlagSet(CamelModel):
 
     @property
     def revision(self) -> str:
-        body = json.dumps(self.model_dump(mode="json", by_alias=True), sort_keys=True)
-        return hashlib.sha256(body.encode()).hexdigest()[:10]
+        return _digest(self.model_dump(mode="json", by_alias=True))
+
+    @property
+    def transfer_revision(self) -> str:
+        """The P→D transfer format these flags give: the flags that change it
+        (`features.CHANGES_TRANSFER`) and the engine image (another build may lay pages out
+        differently).  Equal transfer revisions can exchange requests; different cannot."""
+        return _digest({"contract": transfer_contract(self.features), "image": self.image})
+
+
+def _digest(body: object) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:10]
 
 
 class RolloutPhase(StrEnum):
@@ -163,6 +173,14 @@ class RolloutVerdict(StrEnum):
     ABORTED = "ABORTED"
     MANUAL_PROMOTE = "MANUAL_PROMOTE"
     PROMOTION_TIMEOUT = "PROMOTION_TIMEOUT"
+
+
+class Transfer(StrEnum):
+    """How the flags of a rollout relate to the stable ones' prefill→decode transfer format
+    (`FlagSet.transfer_revision`), which decides how they are promoted."""
+
+    COMPATIBLE = "compatible"  # same format: role by role (a prefill may feed any decode)
+    INCOMPATIBLE = "incompatible"  # another format: in prefill+decode pairs, never mixed
 
 
 class WatchVerdict(StrEnum):
@@ -210,6 +228,12 @@ class RolloutStatus(StatusModel):
     stable_revision: str
     canary: FlagSet | None = None
     canary_revision: str | None = None
+    transfer: Transfer | None = Field(
+        default=None,
+        description="Whether the flags under test keep the stable flags' prefill→decode "
+        "transfer format (compatible: promoted role by role) or not (incompatible: promoted "
+        "in pairs, so no request ever crosses formats).",
+    )
     started_at: str | None = None
     phase_since: str | None = None
     probe_attempt: int = Field(

@@ -15,7 +15,14 @@ from typing import Annotated
 
 from pydantic import Field, StringConstraints, model_validator
 
-from dsv4_engine.engine_config import OPERATOR_OWNED_FLAGS, Backend, Disaggregation, owned_flag_in
+from dsv4_engine.engine_config import (
+    OPERATOR_OWNED_FLAGS,
+    TRANSFER_FORMAT_FLAGS,
+    Backend,
+    Disaggregation,
+    owned_flag_in,
+    transfer_flag_in,
+)
 from dsv4_engine.features import CamelModel, EngineFeatures, IndexDtype, Role
 from dsv4_operator.api.rollout import CanarySpec, RolloutSpec
 from dsv4_operator.api.schema import cel, validations
@@ -100,8 +107,19 @@ class EnvVar(CamelModel):
 
 # Bounded lengths keep the CEL cost estimate of the extraArgs rule under the API server's limit.
 ExtraArg = Annotated[str, StringConstraints(max_length=256)]
-_OWNED_LIST = "[" + ", ".join(f"'{flag}'" for flag in OPERATOR_OWNED_FLAGS) + "]"
-_SETS_OWNED = f"a.startsWith('--') && {_OWNED_LIST}.exists(o, o.startsWith(a.split('=')[0]))"
+
+
+def _sets_one_of(flags: tuple[str, ...]) -> str:
+    """CEL: extra argument `a` sets one of ``flags`` (or an argparse prefix of one)."""
+    listed = "[" + ", ".join(f"'{flag}'" for flag in flags) + "]"
+    return f"a.startsWith('--') && {listed}.exists(o, o.startsWith(a.split('=')[0]))"
+
+
+_TRANSFER_ARG = (
+    "extraArgs must not set --page-size or --kv-cache-dtype: they are part of the "
+    "prefill→decode transfer format, which both roles must share at every instant, and an "
+    "extra argument rolls one role's pods at a time"
+)
 
 
 class RoleSpec(CamelModel):
@@ -120,7 +138,12 @@ class RoleSpec(CamelModel):
             ".dp",
         ),
         cel(
-            f"!self.extraArgs.exists(a, {_SETS_OWNED})",
+            f"!self.extraArgs.exists(a, {_sets_one_of(TRANSFER_FORMAT_FLAGS)})",
+            _TRANSFER_ARG,
+            ".extraArgs",
+        ),
+        cel(
+            f"!self.extraArgs.exists(a, {_sets_one_of(OPERATOR_OWNED_FLAGS)})",
             "extraArgs must not set a flag the operator owns (model, parallelism, "
             "disaggregation, HiCache, kv-canary, host/port); use the typed field",
             ".extraArgs",
@@ -149,6 +172,9 @@ class RoleSpec(CamelModel):
         owned = owned_flag_in(self.extra_args)
         if owned is not None:
             raise ValueError(f"extraArgs must not set a flag the operator owns: {owned!r}")
+        transfer = transfer_flag_in(self.extra_args)
+        if transfer is not None:
+            raise ValueError(f"{_TRANSFER_ARG} (got {transfer!r})")
         return self
 
     @property

@@ -25,6 +25,7 @@ from dsv4_operator.api.rollout import (
     RolloutStatus,
     RolloutVerdict,
     StableProbeStatus,
+    Transfer,
     WatchVerdict,
 )
 from dsv4_operator.api.times import parse_stamp, stamp
@@ -231,10 +232,12 @@ class _Step:
         self.start_canary(desired, "CanaryStarted")
 
     def start_canary(self, desired: FlagSet, reason: str) -> None:
+        same_format = desired.transfer_revision == self.status.stable.transfer_revision
         self.update(
             phase=RolloutPhase.CANARY_STARTING,
             canary=desired,
             canary_revision=desired.revision,
+            transfer=Transfer.COMPATIBLE if same_format else Transfer.INCOMPATIBLE,
             started_at=self.now,
             promoted_roles=(),
             verdict=None,

@@ -47,7 +47,9 @@ def test_api_identity_printer_columns_and_status():
     assert crd["spec"]["names"]["shortNames"] == ["dsv4"]
     assert version["subresources"] == {"status": {}}
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert columns == ["Phase", "Prefill", "Decode", "HiCache", "IndexDtype", "Canary", "Age"]
+    assert columns == [
+        "Phase", "Prefill", "Decode", "HiCache", "IndexDtype", "Canary", "Transfer", "Age",
+    ]  # fmt: skip
 
 
 def test_every_cel_rule_names_its_field_in_the_message():
