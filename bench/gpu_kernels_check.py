@@ -40,8 +40,8 @@ def copy_bandwidths(nbytes: int = 1 << 30) -> tuple[float, float]:
 
 def check_index_k(dtype, tri, ref, rows: list, failures: list[str]) -> None:
     """Store, read and score kernels of one index-K dtype at a 1M-token context."""
+    from dsv4_engine.index_k import index_key_format
     from dsv4_engine.kernels.indexer_ref import topk_entries
-    from dsv4_engine.pools.layout import index_key_format
 
     entries, pages, heads = 32, 8192, 64  # 262144 compressed tokens
     gen = torch.Generator(device="cuda").manual_seed(0)

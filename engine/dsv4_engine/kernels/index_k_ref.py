@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from dsv4_engine.features import IndexDtype
-from dsv4_engine.pools.layout import FP4_BLOCK, FP8_BLOCK, IndexKeyFormat
+from dsv4_engine.index_k import FP4_BLOCK, FP8_BLOCK, IndexKeyFormat
 
 FP8_MAX = 448.0
 FP4_GRID = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)

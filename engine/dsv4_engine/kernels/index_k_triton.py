@@ -18,8 +18,8 @@ import triton
 import triton.language as tl
 
 from dsv4_engine.features import IndexDtype
+from dsv4_engine.index_k import FP8_BLOCK, IndexKeyFormat
 from dsv4_engine.kernels import index_k_ref, indexer_ref
-from dsv4_engine.pools.layout import FP8_BLOCK, IndexKeyFormat
 
 SCORE_BLOCK_N = 16
 

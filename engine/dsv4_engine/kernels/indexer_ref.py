@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from dsv4_engine.index_k import IndexKeyFormat
 from dsv4_engine.kernels import index_k_ref
-from dsv4_engine.pools.layout import IndexKeyFormat
 
 
 def indexer_scores(q: torch.Tensor, w: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:

@@ -59,7 +59,7 @@ def test_hicache_adds_ratio_times_the_device_kv_pools_of_every_gpu_in_the_pod():
 
 
 def test_the_canary_asks_for_the_same_memory_as_the_promoted_pods_will():
-    new = spec({"hicache": {"enabled": True, "ratio": 3.0}, "indexDtype": "bf16"})
+    new = spec({"hicache": {"enabled": True, "ratio": 3.0}, "indexDtype": "fp4"})
     stable = spec()
     flags = FlagSet(features=new.features, image=new.image.name)
     canary = render_all(canary_owner(OWNER), canary_spec(stable, flags, CanarySpec()))

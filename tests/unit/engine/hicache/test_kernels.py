@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from dsv4_engine.features import IndexDtype
+from dsv4_engine.index_k import index_key_format
 from dsv4_engine.kernels import get_ops
 from dsv4_engine.kernels.indexer_ref import topk_entries
-from dsv4_engine.pools.layout import index_key_format
 
 TRITON_MODULES = ("dsv4_engine.kernels.index_k_triton", "dsv4_engine.kernels.paged_copy_triton")
 ENTRIES = 32
