@@ -115,12 +115,13 @@ class TransferController:
         self._check_lengths(device_pages, host_pages)
         device = self.pool.device
         host_index = torch.tensor(host_pages, dtype=torch.int64)
+        host_rows = host_index.to(device)
         device_rows = torch.tensor(device_pages, dtype=torch.int64, device=device)
         want = None
         if self.verify_checksums:
             stored = [self.host.checksums(s.layer, s.kind) for s in self.pool.layout.segments]
             want = torch.stack([sums[host_index] for sums in stored]).to(device)
-        # On the caller's stream, before any read of these pages can be queued.
+        # On the caller's stream, before the fence and before any read of these pages.
         generation = self.pool._expect_load(device_rows)
         events = fence = None
         if self._cuda:
@@ -134,7 +135,7 @@ class TransferController:
             _Job(
                 load,
                 generation,
-                host_index.to(device),
+                host_rows,
                 device_rows,
                 list(host_pages),
                 list(device_pages),
@@ -250,6 +251,8 @@ class TransferController:
         job.load.cuda_events[-1].synchronize()  # type: ignore[index]
         if any(bool(mismatch.any()) for _, mismatch in job.mismatches):
             self._fail(job, *self._corruption(job))
+        else:
+            job.load.settle()
 
     def _fail(self, job: _Job, error: TransferFailed, from_layer: int | None) -> None:
         layer = job.load.layers_done() if from_layer is None else from_layer

@@ -27,7 +27,9 @@ class LayerLoad:
 
     The producer calls `layer_done(L)` in layer order; consumers `wait_until(L)`.  With CUDA,
     `cuda_events[L]` is recorded on the copy stream and the consumer's stream waits on it, so
-    the CPU only waits for the event to be *recorded*, the GPU for the copy itself.
+    the CPU only waits for the event to be *recorded*, the GPU for the copy itself; the
+    load's checksum verdict comes later (`settle` or `fail`), and until it has, the load is
+    not finished: the gate keeps it, so a late failure still reaches readers.
     """
 
     def __init__(self, num_layers: int, cuda_events: list[Any] | None = None) -> None:
@@ -36,19 +38,25 @@ class LayerLoad:
         self._layers_done = 0
         self._error: TransferFailed | None = None
         self._failed_from = num_layers  # first layer the error covers
+        self._settled = cuda_events is None  # on CPU each layer's verdict precedes its done
         self._cond = threading.Condition()
 
     def layers_done(self) -> int:
         return self._layers_done
 
+    def failed(self) -> bool:
+        return self._error is not None
+
     def done(self) -> bool:
         return self._layers_done >= self.num_layers or self._error is not None
 
     def finished_ok(self) -> bool:
-        """Every layer landed (on CUDA: the last copy event completed) and none failed."""
-        if self._error is not None or self._layers_done < self.num_layers:
-            return False
-        return self.cuda_events is None or self.cuda_events[-1].query()
+        """Every layer landed and verified (on CUDA: the producer settled it) and none failed."""
+        return self._error is None and self._layers_done >= self.num_layers and self._settled
+
+    def settle(self) -> None:
+        """CUDA: the producer saw the last copy event complete and every checksum match."""
+        self._settled = True
 
     def needs_wait(self, layer: int) -> bool:
         """False once a read of `layer` can proceed without waiting on this load."""
