@@ -61,10 +61,15 @@ def test_injection_skips_the_gate_for_index_k_only(monkeypatch, caplog):
     assert any(
         r.levelno == logging.WARNING and "FAULT INJECTION" in r.getMessage() for r in caplog.records
     )
-    pool.gate.register(LayerLoad(TINY_SHAPE.num_layers))
+    load = LayerLoad(TINY_SHAPE.num_layers)
+    pool.gate.register(load)
     assert _read_in_thread(pool, 1, BufferKind.INDEX_K).wait(5)
-    assert not _read_in_thread(pool, 1, BufferKind.KV).wait(SETTLE_S)
-    assert not _read_in_thread(pool, 1, BufferKind.COMPRESS_STATE).wait(SETTLE_S)
+    kv = _read_in_thread(pool, 1, BufferKind.KV)
+    state = _read_in_thread(pool, 1, BufferKind.COMPRESS_STATE)
+    assert not kv.wait(SETTLE_S) and not state.wait(SETTLE_S)
+    for layer in range(TINY_SHAPE.num_layers):  # release the blocked readers
+        load.layer_done(layer)
+    assert kv.wait(5) and state.wait(5)
 
 
 def test_injection_is_off_unless_asked(monkeypatch, caplog):
