@@ -22,6 +22,7 @@ from dsv4_engine.configurator import (
     model_spec_from_hf_config,
     plan_pools,
 )
+from dsv4_engine.engine_config import Backend
 from dsv4_engine.features import IndexDtype
 from dsv4_engine.presets import preset_config
 
@@ -31,7 +32,10 @@ TP = {"v4-flash": 4, "v4-pro": 8}
 
 def one_plan(preset: str) -> None:
     model = model_spec_from_hf_config(preset_config(preset))
-    settings = EngineSettings(index_dtype=IndexDtype.BF16, tp_size=TP[preset])
+    # bf16 (the legacy compare's dtype) is stored by the reference engine only.
+    settings = EngineSettings(
+        index_dtype=IndexDtype.BF16, engine=Backend.REFERENCE, tp_size=TP[preset]
+    )
     budget = gpu_budget(model, settings, 180 * GiB)
     plan = plan_pools(model, settings, budget.kv_budget_bytes)
     host_bytes_for_plan(model, settings, plan, 2.0)
@@ -57,7 +61,7 @@ def time_command(preset: str, runs: int = 5) -> tuple[list[float], list[float]]:
     argv = [
         sys.executable, "-m", "dsv4_operator.cli.main", "plan", "--preset", preset,
         "--gpu-memory", "180GiB", "--tp", str(TP[preset]), "--index-dtype", "bf16",
-        "--hicache-ratio", "2", "--legacy-compare",
+        "--engine", "reference", "--hicache-ratio", "2", "--legacy-compare",
     ]  # fmt: skip
     wall, cpu = [], []
     for _ in range(runs):

@@ -189,8 +189,8 @@ def to_sglang_args(
     """SGLang 0.5.23 server arguments for one pod (node rank and rank-0 address per pod).
 
     DP attention uses `--attn-dp-size` (0.5.23 deprecates `--enable-dp-attention`).
-    The bf16 index-K dtype has no upstream flag: the project's SGLang plugin reads it
-    from `plugin_env`.
+    fp4 index-K is SGLang's own flag; the project's SGLang plugin reads the dtype from
+    `plugin_env` and refuses one SGLang does not store (bf16).
     """
     args = [
         "--model-path", config.model_path,
@@ -229,7 +229,7 @@ def to_sglang_args(
 
 
 def plugin_env(config: EngineConfig) -> dict[str, str]:
-    """Environment for the project's SGLang plugin: the flags SGLang has no argument for."""
+    """Environment for the project's SGLang plugin: the index-K dtype it checks."""
     return {"DSV4_INDEX_DTYPE": config.features.index_dtype.value}
 
 

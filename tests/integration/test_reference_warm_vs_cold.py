@@ -3,12 +3,17 @@ prefix was pushed to the host tier: the seed incident end to end, through HTTP.
 
 With the per-layer gate every warm answer equals its cold answer; with the index-K gate
 removed (`DSV4_INJECT_UNGATED_INDEX_K=1`) and bf16 index-K, the indexer reads keys a
-HiCache load has not delivered yet and some answers change.
+HiCache load has not delivered yet and some answers change.  The engine counts the stale
+reads it observes (`dsv4:index_k_reads_during_load_total`): 0 gated, more ungated.
+
+The same holds with the Triton kernels (under the interpreter without a GPU), on a smaller
+workload since the interpreter is slow.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import urllib.request
 
 import pytest
@@ -25,10 +30,16 @@ BODIES = shared_prefix_bodies(
 # 1 MB/s (the default is 2): a load's layer copy outlasts the prefill batch's compute
 # up to the indexer by a wide margin, even on a loaded 2-core machine.
 FLAGS = ("--enable-hierarchical-cache", "--hicache-ratio", "2", "--hicache-bandwidth", "1")
+TRITON = {"TRITON_INTERPRET": "1", "DSV4_KERNEL_BACKEND": "triton"}
+TRITON_BODIES = shared_prefix_bodies(
+    4, prefixes=2, prefix_words=40, max_tokens=3, seed=0, session_words=10
+)
+# The interpreter computes slowly, so the copy is slowed too for an ungated read to race it.
+TRITON_FLAGS = (*FLAGS[:-1], "0.1")
 
 
-def mismatches(url: str) -> int:
-    cold, warm = asyncio.run(warm_vs_cold(url, BODIES))
+def mismatches(url: str, bodies: list[dict] = BODIES) -> int:
+    cold, warm = asyncio.run(warm_vs_cold(url, bodies))
     assert all(w.cached_tokens > 0 for w in warm), "warm requests must hit the prefix cache"
     return sum(c.text != w.text for c, w in zip(cold, warm, strict=True))
 
@@ -51,3 +62,18 @@ def test_ungated_bf16_warm_answers_differ(start_server):
     assert mismatches(url) >= 8  # measured: ~50 of 64 at 1 MB/s (fp8: ~40)
     assert metric(url, "dsv4:index_k_reads_during_load_total") > 0
     assert metric(url, "dsv4:index_k_gated") == 0
+
+
+@pytest.mark.parametrize("ungated", [False, True], ids=["gated", "ungated"])
+def test_on_the_triton_backend_too(start_server, ungated):
+    env = {**TRITON, "DSV4_INJECT_UNGATED_INDEX_K": "1"} if ungated else TRITON
+    url = start_server(*TRITON_FLAGS, "--index-dtype", "bf16", env=env)
+    with urllib.request.urlopen(f"{url}/server_info", timeout=10) as resp:
+        assert json.load(resp)["kernel_backend"] == "triton"
+    differ = mismatches(url, TRITON_BODIES)
+    stale = metric(url, "dsv4:index_k_reads_during_load_total")
+    if ungated:
+        assert differ > 0 and stale > 0  # measured: 4 of 4 answers, 8 reads
+    else:
+        assert differ == 0 and stale == 0
+        assert metric(url, "sglang:load_back_tokens_total") > 0

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from sglang_cases import (
+    FLASH_BAD_DTYPE,
     FLASH_BF16,
     FORMULAS,
     MODELS,
@@ -90,4 +91,6 @@ def sglang_with_plugin(
     run_sglang: Callable[..., dict[str, dict[str, Any]]],
 ) -> dict[str, dict[str, Any]]:
     """The plugin's cases, in a process that loaded it through SGLang's load_plugins()."""
-    return run_sglang([FLASH_BF16, PRO_BF16_MTP, V32_BF16, *UNCHANGED], plugin=True)
+    return run_sglang(
+        [FLASH_BF16, PRO_BF16_MTP, V32_BF16, FLASH_BAD_DTYPE, *UNCHANGED], plugin=True
+    )

@@ -13,6 +13,7 @@ from dsv4_engine.configurator import (
     model_spec_from_hf_config,
     plan_pools,
 )
+from dsv4_engine.engine_config import Backend
 from dsv4_engine.features import IndexDtype
 from dsv4_engine.presets import preset_config
 
@@ -56,6 +57,7 @@ def our_settings(case: dict[str, Any]) -> EngineSettings:
     drafts, steps = case.get("spec", (0, 0))
     return EngineSettings(
         index_dtype=IndexDtype(case.get("index_dtype", "fp8")),
+        engine=Backend(case.get("engine", "sglang")),
         legacy=case.get("legacy", False),
         page_size=case.get("page", 256),
         tp_size=case.get("tp", 1),
@@ -126,9 +128,11 @@ REFUSED = [
 ]
 # The same case first and last: a batch shares one process, so show it leaks nothing.
 REPEAT = {**PARITY_CASES[0], "id": "flash-default-again"}
-FORMULAS = {"id": "index-k-rows", "index_head_dims": [64, 128, 256]}
+# Head dims whose fp8 keys fill whole scale blocks (the one index-K rule refuses others).
+FORMULAS = {"id": "index-k-rows", "index_head_dims": [128, 256, 512]}
 
-# Plugin tests: bf16 index-K with and without the plugin; fp8 / fp4 with it.
+# Plugin tests: bf16 index-K with and without the plugin; fp8 / fp4 with it.  SGLang stores
+# no bf16 index-K: our plans of these cases are the reference engine's (which does).
 FLASH_BF16 = {
     "id": "flash-bf16",
     "model": "flash",
@@ -155,6 +159,8 @@ V32_BF16 = {
     "fork_bf16_buffer": True,
     "budget": 50 * GB,
 }
+# A value the plugin cannot read: refused when SGLang sizes the pools, not at load time.
+FLASH_BAD_DTYPE = {**FLASH_BF16, "id": "flash-int8", "index_dtype": "int8"}
 UNCHANGED = [
     {"id": "flash-fp8", "model": "flash", "tp": 4, "index_dtype": "fp8", "budget": 126 * 2**30},
     {"id": "flash-fp4", "model": "flash", "tp": 4, "index_dtype": "fp4", "budget": 126 * 2**30},

@@ -1,10 +1,19 @@
 """The plugin, loaded by SGLang's own `load_plugins()` from the installed entry point,
-makes SGLang's configurators size a bf16 index-K like the configurator does."""
+stops SGLang from sizing pools for an index-K dtype it does not store, and leaves the
+dtypes it does store exactly as SGLang sizes them.  Without it, SGLang silently runs a
+bf16 request as fp8."""
 
 from __future__ import annotations
 
 import pytest
-from sglang_cases import FLASH_BF16, PRO_BF16_MTP, UNCHANGED, V32_BF16, our_plan
+from sglang_cases import (
+    FLASH_BAD_DTYPE,
+    FLASH_BF16,
+    PRO_BF16_MTP,
+    UNCHANGED,
+    V32_BF16,
+    our_plan,
+)
 
 pytestmark = pytest.mark.sglang
 
@@ -25,19 +34,19 @@ def plan_numbers(plan):
     return (plan.bytes_per_full_token, plan.fixed_bytes, plan.full_tokens, *pools)
 
 
-@pytest.mark.parametrize("case", [FLASH_BF16, PRO_BF16_MTP], ids=lambda c: c["id"])
-def test_dsv4_bf16_sglang_with_plugin_equals_ours(case, sglang_with_plugin):
-    theirs = sglang_with_plugin[case["id"]]
-    assert theirs["indexer_bytes_per_token"] == 256
-    assert dsv4_numbers(theirs) == plan_numbers(our_plan(case))
+@pytest.mark.parametrize("case", [FLASH_BF16, PRO_BF16_MTP, V32_BF16], ids=lambda c: c["id"])
+def test_sglang_with_the_plugin_refuses_bf16_index_k_naming_the_field(case, sglang_with_plugin):
+    error = sglang_with_plugin[case["id"]]["error"]
+    assert error.startswith("ConfigError: DSV4_INDEX_DTYPE: indexDtype bf16: SGLang 0.5.23 ")
+    assert "fp8 (132 B per key) or fp4 (68 B" in error
+    assert "only in the CPU reference engine" in error
 
 
-def test_dsa_bf16_sglang_with_plugin_equals_ours(sglang_with_plugin):
-    ours = our_plan(V32_BF16)
-    theirs = sglang_with_plugin[V32_BF16["id"]]
-    assert (theirs["bytes_per_full_token"], theirs["full"]) == (
-        ours.bytes_per_full_token,
-        ours.full_tokens,
+def test_a_value_the_plugin_cannot_read_stops_sizing(sglang_with_plugin):
+    """SGLang swallows errors its plugins raise while loading; this one surfaces where the
+    pools are sized, so the engine does not start with a dtype nobody checked."""
+    assert sglang_with_plugin[FLASH_BAD_DTYPE["id"]]["error"] == (
+        "ConfigError: DSV4_INDEX_DTYPE: expected one of fp8, bf16, fp4, got 'int8'"
     )
 
 
@@ -53,25 +62,30 @@ def test_plugin_changes_nothing_for_fp8_and_fp4(case, sglang_with_plugin):
         assert theirs["indexer_bytes_per_token"] == 132  # fp4 too: SGLang budgets fp8 on NVIDIA
 
 
-def test_dsa_sglang_without_plugin_over_reserves_like_the_legacy_formula(sglang_without_plugin):
+def test_dsv4_sglang_without_plugin_sizes_a_bf16_request_as_fp8(sglang_without_plugin):
+    """What the plugin prevents: upstream DSV4 sizing ignores the requested dtype, prices
+    132-byte fp8 rows and stores fp8; the bf16 flag would change nothing."""
+    theirs = sglang_without_plugin[FLASH_BF16["id"]]
+    fp8 = our_plan({**FLASH_BF16, "index_dtype": "fp8"})
+    assert theirs["indexer_bytes_per_token"] == 132
+    assert dsv4_numbers(theirs) == plan_numbers(fp8)
+    with pytest.raises(ValueError, match="indexDtype bf16: SGLang 0.5.23 stores"):
+        our_plan(FLASH_BF16)
+
+
+def test_dsa_sglang_with_the_forks_bf16_buffer_over_reserves_like_the_legacy_formula(
+    sglang_without_plugin,
+):
+    """The seed's fork kept DSA index-K in a bf16 buffer: SGLang's fp8 formula times that
+    buffer's element size is the configurator's legacy mode, 8 bytes per key above the
+    256-byte rows (which the reference engine stores)."""
     theirs = sglang_without_plugin[V32_BF16["id"]]
     legacy = our_plan({**V32_BF16, "legacy": True})
-    fixed = our_plan(V32_BF16)
+    rows = our_plan({**V32_BF16, "engine": "reference"})
     assert (theirs["bytes_per_full_token"], theirs["full"]) == (
         legacy.bytes_per_full_token,
         legacy.full_tokens,
     )
     # 61 indexer layers x (264 - 256) bytes per token, for every token SGLang sizes.
-    assert theirs["bytes_per_full_token"] - fixed.bytes_per_full_token == 61 * 8
-    assert theirs["full"] < fixed.full_tokens
-
-
-def test_dsv4_sglang_without_plugin_budgets_bf16_keys_at_the_fp8_size(sglang_without_plugin):
-    """Upstream DSV4 sizing ignores the index-K dtype: a bf16 index-K would get 132 B of
-    budget for 256 B rows.  (The seed's fork multiplied that by 2: 264 B, the legacy mode.)"""
-    theirs = sglang_without_plugin[FLASH_BF16["id"]]
-    fp8 = our_plan({**FLASH_BF16, "index_dtype": "fp8"})
-    bf16 = our_plan(FLASH_BF16)
-    assert theirs["indexer_bytes_per_token"] == 132
-    assert dsv4_numbers(theirs) == plan_numbers(fp8)
-    assert theirs["bytes_per_full_token"] < bf16.bytes_per_full_token
+    assert theirs["bytes_per_full_token"] - rows.bytes_per_full_token == 61 * 8
+    assert theirs["full"] < rows.full_tokens

@@ -55,5 +55,5 @@ def test_index_k_formulas_equal_sglang_pool_rows(sglang_without_plugin):
     it budgets fp8 on NVIDIA)."""
     rows = sglang_without_plugin[FORMULAS["id"]]["rows"]
     for d, (fp8, fp4) in rows.items():
-        assert fp8 == index_k_bytes_per_token(int(d), IndexDtype.FP8)
-        assert fp4 == index_k_bytes_per_token(int(d), IndexDtype.FP4)
+        assert fp8 == index_k_bytes_per_token(IndexDtype.FP8, int(d))
+        assert fp4 == index_k_bytes_per_token(IndexDtype.FP4, int(d))

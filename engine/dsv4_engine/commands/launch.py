@@ -28,6 +28,7 @@ from dsv4_engine.engine_config import (
     pod_ordinal,
     to_sglang_args,
 )
+from dsv4_engine.index_k import sglang_index_dtype_error
 
 PLUGIN_ENTRY_POINT = "dsv4_index_k"  # engine/pyproject.toml, group sglang.srt.plugins
 # dsv4_engine.pools.device_pool.UNGATED_INDEX_K_ENV (not imported: that imports torch).
@@ -121,8 +122,12 @@ def command(config: EngineConfig) -> tuple[list[str], dict[str, str]]:
             "features.faultInjection.ungatedIndexK: only backend: reference can inject "
             "the seed's race; refusing to start SGLang with it"
         )
+    unstored = sglang_index_dtype_error(config.features.index_dtype)
+    if unstored is not None:  # SGLang would run fp8 under a bf16 label
+        raise CommandError(f"features.{unstored}")
     rank, addr = sglang_placement(config)
-    # plugin_env carries the index-K dtype under the name dsv4_engine.sglang_plugin reads.
+    # plugin_env carries the index-K dtype under the name dsv4_engine.sglang_plugin reads
+    # (the plugin refuses, at pool sizing, a dtype SGLang does not store, as above).
     env = {"SGLANG_PLUGINS": PLUGIN_ENTRY_POINT, **plugin_env(config)}
     argv = [sys.executable, "-m", "sglang.launch_server", *to_sglang_args(config, rank, addr)]
     return argv, env

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from dsv4_engine.configurator.budget import GiB
 from dsv4_engine.configurator.errors import ConfigError
-from dsv4_engine.configurator.index_k import (
-    FP8_SCALE_BLOCK,
-    fp8_index_k_bytes,
+from dsv4_engine.configurator.index_budget import (
+    BF16_ELEMENT_BYTES,
     index_k_budget_bytes,
-    index_k_bytes_per_token,
+    index_k_storage,
+    stored_index_k_bytes,
 )
 from dsv4_engine.configurator.model import ModelSpec
 from dsv4_engine.configurator.result import Pool, PoolPlan
@@ -23,20 +23,22 @@ from dsv4_engine.features import IndexDtype
 
 # The MTP (NextN) draft of DeepSeek-V3.x has one layer.
 DRAFT_LAYERS = 1
+# The scaled FlashMLA latent: one fp32 scale per this many fp8 values.
+LATENT_FP8_BLOCK = 128
 
 
 def latent_bytes_per_token(model: ModelSpec, settings: EngineSettings) -> int:
     """One layer's MLA latent row: fp8 latent with one fp32 scale per 128 values and a
     bf16 rope part (the scaled FlashMLA layout), or plain bf16."""
     if settings.kv_cache_dtype == "fp8_e4m3":
-        if model.kv_lora_rank % FP8_SCALE_BLOCK:
+        if model.kv_lora_rank % LATENT_FP8_BLOCK:
             raise ConfigError(
                 f"model config: kv_lora_rank {model.kv_lora_rank} must be a multiple of "
-                f"{FP8_SCALE_BLOCK} for the fp8 KV cache"
+                f"{LATENT_FP8_BLOCK} for the fp8 KV cache"
             )
         return (
             model.kv_lora_rank
-            + model.kv_lora_rank // FP8_SCALE_BLOCK * 4
+            + model.kv_lora_rank // LATENT_FP8_BLOCK * 4
             + model.qk_rope_head_dim * 2
         )
     return (model.kv_lora_rank + model.qk_rope_head_dim) * 2
@@ -49,7 +51,8 @@ def indexer_bytes_per_token_layer(model: ModelSpec, settings: EngineSettings) ->
     if settings.legacy and settings.index_dtype is IndexDtype.BF16:
         # The fork priced bf16 as ceil(fp8 row / kpool) elements of 2 bytes (rounded per
         # pooled key before doubling, so not the legacy row split over kpool).
-        return -(-fp8_index_k_bytes(model.index_head_dim) // kpool) * 2
+        fp8 = stored_index_k_bytes(model.index_head_dim, IndexDtype.FP8)
+        return -(-fp8 // kpool) * BF16_ELEMENT_BYTES
     return -(-index_k_budget_bytes(model.index_head_dim, settings) // kpool)
 
 
@@ -77,6 +80,8 @@ def plan_dsa(model: ModelSpec, settings: EngineSettings, kv_budget_bytes: int) -
     return PoolPlan(
         model_kind=model.kind.value,
         index_dtype=settings.index_dtype.value,
+        engine=settings.engine.value,
+        index_k_storage=index_k_storage(model.index_head_dim, settings),
         legacy=settings.legacy,
         page_size=page,
         kv_budget_bytes=kv_budget_bytes,
@@ -85,7 +90,7 @@ def plan_dsa(model: ModelSpec, settings: EngineSettings, kv_budget_bytes: int) -
         full_tokens=tokens,
         max_running_requests_per_worker=settings.max_running_requests_per_worker or 0,
         index_k_budget_bytes=index_k,
-        index_k_alloc_bytes=index_k_bytes_per_token(model.index_head_dim, settings.index_dtype),
+        index_k_alloc_bytes=stored_index_k_bytes(model.index_head_dim, settings.index_dtype),
         swa_mode="none",
         pools=tuple(pools),
     )

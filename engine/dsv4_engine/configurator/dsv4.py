@@ -17,7 +17,11 @@ from dataclasses import dataclass
 
 from dsv4_engine.configurator.budget import GiB
 from dsv4_engine.configurator.errors import ConfigError
-from dsv4_engine.configurator.index_k import index_k_budget_bytes, index_k_bytes_per_token
+from dsv4_engine.configurator.index_budget import (
+    index_k_budget_bytes,
+    index_k_storage,
+    stored_index_k_bytes,
+)
 from dsv4_engine.configurator.model import ModelSpec
 from dsv4_engine.configurator.result import Pool, PoolPlan
 from dsv4_engine.configurator.settings import EngineSettings
@@ -173,7 +177,7 @@ def dsv4_geometry(model: ModelSpec, settings: EngineSettings) -> Dsv4Geometry:
         inflation = (n_layers + 1) / n_layers
         bytes_per_full_token *= inflation
         bytes_per_swa_token *= inflation
-    index_alloc = index_k_bytes_per_token(model.index_head_dim, settings.index_dtype)
+    index_alloc = stored_index_k_bytes(model.index_head_dim, settings.index_dtype)
     return Dsv4Geometry(
         page_size=page,
         ring4=ring4,
@@ -252,6 +256,8 @@ def plan_dsv4(model: ModelSpec, settings: EngineSettings, kv_budget_bytes: int) 
     return PoolPlan(
         model_kind=model.kind.value,
         index_dtype=settings.index_dtype.value,
+        engine=settings.engine.value,
+        index_k_storage=index_k_storage(model.index_head_dim, settings),
         legacy=settings.legacy,
         page_size=page,
         kv_budget_bytes=kv_budget_bytes,

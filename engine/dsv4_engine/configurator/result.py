@@ -29,6 +29,9 @@ class PoolPlan:
 
     model_kind: str
     index_dtype: str
+    # The engine the plan is for (sglang | reference) and what it stores per index key.
+    engine: str
+    index_k_storage: str
     legacy: bool
     page_size: int
     kv_budget_bytes: int

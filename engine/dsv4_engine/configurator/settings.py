@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from dsv4_engine.configurator.errors import ConfigError
+from dsv4_engine.engine_config import Backend
 from dsv4_engine.features import IndexDtype
+from dsv4_engine.index_k import sglang_index_dtype_error
 
 DisaggregationMode = Literal["null", "prefill", "decode"]
 # How the plan prices an fp4 index-K: "fp8" is what SGLang 0.5.23 budgets on NVIDIA
@@ -24,7 +26,11 @@ class EngineSettings:
     """Per-server settings; sizes are per rank (one attention-DP worker)."""
 
     index_dtype: IndexDtype = IndexDtype.FP8
-    # Reproduce the seed's bf16 sizing bug (fp8 formula x bf16 element size).
+    # The engine whose index-K storage the plan describes: SGLang stores fp8 or fp4 only;
+    # the reference engine also stores bf16 (sized as SGLang would size 256-byte rows).
+    engine: Backend = Backend.SGLANG
+    # Reproduce the seed's bf16 sizing bug (its fork of SGLang stored bf16 index-K and
+    # priced it with the fp8 formula x the bf16 element size).
     legacy: bool = False
     # DeepSeek-V4 runs with page 256 on CUDA (SGLang's model override).
     page_size: int = 256
@@ -61,6 +67,15 @@ class EngineSettings:
                 raise ConfigError(
                     f"index_dtype: expected one of fp8, bf16, fp4, got {self.index_dtype!r}"
                 ) from None
+        try:
+            object.__setattr__(self, "engine", Backend(self.engine))
+        except ValueError:
+            raise ConfigError(
+                f"engine: expected one of {', '.join(Backend)}, got {self.engine!r}"
+            ) from None
+        refusal = sglang_index_dtype_error(self.index_dtype)
+        if self.engine is Backend.SGLANG and not self.legacy and refusal is not None:
+            raise ConfigError(refusal)
         _positive("page_size", self.page_size)
         _positive("tp_size", self.tp_size)
         _positive("dp_size", self.dp_size)

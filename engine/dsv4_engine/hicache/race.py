@@ -10,9 +10,15 @@ index-K, scores, takes top-k, then attention reads KV at the top-k entries.  Eac
 
 With the gate every read waits for its layer, so every request matches the reference bit
 for bit.  With `ungated_index_k` an indexer that outruns the copy reads the previous
-owner's keys: the trial records which requests saw stale index-K and a changed top-k set.
+owner's keys: the trial records which requests saw stale index-K and a changed top-k set,
+and how many reads the pool itself observed reading a page its load had not landed yet.
 The same seed gives the same compute times whatever the index dtype, so fp8 and bf16 runs
 are paired and differ only in how long the copy takes.
+
+The indexer scores and selects with the pool's kernels (`index_scores`, `ops.topk`), the
+ones the engine ships, on the backend the config names.  On CUDA (`device="cuda"`) the copy
+is not throttled and a layer's compute is GPU time (`torch.cuda._sleep`) on the reader's
+stream, so the race plays out between the copy stream and compute as on a real engine.
 """
 
 from __future__ import annotations
@@ -28,9 +34,10 @@ from dsv4_engine.features import HiCacheWritePolicy, IndexDtype
 from dsv4_engine.hicache.cache import HiCache
 from dsv4_engine.hicache.host_pool import HostPool
 from dsv4_engine.hicache.transfer import TransferController
-from dsv4_engine.kernels.indexer_ref import indexer_scores, topk_entries
 from dsv4_engine.pools.device_pool import DevicePool
-from dsv4_engine.pools.layout import INDEXED_RATIO, TINY_SHAPE, ModelShape
+from dsv4_engine.pools.layout import INDEXED_RATIO, TINY_SHAPE, BufferKind, ModelShape
+
+GPU_CYCLES_PER_S = 1.5e9  # torch.cuda._sleep counts clock cycles; roughly a GPU's clock
 
 
 @dataclass(frozen=True)
@@ -40,13 +47,16 @@ class RaceConfig:
     seed: int
     # 4 MB/s against up to 80 ms of compute per layer: copies of hundreds of ms, far above
     # the scheduling jitter of a loaded 2-core machine, so the race plays out the same way.
-    bandwidth_bytes_per_s: float = 4e6
+    # None: unthrottled (CUDA always is).
+    bandwidth_bytes_per_s: float | None = 4e6
     num_requests: int = 16
     prefix_pages: int = 2
     max_layer_compute_s: float = 0.08
     topk: int = 8
     shape: ModelShape = TINY_SHAPE
     reader_timeout_s: float = 30.0
+    device: str = "cpu"
+    backend: str | None = None  # kernel backend; None: the device's default
 
 
 @dataclass(frozen=True)
@@ -61,6 +71,10 @@ class TrialResult:
     config: RaceConfig
     outcomes: tuple[RequestOutcome, ...]
     transfer_bytes: int  # what the batch load moved; / bandwidth = its duration
+    # Reads the pool observed reading a page whose load had not landed (its own count).
+    stale_index_k_reads: int
+    stale_kv_reads: int
+    blocked_reads: int  # reads that found their layer still loading and waited
 
     @property
     def stale(self) -> int:
@@ -108,9 +122,18 @@ def _make_request(
             state[layer] = torch.randn((ratio, shape.kv_dim), generator=gen)
         if ratio == INDEXED_RATIO:
             keys[layer] = torch.randn((n, shape.index_head_dim), generator=gen)
-    q = torch.randn((shape.index_n_heads, shape.index_head_dim), generator=gen)
-    w = torch.rand(shape.index_n_heads, generator=gen)
-    return _Request(slot, kv, keys, state, q, w, compute_s)
+    # One query token's indexer heads: q [1, H, d], w [1, H].
+    q = torch.randn((1, shape.index_n_heads, shape.index_head_dim), generator=gen)
+    w = torch.rand((1, shape.index_n_heads), generator=gen)
+    return _Request(slot, kv, keys, state, q.to(cfg.device), w.to(cfg.device), compute_s)
+
+
+def _compute(seconds: float, device: torch.device) -> None:
+    """A layer's compute: GPU time on the reader's stream on CUDA, wall time on CPU."""
+    if device.type == "cuda":
+        torch.cuda._sleep(int(seconds * GPU_CYCLES_PER_S))
+    else:
+        time.sleep(seconds)
 
 
 def _write(pool: DevicePool, req: _Request) -> None:
@@ -128,11 +151,12 @@ def _forward(pool: DevicePool, req: _Request, topk: int, compute: bool) -> _Read
     keys, top, out = {}, {}, {}
     for layer, ratio in enumerate(pool.shape.compress_ratios):
         if compute:
-            time.sleep(req.compute_s[layer])
+            _compute(req.compute_s[layer], pool.device)
         locs = pool.entry_locs(layer, req.pages)
         if ratio == INDEXED_RATIO:
             keys[layer] = pool.read_index_k(layer, locs)
-            top[layer] = topk_entries(indexer_scores(req.q, req.w, keys[layer]), topk)
+            scores = pool.index_scores(layer, locs, req.q, req.w)
+            top[layer] = pool.ops.topk(scores, min(topk, len(locs)))[0]
             locs = locs[top[layer]]
         kv = pool.read_kv(layer, locs).to(torch.float32)
         if ratio:
@@ -163,9 +187,11 @@ def run_trial(cfg: RaceConfig) -> TrialResult:
         total_pages,
         cfg.index_dtype,
         max_requests=cfg.num_requests,
+        device=cfg.device,
+        backend=cfg.backend,
         ungated_index_k=not cfg.gated,
     )
-    host = HostPool(pool.layout, total_pages)
+    host = HostPool(pool.layout, total_pages, pin_memory=pool.device.type == "cuda")
     controller = TransferController(pool, host, bandwidth_bytes_per_s=cfg.bandwidth_bytes_per_s)
     cache = HiCache(pool, host, controller, HiCacheWritePolicy.WRITE_THROUGH)
     try:
@@ -200,7 +226,14 @@ def run_trial(cfg: RaceConfig) -> TrialResult:
             req.pages = device_pages[i * cfg.prefix_pages : (i + 1) * cfg.prefix_pages]
         outcomes = _run_readers(pool, requests, refs, cfg)
         load.wait_all(cfg.reader_timeout_s)
-        return TrialResult(cfg, tuple(outcomes), len(flat_host) * pool.layout.page_bytes)
+        return TrialResult(
+            cfg,
+            tuple(outcomes),
+            len(flat_host) * pool.layout.page_bytes,
+            pool.stale_reads(BufferKind.INDEX_K),
+            pool.stale_reads(BufferKind.KV),
+            pool.gate.blocked,
+        )
     finally:
         cache.close()
 

@@ -1,13 +1,29 @@
 """Host↔device page transfers: asynchronous per-layer loads and synchronous backups.
 
-A load copies layer 0's segments for every page, marks layer 0 done, then layer 1, ...
-on a worker thread (and on CUDA, on a side stream with one event per layer), so compute
-can start on layer 0 while later layers are still in flight.  The load is registered with
-the pool's gate *before* `load()` returns, so no read of those pages can precede it.
+A load copies layer 0's segments for every page, checks them against the checksums taken
+at backup, stamps the verified pages with the load's generation (what the pool's
+stale-read check compares), marks layer 0 done, then layer 1, ... on a worker thread, so
+compute can start on layer 0 while later layers are still in flight.  The load is
+registered with the pool's gate *before* `load()` returns, so no read of those pages can
+precede it.
 
-On CPU a bandwidth in bytes/s paces the copy chunk by chunk: a layer's copy then takes
-time proportional to its bytes (bf16 index-K twice as long as fp8), and a reader that
-skips the gate sees a partly copied layer, as it would on a GPU.
+On CUDA, as SGLang's cache controller does it:
+
+- a load fence: `load()` records an event on the caller's (compute) stream and the copy
+  stream waits on it before writing, so compute already queued on the freed pages the load
+  reuses (reads of their previous owner) runs first;
+- copy (the paged-copy kernel reading pinned host memory), checksums, their comparison and
+  the generation stamps all run on the copy stream, and layer L's event is recorded after
+  them: a reader's stream that waits on it waits for verified data, with no host
+  synchronisation per segment or layer, so compute reads layer L while layer L+1 copies;
+- the checksum verdict reaches the host once per load, when the worker waits for the
+  load's last event (off the compute path): a corrupt page fails the load from its layer
+  on, and reads that already ran on it count as stale (its stamp never advanced).
+
+On CPU a bandwidth in bytes/s paces the copy chunk by chunk: a layer's copy then takes time
+proportional to its bytes (bf16 index-K twice as long as fp8), and a reader that skips the
+gate sees a partly copied layer, as it would on a GPU.  The verdict is known at once there:
+a corrupt layer fails the load before its readers are released.
 """
 
 from __future__ import annotations
@@ -16,7 +32,8 @@ import logging
 import queue
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -41,10 +58,15 @@ class TransferFault:
 @dataclass
 class _Job:
     load: LayerLoad
-    host_rows: torch.Tensor
+    generation: int
+    host_rows: torch.Tensor  # on the pool's device (the copy kernel reads host memory)
     device_rows: torch.Tensor
     host_pages: list[int]
+    device_pages: list[int]
+    want: torch.Tensor | None  # [segments, pages] checksums taken at backup, on the device
+    fence: Any  # CUDA event on the caller's stream; None on CPU
     fault: TransferFault | None
+    mismatches: list[tuple[Segment, torch.Tensor]] = field(default_factory=list)
 
 
 class TransferController:
@@ -66,6 +88,7 @@ class TransferController:
         self.chunk_bytes = chunk_bytes
         self._cuda = pool.device.type == "cuda"
         self._stream = torch.cuda.Stream(pool.device) if self._cuda else None
+        self._seg_index = {(s.layer, s.kind): i for i, s in enumerate(pool.layout.segments)}
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
         self._worker = threading.Thread(target=self._run, name="hicache-load", daemon=True)
         self._worker.start()
@@ -90,18 +113,34 @@ class TransferController:
     ) -> LayerLoad:
         """Start loading host pages into device pages; returns the per-layer progress."""
         self._check_lengths(device_pages, host_pages)
-        events = None
+        device = self.pool.device
+        host_index = torch.tensor(host_pages, dtype=torch.int64)
+        host_rows = host_index.to(device)
+        device_rows = torch.tensor(device_pages, dtype=torch.int64, device=device)
+        want = None
+        if self.verify_checksums:
+            stored = [self.host.checksums(s.layer, s.kind) for s in self.pool.layout.segments]
+            want = torch.stack([sums[host_index] for sums in stored]).to(device)
+        # On the caller's stream, before the fence and before any read of these pages.
+        generation = self.pool._expect_load(device_rows)
+        events = fence = None
         if self._cuda:
             events = [torch.cuda.Event() for _ in range(self.pool.shape.num_layers)]
+            fence = torch.cuda.Event()
+            fence.record()  # the load fence: what the caller queued on the pages so far
         load = LayerLoad(self.pool.shape.num_layers, events)
         self.host.pin(host_pages)
         self.pool.gate.register(load)
         self._jobs.put(
             _Job(
                 load,
-                torch.tensor(host_pages, dtype=torch.int64),
-                torch.tensor(device_pages, dtype=torch.int64, device=self.pool.device),
+                generation,
+                host_rows,
+                device_rows,
                 list(host_pages),
+                list(device_pages),
+                want,
+                fence,
                 fault,
             )
         )
@@ -121,11 +160,19 @@ class TransferController:
     def _run(self) -> None:
         while (job := self._jobs.get()) is not None:
             try:
-                self._load_layers(job)
+                if self._stream is None:
+                    self._load_layers(job)
+                else:
+                    with torch.cuda.stream(self._stream):
+                        self._stream.wait_event(job.fence)
+                        self._load_layers(job)
+                    self._settle(job)
             except Exception as exc:  # a reader must fail fast, not time out
                 logger.exception("hicache load failed")
-                job.load.fail(TransferFailed(f"load failed: {exc}"))
+                self._fail(job, TransferFailed(f"load failed: {exc}"), None)
             finally:
+                if self._stream is not None:
+                    self._stream.synchronize()  # the host pages are read until the copy ends
                 self.host.unpin(job.host_pages)
 
     def _load_layers(self, job: _Job) -> None:
@@ -134,29 +181,26 @@ class TransferController:
         for layer in range(self.pool.shape.num_layers):
             for seg in self.pool.layout.layer_segments(layer):
                 sent = self._copy_segment(job, seg, start, sent)
-                error = self._verify(job, seg)
-                if error is not None:
-                    job.load.fail(error)
-                    return
+            ok = self._verify_layer(job, layer)
+            self.pool._mark_landed(layer, job.device_rows, job.generation, ok)
             if job.load.cuda_events is not None:
                 job.load.cuda_events[layer].record(self._stream)
+            elif ok is not None and not bool(ok.all()):
+                self._fail(job, *self._corruption(job))
+                return
             job.load.layer_done(layer)
 
     def _copy_segment(self, job: _Job, seg: Segment, start: float, sent: int) -> int:
         src = self.host.segment(seg.layer, seg.kind)
         dst = self.pool._transfer_buffer(seg.layer, seg.kind)
-        step = max(1, self.chunk_bytes // seg.page_bytes)
-        for lo in range(0, len(job.host_pages), step):
-            host_rows = job.host_rows[lo : lo + step]
-            dev_rows = job.device_rows[lo : lo + step]
-            if self._stream is not None:
-                with torch.cuda.stream(self._stream):
-                    staged = src[host_rows].pin_memory().to(dst.device, non_blocking=True)
-                    dst[dev_rows] = staged
-            else:
-                self.pool.ops.copy_pages(src, host_rows, dst, dev_rows)
-            self._inject(job.fault, seg, dst, dev_rows, lo)
-            sent += len(host_rows) * seg.page_bytes
+        pages = len(job.host_pages)
+        # Chunks only pace the CPU copy; on CUDA one launch moves the whole segment.
+        step = pages if self._cuda else max(1, self.chunk_bytes // seg.page_bytes)
+        for lo in range(0, pages, step):
+            rows = slice(lo, lo + step)
+            self.pool.ops.copy_pages(src, job.host_rows[rows], dst, job.device_rows[rows])
+            self._inject(job, seg, dst, lo, step)
+            sent += len(job.host_pages[rows]) * seg.page_bytes
             self._pace(start, sent)
         return sent
 
@@ -167,33 +211,50 @@ class TransferController:
         if wait > 0:
             time.sleep(wait)
 
-    def _inject(
-        self,
-        fault: TransferFault | None,
-        seg: Segment,
-        dst: torch.Tensor,
-        rows: torch.Tensor,
-        lo: int,
-    ) -> None:
+    def _inject(self, job: _Job, seg: Segment, dst: torch.Tensor, lo: int, step: int) -> None:
+        fault = job.fault
         if fault is None or (fault.layer, fault.kind) != (seg.layer, seg.kind):
             return
-        if lo <= fault.page_index < lo + len(rows):
-            row = int(rows[fault.page_index - lo])
-            dst[row, fault.byte] ^= 0xFF
+        if lo <= fault.page_index < lo + step:
+            dst[job.device_pages[fault.page_index], fault.byte] ^= 0xFF
 
-    def _verify(self, job: _Job, seg: Segment) -> TransferFailed | None:
-        if not self.verify_checksums:
+    def _verify_layer(self, job: _Job, layer: int) -> torch.Tensor | None:
+        """Per page of the load, whether every segment of `layer` arrived as it was stored
+        (None without checksums).  Device tensors only: nothing waits for the copy here."""
+        if job.want is None:
             return None
-        dst = self.pool._transfer_buffer(seg.layer, seg.kind)
-        if self._stream is not None:
-            self._stream.synchronize()
-        got = self.pool.ops.page_checksums(dst, job.device_rows).cpu()
-        want = self.host.checksums(seg.layer, seg.kind)[job.host_rows]
-        bad = (got != want).nonzero().flatten().tolist()
-        if not bad:
-            return None
-        pages = [job.host_pages[i] for i in bad]
-        return TransferFailed(
-            f"layer {seg.layer} {seg.kind.value}: host pages {pages} arrived with a wrong "
-            "checksum (corrupted in transit)"
-        )
+        ok: torch.Tensor | None = None
+        for seg in self.pool.layout.layer_segments(layer):
+            dst = self.pool._transfer_buffer(seg.layer, seg.kind)
+            got = self.pool.ops.page_checksums(dst, job.device_rows)
+            mismatch = got != job.want[self._seg_index[(seg.layer, seg.kind)]]
+            job.mismatches.append((seg, mismatch))
+            ok = ~mismatch if ok is None else ok & ~mismatch
+        return ok
+
+    def _corruption(self, job: _Job) -> tuple[TransferFailed, int | None]:
+        """The first segment with a page whose checksum did not match (host sync: on CUDA
+        only once the load's copy stream has run)."""
+        for seg, mismatch in job.mismatches:
+            bad = mismatch.nonzero().flatten().tolist()
+            if bad:
+                pages = [job.host_pages[i] for i in bad]
+                return TransferFailed(
+                    f"layer {seg.layer} {seg.kind.value}: host pages {pages} arrived with a "
+                    "wrong checksum (corrupted in transit)"
+                ), seg.layer
+        raise AssertionError("no mismatching page")
+
+    def _settle(self, job: _Job) -> None:
+        """CUDA, once per load on this worker thread: wait for its last event, then fail the
+        load from the first corrupt layer, if any."""
+        job.load.cuda_events[-1].synchronize()  # type: ignore[index]
+        if any(bool(mismatch.any()) for _, mismatch in job.mismatches):
+            self._fail(job, *self._corruption(job))
+        else:
+            job.load.settle()
+
+    def _fail(self, job: _Job, error: TransferFailed, from_layer: int | None) -> None:
+        layer = job.load.layers_done() if from_layer is None else from_layer
+        self.pool._forgive_load(job.device_rows, layer)
+        job.load.fail(error, layer)

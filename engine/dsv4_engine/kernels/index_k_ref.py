@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from dsv4_engine.features import IndexDtype
-from dsv4_engine.pools.layout import FP4_BLOCK, FP8_BLOCK, IndexKeyFormat
+from dsv4_engine.index_k import FP4_BLOCK, FP8_BLOCK, IndexKeyFormat
 
 FP8_MAX = 448.0
 FP4_GRID = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
@@ -24,16 +24,16 @@ def page_slot(locs: torch.Tensor, entries: int) -> tuple[torch.Tensor, torch.Ten
     return locs // entries, locs % entries
 
 
-def entry_columns(
-    locs: torch.Tensor, fmt: IndexKeyFormat, entries: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(page, key byte columns, scale byte columns) of each entry, as index tensors."""
+def entry_rows(
+    buf: torch.Tensor, locs: torch.Tensor, fmt: IndexKeyFormat, entries: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(key rows [pages, entries, key_bytes], scale rows [pages, entries, scale_bytes], page,
+    slot): views of `buf` indexed by whole rows, one gather per entry instead of per byte."""
+    split = entries * fmt.key_bytes
+    keys = buf[:, :split].unflatten(1, (entries, fmt.key_bytes))
+    scales = buf[:, split:].unflatten(1, (entries, fmt.scale_bytes))
     page, slot = page_slot(locs, entries)
-    dev = locs.device
-    keys = slot[:, None] * fmt.key_bytes + torch.arange(fmt.key_bytes, device=dev)
-    scale_base = entries * fmt.key_bytes + slot[:, None] * fmt.scale_bytes
-    scales = scale_base + torch.arange(fmt.scale_bytes, device=dev)
-    return page[:, None], keys, scales
+    return keys, scales, page, slot
 
 
 def quantize(keys: torch.Tensor, fmt: IndexKeyFormat) -> tuple[torch.Tensor, torch.Tensor]:
@@ -85,15 +85,15 @@ def dequantize(
 def store_index_k(
     buf: torch.Tensor, locs: torch.Tensor, keys: torch.Tensor, fmt: IndexKeyFormat, entries: int
 ) -> None:
-    page, key_cols, scale_cols = entry_columns(locs, fmt, entries)
+    key_rows, scale_rows, page, slot = entry_rows(buf, locs, fmt, entries)
     key_bytes, scale_bytes = quantize(keys, fmt)
-    buf[page, key_cols] = key_bytes
+    key_rows[page, slot] = key_bytes
     if fmt.scale_bytes:
-        buf[page, scale_cols] = scale_bytes
+        scale_rows[page, slot] = scale_bytes
 
 
 def read_index_k(
     buf: torch.Tensor, locs: torch.Tensor, fmt: IndexKeyFormat, entries: int
 ) -> torch.Tensor:
-    page, key_cols, scale_cols = entry_columns(locs, fmt, entries)
-    return dequantize(buf[page, key_cols], buf[page, scale_cols], fmt)
+    key_rows, scale_rows, page, slot = entry_rows(buf, locs, fmt, entries)
+    return dequantize(key_rows[page, slot], scale_rows[page, slot], fmt)

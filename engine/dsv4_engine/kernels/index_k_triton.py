@@ -18,10 +18,12 @@ import triton
 import triton.language as tl
 
 from dsv4_engine.features import IndexDtype
+from dsv4_engine.index_k import FP8_BLOCK, IndexKeyFormat
 from dsv4_engine.kernels import index_k_ref, indexer_ref
-from dsv4_engine.pools.layout import FP8_BLOCK, IndexKeyFormat
 
-SCORE_BLOCK_N = 16
+BLOCK_N = 64  # entries per program of the store, read and score kernels
+SCORE_ROWS = 256  # (token, head) query rows per program of the score kernel
+MIN_DOT = 16  # tl.dot needs every dimension >= 16 and a power of two
 
 
 @triton.jit
@@ -72,23 +74,28 @@ def _e4m3_bits(v):
 
 @triton.jit
 def _store_kernel(
-    keys_ptr, buf_u8, buf_f32, buf_i16, page_ptr, slot_ptr, page_bytes, entries,
-    D: tl.constexpr, NB: tl.constexpr, IS_FP8: tl.constexpr,
+    keys_ptr, buf_u8, buf_f32, buf_i16, page_ptr, slot_ptr, n, page_bytes, entries,
+    D: tl.constexpr, NB: tl.constexpr, IS_FP8: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
-    i = tl.program_id(0)
-    page = tl.load(page_ptr + i)
-    slot = tl.load(slot_ptr + i)
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = rows < n
+    page = tl.load(page_ptr + rows, mask=mask, other=0)
+    slot = tl.load(slot_ptr + rows, mask=mask, other=0)
     cols = tl.arange(0, D)
-    x = tl.load(keys_ptr + i * D + cols).to(tl.float32)
+    x = tl.load(keys_ptr + rows[:, None] * D + cols[None, :], mask=mask[:, None], other=0.0)
+    x = x.to(tl.float32)
     if IS_FP8:
-        blocks = tl.reshape(x, (NB, D // NB))
-        scale = tl.math.div_rn(tl.maximum(tl.max(tl.abs(blocks), axis=1), 1e-12), 448.0)
-        q_bytes = tl.reshape(_e4m3_bits(tl.math.div_rn(blocks, scale[:, None])), (D,))
-        tl.store(buf_u8 + page * page_bytes + slot * D + cols, q_bytes)
-        scale_off = (page * page_bytes + entries * D + slot * NB * 4) // 4
-        tl.store(buf_f32 + scale_off + tl.arange(0, NB), scale)
+        blocks = tl.reshape(x, (BLOCK_N, NB, D // NB))
+        scale = tl.math.div_rn(tl.maximum(tl.max(tl.abs(blocks), axis=2), 1e-12), 448.0)
+        codes = _e4m3_bits(tl.math.div_rn(blocks, scale[:, :, None]))
+        key_offs = page[:, None] * page_bytes + slot[:, None] * D + cols[None, :]
+        tl.store(buf_u8 + key_offs, tl.reshape(codes, (BLOCK_N, D)), mask=mask[:, None])
+        scale_offs = (page * page_bytes + entries * D + slot * NB * 4) // 4
+        scale_ptrs = buf_f32 + scale_offs[:, None] + tl.arange(0, NB)[None, :]
+        tl.store(scale_ptrs, scale, mask=mask[:, None])
     else:
-        tl.store(buf_i16 + (page * page_bytes) // 2 + slot * D + cols, _bf16_bits(x))
+        offs = (page[:, None] * page_bytes) // 2 + slot[:, None] * D + cols[None, :]
+        tl.store(buf_i16 + offs, _bf16_bits(x), mask=mask[:, None])
 
 
 @triton.jit
@@ -104,19 +111,33 @@ def _read_kernel(
 
 @triton.jit
 def _score_kernel(
-    buf_u8, buf_f32, buf_bf16, page_ptr, slot_ptr, q_ptr, w_ptr, out_ptr, n, page_bytes,
-    entries, H: tl.constexpr, D: tl.constexpr, NB: tl.constexpr, IS_FP8: tl.constexpr,
-    BLOCK_N: tl.constexpr,
+    buf_u8, buf_f32, buf_bf16, page_ptr, slot_ptr, q_ptr, w_ptr, out_ptr, n, tokens, heads,
+    block_t, page_bytes, entries, D: tl.constexpr, NB: tl.constexpr, IS_FP8: tl.constexpr,
+    BLOCK_N: tl.constexpr, RP: tl.constexpr, TP: tl.constexpr,
 ):  # fmt: skip
+    """A block of entries, dequantized once, scored for `block_t` query tokens at once.
+
+    The tokens' (token, head) query rows are one [RP, D] matrix (rows past the real ones are
+    zero queries with zero weights, adding exactly 0), so any head count takes this kernel;
+    a 0/1 matrix then sums each token's heads with a second dot.
+    """
     rows, mask, keys = _load_block_keys(
         buf_u8, buf_f32, buf_bf16, page_ptr, slot_ptr, n, page_bytes, entries, D, NB, IS_FP8, BLOCK_N
     )  # fmt: skip
-    heads = tl.arange(0, H)
-    q = tl.load(q_ptr + heads[:, None] * D + tl.arange(0, D)[None, :])
+    first = tl.program_id(1) * block_t
+    r = tl.arange(0, RP)
+    qrow = first * heads + r
+    live = (r < block_t * heads) & (qrow < tokens * heads)
+    q = tl.load(q_ptr + qrow[:, None] * D + tl.arange(0, D)[None, :], mask=live[:, None], other=0.0)
+    w = tl.load(w_ptr + qrow, mask=live, other=0.0)
     logits = tl.dot(q, tl.trans(keys), input_precision="ieee")
-    w = tl.load(w_ptr + heads)
-    scores = tl.sum(tl.maximum(logits, 0.0) * w[:, None], axis=0)
-    tl.store(out_ptr + rows, scores, mask=mask)
+    weighted = tl.maximum(logits, 0.0) * w[:, None]
+    t = tl.arange(0, TP)
+    heads_of = ((r[None, :] // heads) == t[:, None]).to(tl.float32)
+    scores = tl.dot(heads_of, weighted, input_precision="ieee")
+    token = first + t
+    out_mask = ((t < block_t) & (token < tokens))[:, None] & mask[None, :]
+    tl.store(out_ptr + token[:, None] * n + rows[None, :], scores, mask=out_mask)
 
 
 def _views(buf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -132,6 +153,10 @@ def _page_slot(
         raise ValueError("index-K buffer: expected a contiguous uint8 [pages, page_bytes] tensor")
     page, slot = index_k_ref.page_slot(locs, entries)
     return page.contiguous(), slot.contiguous()
+
+
+def _dot_size(rows: int) -> int:
+    return max(MIN_DOT, triton.next_power_of_2(rows))
 
 
 def _format_constants(fmt: IndexKeyFormat) -> dict[str, int | bool]:
@@ -153,9 +178,10 @@ def store_index_k(
     if page.numel() == 0:
         return
     u8, f32, _ = _views(buf)
-    _store_kernel[(page.numel(),)](
-        keys.to(torch.float32).contiguous(), u8, f32, u8.view(torch.int16), page, slot, buf.shape[1], entries,
-        **_format_constants(fmt),
+    n = page.numel()
+    _store_kernel[(triton.cdiv(n, BLOCK_N),)](
+        keys.to(torch.float32).contiguous(), u8, f32, u8.view(torch.int16), page, slot, n,
+        buf.shape[1], entries, **_format_constants(fmt), BLOCK_N=BLOCK_N,
     )  # fmt: skip
 
 
@@ -169,9 +195,9 @@ def read_index_k(
     out = torch.empty((n, fmt.head_dim), dtype=torch.float32, device=buf.device)
     if n:
         u8, f32, bf16 = _views(buf)
-        _read_kernel[(triton.cdiv(n, SCORE_BLOCK_N),)](
+        _read_kernel[(triton.cdiv(n, BLOCK_N),)](
             u8, f32, bf16, page, slot, out, n, buf.shape[1], entries,
-            **_format_constants(fmt), BLOCK_N=SCORE_BLOCK_N,
+            **_format_constants(fmt), BLOCK_N=BLOCK_N,
         )  # fmt: skip
     return out
 
@@ -184,19 +210,22 @@ def index_scores(
     q: torch.Tensor,
     w: torch.Tensor,
 ) -> torch.Tensor:
-    """Σ_h w·ReLU(q·k) for each entry, reading (and dequantizing) keys straight from pages."""
-    heads = q.shape[0]
-    if fmt.dtype is IndexDtype.FP4 or heads < 16 or heads & (heads - 1):
-        # tl.dot needs >= 16 rows in a power of two; other head counts use the reference.
+    """Scores [T, n]: Σ_h w[t,h]·ReLU(q[t,h]·k) of each entry for q [T, H, d], w [T, H],
+    reading (and dequantizing) keys straight from pages."""
+    if fmt.dtype is IndexDtype.FP4:
         return indexer_ref.index_scores(buf, locs, fmt, entries, q, w)
+    tokens, heads, _ = q.shape
     page, slot = _page_slot(buf, locs, entries)
     n = page.numel()
-    out = torch.empty(n, dtype=torch.float32, device=buf.device)
-    if n:
+    out = torch.empty((tokens, n), dtype=torch.float32, device=buf.device)
+    if n and tokens:
         u8, f32, bf16 = _views(buf)
-        _score_kernel[(triton.cdiv(n, SCORE_BLOCK_N),)](
+        block_t = min(tokens, max(1, SCORE_ROWS // heads))
+        grid = (triton.cdiv(n, BLOCK_N), triton.cdiv(tokens, block_t))
+        _score_kernel[grid](
             u8, f32, bf16, page, slot, q.to(torch.float32).contiguous(),
-            w.to(torch.float32).contiguous(), out, n, buf.shape[1], entries,
-            H=heads, **_format_constants(fmt), BLOCK_N=SCORE_BLOCK_N,
+            w.to(torch.float32).contiguous(), out, n, tokens, heads, block_t, buf.shape[1],
+            entries, **_format_constants(fmt), BLOCK_N=BLOCK_N,
+            RP=_dot_size(block_t * heads), TP=_dot_size(block_t),
         )  # fmt: skip
     return out

@@ -39,6 +39,6 @@ def copy_pages(
 ) -> torch.Tensor | None:
     """dst[dst_rows[i]] = src[src_rows[i]]; returns the copied rows' checksums if asked."""
     check_row_bytes(src, dst)
-    rows = src[src_rows.to(torch.int64)]
-    dst[dst_rows.to(torch.int64)] = rows.to(dst.device)
+    rows = src[src_rows.to(src.device, torch.int64)]
+    dst[dst_rows.to(dst.device, torch.int64)] = rows.to(dst.device)
     return row_checksums(rows) if checksum else None

@@ -7,6 +7,14 @@ transfer controller (the producer) writes through `_transfer_buffer`, the one un
 
 `DSV4_INJECT_UNGATED_INDEX_K=1` (read when the pool is built) removes the gate for index-K
 only: the seed incident's bug, kept as a switch so the race can be reproduced on demand.
+
+Stale reads are observed, not inferred: each (layer, page) carries the generation of the
+HiCache load that last filled it (`_landed`, stamped by the transfer controller once the
+layer's copy of that page is in and verified) next to the generation it is owed (`_owed`,
+set when a load of the page starts).  Every KV and index-K read compares the two for its
+pages and counts a read that found its layer not yet landed (`stale_reads`): 0 when reads
+wait at the gate, more than 0 when index-K skips it and outruns a load.  On CUDA the tables
+and counters live on the device, so the check adds no host synchronisation.
 """
 
 from __future__ import annotations
@@ -58,6 +66,12 @@ class DevicePool:
             for layer in range(shape.num_layers)
         }
         self.ops: KernelOps = get_ops(backend or default_backend(self.device))
+        # Load generations per (layer, page): owed by the latest load, landed by the copy.
+        self._owed = torch.zeros((shape.num_layers, num_pages), dtype=torch.int64, device=device)
+        self._landed = torch.zeros_like(self._owed)
+        self._generation = 0
+        self._stale = torch.zeros(len(BufferKind), dtype=torch.int64, device=device)
+        self._kind_index = {kind: i for i, kind in enumerate(BufferKind)}
         self.ungated_index_k = (
             ungated_index_k_from_env() if ungated_index_k is None else ungated_index_k
         )
@@ -124,7 +138,9 @@ class DevicePool:
         self._kv_view(layer)[locs] = values.to(device=self.device, dtype=torch.bfloat16)
 
     def read_kv(self, layer: int, locs: torch.Tensor) -> torch.Tensor:
-        return self._kv_view(layer)[locs]
+        view = self._kv_view(layer)
+        self._count_stale(layer, BufferKind.KV, locs)
+        return view[locs]
 
     def _kv_view(self, layer: int) -> torch.Tensor:
         return self.buffer(layer, BufferKind.KV).view(torch.bfloat16).view(-1, self.shape.kv_dim)
@@ -137,6 +153,7 @@ class DevicePool:
 
     def read_index_k(self, layer: int, locs: torch.Tensor) -> torch.Tensor:
         buf = self.buffer(layer, BufferKind.INDEX_K)
+        self._count_stale(layer, BufferKind.INDEX_K, locs)
         return self.ops.read_index_k(
             buf, locs, self.layout.index_format, self.entries_per_page(layer)
         )
@@ -144,8 +161,10 @@ class DevicePool:
     def index_scores(
         self, layer: int, locs: torch.Tensor, q: torch.Tensor, w: torch.Tensor
     ) -> torch.Tensor:
-        """The lightning indexer's scores of entries `locs` for query heads q [H, d], w [H]."""
+        """The lightning indexer's scores [T, n] of entries `locs` for the query heads of T
+        tokens, q [T, H, d] and w [T, H], read straight from the pages."""
         buf = self.buffer(layer, BufferKind.INDEX_K)
+        self._count_stale(layer, BufferKind.INDEX_K, locs)
         fmt = self.layout.index_format
         return self.ops.index_scores(buf, locs, fmt, self.entries_per_page(layer), q, w)
 
@@ -154,3 +173,40 @@ class DevicePool:
 
     def read_compress_state(self, layer: int, slot: int) -> torch.Tensor:
         return self.buffer(layer, BufferKind.COMPRESS_STATE)[slot].clone()
+
+    # -- observed stale reads -------------------------------------------------------------
+
+    def stale_reads(self, kind: BufferKind) -> int:
+        """Reads of `kind` that found a page of their layer whose load had not landed."""
+        return int(self._stale[self._kind_index[kind]])
+
+    def _count_stale(self, layer: int, kind: BufferKind, locs: torch.Tensor) -> None:
+        # With no load registered every page has landed what it is owed (finished loads
+        # stamped every layer, failed ones were forgiven): nothing to compare.
+        if not self.gate.tracking():
+            return
+        pages = locs // self._entries_per_page[layer]
+        behind = (self._landed[layer, pages] != self._owed[layer, pages]).any()
+        self._stale[self._kind_index[kind]] += behind
+
+    def _expect_load(self, pages: torch.Tensor) -> int:
+        """Transfer controller, as a load of `pages` starts: the generation they are owed."""
+        self._generation += 1
+        self._owed[:, pages] = self._generation
+        return self._generation
+
+    def _mark_landed(
+        self, layer: int, pages: torch.Tensor, generation: int, ok: torch.Tensor | None
+    ) -> None:
+        """Transfer controller, after layer `layer` of a load is copied (on its stream): the
+        pages whose copy verified (`ok`, all if None) now hold that load's generation."""
+        if ok is None:
+            self._landed[layer, pages] = generation
+        else:
+            landed = self._landed[layer, pages]
+            self._landed[layer, pages] = torch.where(ok, generation, landed)
+
+    def _forgive_load(self, pages: torch.Tensor, from_layer: int) -> None:
+        """A load failed at `from_layer`: its pages are owed nothing more (they are dropped
+        and reused fresh; reads of the failed layers meet the gate's TransferFailed)."""
+        self._owed[from_layer:, pages] = self._landed[from_layer:, pages]

@@ -27,7 +27,9 @@ class LayerLoad:
 
     The producer calls `layer_done(L)` in layer order; consumers `wait_until(L)`.  With CUDA,
     `cuda_events[L]` is recorded on the copy stream and the consumer's stream waits on it, so
-    the CPU only waits for the event to be *recorded*, the GPU for the copy itself.
+    the CPU only waits for the event to be *recorded*, the GPU for the copy itself; the
+    load's checksum verdict comes later (`settle` or `fail`), and until it has, the load is
+    not finished: the gate keeps it, so a late failure still reaches readers.
     """
 
     def __init__(self, num_layers: int, cuda_events: list[Any] | None = None) -> None:
@@ -35,20 +37,30 @@ class LayerLoad:
         self.cuda_events = cuda_events
         self._layers_done = 0
         self._error: TransferFailed | None = None
+        self._failed_from = num_layers  # first layer the error covers
+        self._settled = cuda_events is None  # on CPU each layer's verdict precedes its done
         self._cond = threading.Condition()
+
+    def layers_done(self) -> int:
+        return self._layers_done
+
+    def failed(self) -> bool:
+        return self._error is not None
 
     def done(self) -> bool:
         return self._layers_done >= self.num_layers or self._error is not None
 
     def finished_ok(self) -> bool:
-        """Every layer landed (on CUDA: the last copy event completed) and none failed."""
-        if self._error is not None or self._layers_done < self.num_layers:
-            return False
-        return self.cuda_events is None or self.cuda_events[-1].query()
+        """Every layer landed and verified (on CUDA: the producer settled it) and none failed."""
+        return self._error is None and self._layers_done >= self.num_layers and self._settled
+
+    def settle(self) -> None:
+        """CUDA: the producer saw the last copy event complete and every checksum match."""
+        self._settled = True
 
     def needs_wait(self, layer: int) -> bool:
         """False once a read of `layer` can proceed without waiting on this load."""
-        if self._error is not None or self._layers_done <= layer:
+        if self._layers_done <= layer or (self._error is not None and layer >= self._failed_from):
             return True
         return self.cuda_events is not None and not self.cuda_events[layer].query()
 
@@ -59,9 +71,15 @@ class LayerLoad:
             self._layers_done = layer + 1
             self._cond.notify_all()
 
-    def fail(self, error: TransferFailed) -> None:
+    def fail(self, error: TransferFailed, from_layer: int | None = None) -> None:
+        """Reads of layers from `from_layer` (default: the first not yet done) raise `error`.
+
+        On CUDA a checksum verdict is known only once the copy stream ran, after the layers
+        were handed to readers; it then names the first layer it covers.
+        """
         with self._cond:
             self._error = error
+            self._failed_from = self._layers_done if from_layer is None else from_layer
             self._cond.notify_all()
 
     def wait_until(self, layer: int, timeout_s: float) -> None:
@@ -75,7 +93,7 @@ class LayerLoad:
                         f"({self._layers_done}/{self.num_layers} layers done)"
                     )
                 self._cond.wait(left)
-            if self._error is not None and self._layers_done <= layer:
+            if self._error is not None and layer >= self._failed_from:
                 raise self._error
         if self.cuda_events is not None:
             import torch
@@ -113,9 +131,10 @@ class LayerGate:
         with self._lock:
             self._loads = [ld for ld in self._loads if ld is not load]
 
-    def in_flight(self) -> int:
-        with self._lock:
-            return sum(1 for ld in self._loads if not ld.done())
+    def tracking(self) -> bool:
+        """Whether any load is registered: in flight, failed, or finished but not yet
+        dropped.  With none, every page holds what it is owed."""
+        return bool(self._loads)
 
     def wait_layer(self, layer: int) -> None:
         if not 0 <= layer < self.num_layers:

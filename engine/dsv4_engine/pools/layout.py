@@ -2,7 +2,7 @@
 
 Pool sizing (the configurator), the device pools, the host tier and the copy kernels must
 agree to the byte, or a transfer moves the wrong bytes silently; so the formulas live here,
-once, as plain functions of plain data.
+once, as plain functions of plain data (the bytes of one index key: `dsv4_engine.index_k`).
 """
 
 from __future__ import annotations
@@ -12,9 +12,8 @@ from enum import StrEnum
 from typing import Any
 
 from dsv4_engine.features import IndexDtype
+from dsv4_engine.index_k import IndexKeyFormat, index_key_format
 
-FP8_BLOCK = 128  # elements per fp32 scale of fp8 index-K (SGLang's quant_block_size)
-FP4_BLOCK = 32  # elements per one-byte (e8m0) scale of fp4 index-K
 KV_ELEMENT_BYTES = 2  # main KV is stored as bf16 in this engine
 INDEXED_RATIO = 4  # only c4 layers carry a lightning indexer (and so index-K)
 
@@ -25,47 +24,6 @@ class BufferKind(StrEnum):
     KV = "kv"
     INDEX_K = "index_k"
     COMPRESS_STATE = "compress_state"
-
-
-@dataclass(frozen=True)
-class IndexKeyFormat:
-    """Per compressed token: `key_bytes` of keys and `scale_bytes` of block scales.
-
-    On a page all keys come first, then all scales (SGLang's `IndexKeyCache` layout), so
-    a page of `n` entries is `n * key_bytes` then `n * scale_bytes`.
-    """
-
-    dtype: IndexDtype
-    head_dim: int
-    key_bytes: int
-    scale_bytes: int
-
-    @property
-    def bytes_per_token(self) -> int:
-        return self.key_bytes + self.scale_bytes
-
-
-def index_key_format(dtype: IndexDtype, head_dim: int) -> IndexKeyFormat:
-    """The storage format of one index key; raises ValueError for a head_dim it cannot hold."""
-    dtype = IndexDtype(dtype)
-    if dtype is IndexDtype.FP8:
-        _require_multiple("index_head_dim", head_dim, FP8_BLOCK, "fp8 index-K")
-        return IndexKeyFormat(dtype, head_dim, head_dim, head_dim // FP8_BLOCK * 4)
-    if dtype is IndexDtype.FP4:
-        _require_multiple("index_head_dim", head_dim, FP4_BLOCK, "fp4 index-K")
-        return IndexKeyFormat(dtype, head_dim, head_dim // 2, head_dim // FP4_BLOCK)
-    _require_multiple("index_head_dim", head_dim, 1, "bf16 index-K")
-    return IndexKeyFormat(dtype, head_dim, 2 * head_dim, 0)
-
-
-def index_k_bytes_per_token(dtype: IndexDtype, head_dim: int) -> int:
-    """fp8: d + d/128*4 (keys + fp32 block scales); fp4: d/2 + d/32; bf16: 2*d."""
-    return index_key_format(dtype, head_dim).bytes_per_token
-
-
-def _require_multiple(field: str, value: int, multiple: int, what: str) -> None:
-    if not isinstance(value, int) or value <= 0 or value % multiple:
-        raise ValueError(f"{field}={value!r}: {what} needs a positive multiple of {multiple}")
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from dsv4_engine.hicache.cache import HiCache
 from dsv4_engine.pools.allocator import OutOfPages
 from dsv4_engine.pools.device_pool import DevicePool
 from dsv4_engine.pools.gate import TransferFailed, TransferTimeout
-from dsv4_engine.pools.layout import INDEXED_RATIO, BufferKind
+from dsv4_engine.pools.layout import BufferKind
 from dsv4_engine.reference.metrics import EngineStats
 from dsv4_engine.reference.model import REFERENCE_SHAPE, Chunk, ModelConfig, ReferenceModel
 from dsv4_engine.reference.radix import Node, RadixCache
@@ -212,7 +212,6 @@ class Engine:
         # chunks): a batch that loads prefixes from host computes only the new requests.
         batch = [r for r in self._running if r.computed < len(r.prompt)] or list(self._running)
         chunks = [self._next_chunk(req) for req in batch]
-        self.stats.index_k_reads_during_load += self._unsafe_index_reads(len(batch))
         try:
             tokens = self.model.forward(self.pool, chunks)
         except (TransferFailed, TransferTimeout) as err:
@@ -242,12 +241,6 @@ class Engine:
         else:
             tokens = [req.output[-1]]
         return Chunk(tokens, req.computed, req.pages, req.slot, req.locs)
-
-    def _unsafe_index_reads(self, batch: int) -> int:
-        """Indexer reads about to skip the gate while a load is in flight (0 when gated)."""
-        if not self.pool.ungated_index_k or not self.pool.gate.in_flight():
-            return 0
-        return sum(1 for r in self.pool.shape.compress_ratios if r == INDEXED_RATIO) * batch
 
     def _finish(self, req: Request, reason: str, error: str | None) -> None:
         self._running.remove(req)

@@ -20,7 +20,6 @@ class EngineStats:
     load_back_tokens: int = 0
     offloaded_tokens: int = 0
     transfer_failures: int = 0
-    index_k_reads_during_load: int = 0
     device_cached_tokens: int = 0
     host_cached_tokens: int = 0
     free_pages: int = 0
@@ -45,6 +44,7 @@ def render(
     gate_waits: int,
     gate_blocked: int,
     gated: bool,
+    stale_index_k_reads: int,
 ) -> str:
     label = f'{{model_name="{model}"}}'
     used = 1 - stats.free_pages / total_pages if total_pages else 0.0
@@ -73,8 +73,8 @@ def render(
         ("dsv4:layer_gate_blocked_total", "counter", "Gate passes that waited for a load.",
          gate_blocked),
         ("dsv4:index_k_reads_during_load_total", "counter",
-         "Indexer reads that skipped the gate while a HiCache load was in flight.",
-         stats.index_k_reads_during_load),
+         "Index-K reads that found a page whose HiCache load had not landed (observed: each "
+         "page carries its load's generation).", stale_index_k_reads),
         ("dsv4:hicache_transfer_failures_total", "counter",
          "HiCache loads that failed their checksum or timed out.", stats.transfer_failures),
     ]  # fmt: skip

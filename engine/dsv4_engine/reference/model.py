@@ -9,7 +9,9 @@ the pool's compress state between steps).
 Why the order inside a c4 layer matters: the indexer stores and scores index-K first and
 only then touches KV, exactly as a real forward pass does.  The KV accessor waits at the
 layer gate; with `DSV4_INJECT_UNGATED_INDEX_K=1` the index-K accessor does not, so the
-indexer can read keys a HiCache load has not delivered yet — the seed incident.
+indexer can read keys a HiCache load has not delivered yet — the seed incident.  The
+indexer scores through the pool (`index_scores`, straight from the pages) and selects with
+the pool's top-k, so the kernels the engine ships (torch or Triton) are the ones it runs.
 
 Determinism: every request is computed on its own tensors (no op mixes requests), in
 float32, single-threaded, and prefill runs in chunks that end on page boundaries, so a
@@ -229,14 +231,12 @@ class ReferenceModel:
             return torch.zeros((len(seen), 0), dtype=torch.int64), torch.zeros(
                 (len(seen), 0), dtype=torch.bool
             )
-        keys = pool.read_index_k(i, locs[:last])
-        iq = (h @ layer.wiq).view(len(seen), shape.index_n_heads, shape.index_head_dim)
-        logits = (iq.reshape(-1, shape.index_head_dim) @ keys.T).view(len(seen), -1, last)
-        scores = (torch.relu(logits) * (h @ layer.wiw)[..., None]).sum(1)
+        tokens = len(seen)
+        iq = (h @ layer.wiq).view(tokens, shape.index_n_heads, shape.index_head_dim)
+        scores = pool.index_scores(i, locs[:last], iq, h @ layer.wiw)
         visible = torch.arange(last)[None, :] < seen[:, None]
         scores = scores.masked_fill(~visible, float("-inf"))
-        k = min(self.config.index_topk, last)
-        idx = torch.topk(scores, k, dim=1, sorted=True).indices
+        idx = pool.ops.topk(scores, min(self.config.index_topk, last))
         return idx, torch.gather(visible, 1, idx)
 
 

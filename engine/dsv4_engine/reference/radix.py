@@ -152,7 +152,7 @@ class RadixCache:
             n = stack.pop()
             stack.extend(n.children.values())
             load = n.load
-            if load is None or not load.done() or load.finished_ok():
+            if load is None or not load.failed():
                 continue
             assert n.refs == 0, "a request still holds a node whose load failed"
             if n.device_page is not None:

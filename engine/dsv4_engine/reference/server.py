@@ -17,6 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
+from dsv4_engine.pools.layout import BufferKind
 from dsv4_engine.reference import metrics, openai_api, pd, tokenizer
 from dsv4_engine.reference.engine import Engine, PrefilledState, Request
 from dsv4_engine.reference.openai_api import BadRequest, Prompt
@@ -96,14 +97,15 @@ class ReferenceServer:
         return web.json_response(info)
 
     async def _metrics(self, _: web.Request) -> web.Response:
-        gate = self.engine.pool.gate
+        pool = self.engine.pool
         text = metrics.render(
             self.engine.stats,
             self.model,
             self.settings.device_pages,
-            gate.waits,
-            gate.blocked,
-            not self.engine.pool.ungated_index_k,
+            pool.gate.waits,
+            pool.gate.blocked,
+            not pool.ungated_index_k,
+            pool.stale_reads(BufferKind.INDEX_K),
         )
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 

@@ -1,39 +1,42 @@
-"""SGLang plugin: size the lightning indexer's keys right when they are stored in bf16.
+"""SGLang plugin: refuse an index-K dtype SGLang's pools do not store, before they are sized.
 
 Loaded by SGLang's ``load_plugins()`` in every engine process through the entry point
 ``dsv4_index_k`` of group ``sglang.srt.plugins`` (whitelist it with
-``SGLANG_PLUGINS=dsv4_index_k``).  It hooks both places SGLang 0.5.23 prices index-K
-bytes, so the coefficient SGLang sizes its pools with is the configurator's:
+``SGLANG_PLUGINS=dsv4_index_k``).  The index-K dtype comes from ``DSV4_INDEX_DTYPE``
+(fp8 | fp4 | bf16, default fp8), set by ``dsv4-engine launch``.
 
-- ``DefaultPoolConfigurator._compute_dsa_indexer_cell_size`` (DSA models): SGLang prices
-  each key with the fp8 formula times the element size of the index-K buffer dtype; a
-  bf16 buffer thus costs 2 x 132 B instead of 256 B (the seed's legacy bug).
-- ``DSV4PoolConfigurator._get_bytes_per_full_token`` (DeepSeek-V4): SGLang prices each key at the fp8 size
-  whatever the buffer holds, so a bf16 index-K (256 B) would be under-budgeted.
+SGLang 0.5.23 stores DeepSeek-V4 (and DSA) index-K as fp8 or fp4 rows only (its indexer
+buffers are ``uint8``; fp4 is ``--enable-deepseek-v4-fp4-indexer``).  Asked for bf16 it
+would size and run fp8 while the deployment says bf16, so a canary would "pass" a flag that
+changed nothing.  The plugin hooks both places SGLang prices index-K bytes
+(``DSV4PoolConfigurator._get_bytes_per_full_token`` and
+``DefaultPoolConfigurator._compute_dsa_indexer_cell_size``) and raises there, naming
+``indexDtype``, for a dtype SGLang does not store (``dsv4_engine.index_k``, the one rule);
+for fp8 and fp4 SGLang's own result is returned untouched.
 
-The index-K dtype comes from ``DSV4_INDEX_DTYPE`` (fp8 | bf16 | fp4, default fp8), set
-by ``dsv4-engine launch``.  For fp8 and fp4 the hooks return SGLang's own result
-untouched.  The hooks keep SGLang's layer counting, HiSparse ratio and page logic and
-only replace the per-key byte count, taken from ``dsv4_engine.configurator``.
+Why at sizing time and not in ``register()``: ``load_plugins()`` logs and swallows an
+exception a plugin's entry point raises and the engine starts anyway, while an exception
+raised while the pools are sized stops the engine before any memory is allocated.  So
+``register()`` only registers and never raises.
+
+The plugin does not gate reads: SGLang 0.5.23's DeepSeek-V4 pool getters wait for their
+layer's HiCache load themselves; ``gate_check`` proves it for the pinned SGLang.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Callable
 from typing import Any
 
 from dsv4_engine.configurator.errors import ConfigError
-from dsv4_engine.configurator.index_k import fp8_index_k_bytes, index_k_bytes_per_token
 from dsv4_engine.features import IndexDtype
+from dsv4_engine.index_k import sglang_index_dtype_error
 
 ENV_INDEX_DTYPE = "DSV4_INDEX_DTYPE"
 _CONFIGURATORS = "sglang.srt.model_executor.pool_configurator"
 DSA_TARGET = f"{_CONFIGURATORS}.DefaultPoolConfigurator._compute_dsa_indexer_cell_size"
 DSV4_TARGET = f"{_CONFIGURATORS}.DSV4PoolConfigurator._get_bytes_per_full_token"
-
-logger = logging.getLogger(__name__)
 
 
 def configured_index_dtype() -> IndexDtype:
@@ -46,39 +49,12 @@ def configured_index_dtype() -> IndexDtype:
         ) from None
 
 
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def dsa_indexer_cell_size(original: Callable[..., int], self: Any, **kwargs: Any) -> int:
-    """AROUND hook: rescale SGLang's indexer cell size from its per-key price to bf16's."""
-    size = original(self, **kwargs)
-    if configured_index_dtype() is not IndexDtype.BF16:
-        return size
-    import torch
-    from sglang.srt.mem_cache.memory_pool import DSATokenToKVPool
-
-    hf_config = kwargs["kvc"].model_config.hf_config
-    head_dim = hf_config.index_head_dim
-    kpool = getattr(hf_config, "index_kpool", 1) or 1
-    element = torch._utils._element_size(DSATokenToKVPool.index_k_with_scale_buffer_dtype)
-    sglang_price = _ceil_div(fp8_index_k_bytes(head_dim), kpool) * element
-    bf16_price = _ceil_div(index_k_bytes_per_token(head_dim, IndexDtype.BF16), kpool)
-    return size // sglang_price * bf16_price
-
-
-def dsv4_bytes_per_full_token(original: Callable[..., float], self: Any) -> float:
-    """AROUND hook: price index-K at the bf16 size before SGLang sums the coefficient, so
-    its own speculative-decoding inflation and sizing apply unchanged afterwards."""
-    if configured_index_dtype() is IndexDtype.BF16:
-        self.indexer_bytes_per_token = index_k_bytes_per_token(
-            self.indexer_head_dim, IndexDtype.BF16
-        )
-        logger.info(
-            "dsv4 plugin: bf16 index-K priced at %d B per compressed token",
-            self.indexer_bytes_per_token,
-        )
-    return original(self)
+def refuse_unstored_index_dtype(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """AROUND hook: SGLang's own index-K pricing, once the dtype is one SGLang stores."""
+    refusal = sglang_index_dtype_error(configured_index_dtype())
+    if refusal is not None:
+        raise ConfigError(f"{ENV_INDEX_DTYPE}: {refusal}")
+    return original(*args, **kwargs)
 
 
 def register() -> None:
@@ -86,6 +62,5 @@ def register() -> None:
     have registered."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    configured_index_dtype()  # fail at startup, not at sizing time, on a bad value
-    HookRegistry.register(DSA_TARGET, dsa_indexer_cell_size, HookType.AROUND)
-    HookRegistry.register(DSV4_TARGET, dsv4_bytes_per_full_token, HookType.AROUND)
+    for target in (DSA_TARGET, DSV4_TARGET):
+        HookRegistry.register(target, refuse_unstored_index_dtype, HookType.AROUND)

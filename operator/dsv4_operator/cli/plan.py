@@ -28,6 +28,7 @@ from dsv4_engine.configurator import (
     model_spec_from_hf_config,
     plan_pools,
 )
+from dsv4_engine.engine_config import Backend
 from dsv4_engine.features import IndexDtype
 from dsv4_engine.presets import PRESETS, preset_config
 
@@ -67,7 +68,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--index-dtype",
         choices=[d.value for d in IndexDtype],
         default="fp8",
-        help="index-K storage",
+        help="index-K storage (bf16 only with --engine reference: SGLang stores fp8 or fp4)",
+    )
+    p.add_argument(
+        "--engine",
+        choices=[b.value for b in Backend],
+        default=Backend.SGLANG.value,
+        help="the engine whose index-K storage the plan is for (default sglang)",
     )
     p.add_argument(
         "--page-size",
@@ -119,6 +126,7 @@ def _settings(args: argparse.Namespace) -> EngineSettings:
     spec = args.speculative_draft_tokens
     return EngineSettings(
         index_dtype=IndexDtype(args.index_dtype),
+        engine=Backend(args.engine),
         page_size=args.page_size,
         tp_size=args.tp,
         dp_size=args.dp,
@@ -198,7 +206,7 @@ def _as_json(sizing: Sizing) -> dict[str, Any]:
             "layers": model.num_layers,
         },
         "settings": {
-            k: (v.value if isinstance(v, IndexDtype) else v)
+            k: (v.value if isinstance(v, IndexDtype | Backend) else v)
             for k, v in asdict(sizing.settings).items()
         },
         "budget": asdict(sizing.budget),
@@ -256,7 +264,7 @@ def render_table(sizing: Sizing) -> str:
         f"full tokens {plan.full_tokens:,} per rank at {plan.bytes_per_full_token:,.2f} bytes per "
         f"full token, plus {_gib(plan.fixed_bytes)} GiB fixed",
         f"index-K     {plan.index_k_alloc_bytes} B per compressed token per indexer layer "
-        f"(budgeted {plan.index_k_budget_bytes} B)",
+        f"(budgeted {plan.index_k_budget_bytes} B): {plan.index_k_storage}",
     ]
     if fp4_exact is not None:
         lines.append(

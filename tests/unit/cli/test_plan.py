@@ -20,6 +20,8 @@ DONE_WHEN = [
     "4",
     "--index-dtype",
     "bf16",
+    "--engine",
+    "reference",
 ]
 
 
@@ -71,7 +73,10 @@ def test_fp4_plan_reports_both_budgets(capsys):
         "fp4",
     )
     assert code == 0
-    assert "index-K     68 B per compressed token per indexer layer (budgeted 132 B)" in out
+    assert (
+        "index-K     68 B per compressed token per indexer layer (budgeted 132 B): "
+        "SGLang 0.5.23 stores 68 B (fp4 e2m1 keys + e8m0 scale per 32)"
+    ) in out
     assert "priced exactly (68 B)" in out
 
 
@@ -98,6 +103,7 @@ def test_model_config_file_works_like_the_preset(capsys, tmp_path):
         (["--gpu-memory", "30GiB"], "no memory is left for the KV pools"),
         (["--gpu-memory", "40GiB", "--weights-memory", "35.99GiB"], "too small for one request"),
         (["--hicache-ratio", "0.5"], "hicache ratio: expected a value greater than 1"),
+        (["--engine", "sglang"], "indexDtype bf16: SGLang 0.5.23 stores DeepSeek-V4 index-K only"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(capsys, extra, message):

@@ -1,4 +1,5 @@
-"""The fixed KV-pool configurator: index-K bytes per dtype, pool sizes, the legacy bug."""
+"""The fixed KV-pool configurator: index-K bytes per dtype and engine, pool sizes, the
+legacy bug."""
 
 from __future__ import annotations
 
@@ -23,11 +24,15 @@ from dsv4_engine.configurator import (
     plan_for_gpu,
     plan_pools,
 )
+from dsv4_engine.configurator.index_budget import index_k_budget_bytes
+from dsv4_engine.engine_config import Backend
 from dsv4_engine.features import IndexDtype
 from dsv4_engine.presets import preset_config
 
 DSA_CONFIG = Path(__file__).parents[2] / "data" / "deepseek-v32-dsa-config.json"
 BUDGET = 100 * GiB
+# bf16 index-K is stored by the CPU reference engine only (SGLang stores fp8 or fp4).
+REFERENCE = Backend.REFERENCE
 
 
 @pytest.fixture(scope="module")
@@ -41,17 +46,45 @@ def dsa():
 
 
 @pytest.mark.parametrize(
+    ("dtype", "expected"),
+    [("fp8", 128 + 4), ("fp4", 64 + 4), ("bf16", 256)],  # d + d/128*4, d/2 + d/32, 2d
+)
+def test_index_k_bytes(dtype, expected):
+    assert index_k_bytes_per_token(IndexDtype(dtype), 128) == expected
+
+
+@pytest.mark.parametrize(
     ("dtype", "legacy", "expected"),
     [
-        ("fp8", False, 128 + 4),  # d + d/128 * 4
-        ("fp4", False, 64 + 4),  # d/2 + d/32
-        ("bf16", False, 256),  # 2 * d, no scales
         ("bf16", True, 264),  # the seed's bug: fp8 formula x 2
         ("fp8", True, 132),  # the bug only bites bf16
+        ("bf16", False, 256),
     ],
 )
-def test_index_k_bytes(dtype, legacy, expected):
-    assert index_k_bytes_per_token(128, IndexDtype(dtype), legacy=legacy) == expected
+def test_index_k_budget_of_the_legacy_formula(dtype, legacy, expected):
+    settings = EngineSettings(index_dtype=IndexDtype(dtype), engine=REFERENCE, legacy=legacy)
+    assert index_k_budget_bytes(128, settings) == expected
+
+
+def test_sglang_plans_refuse_bf16_index_k_naming_the_field(flash):
+    with pytest.raises(ConfigError, match=r"^indexDtype bf16: SGLang 0\.5\.23 stores DeepSeek-V4 "):
+        EngineSettings(index_dtype=IndexDtype.BF16)
+    with pytest.raises(ConfigError, match="engine: expected one of sglang, reference"):
+        EngineSettings(engine="vllm")
+
+
+@pytest.mark.parametrize(
+    ("engine", "dtype", "says"),
+    [
+        ("sglang", "fp8", "SGLang 0.5.23 stores 132 B (fp8 e4m3 keys + fp32 scale per 128)"),
+        ("sglang", "fp4", "SGLang 0.5.23 stores 68 B (fp4 e2m1 keys + e8m0 scale per 32)"),
+        ("reference", "bf16", "the CPU reference engine stores 256 B (bf16 keys, no scales)"),
+    ],
+)
+def test_the_plan_says_which_engine_stores_what(flash, engine, dtype, says):
+    plan = plan_pools(flash, EngineSettings(index_dtype=dtype, engine=engine), BUDGET)
+    assert (plan.engine, plan.index_k_storage) == (engine, says)
+    assert plan.to_dict()["index_k_storage"] == says
 
 
 def test_presets_have_the_published_layer_mix(flash):
@@ -61,9 +94,13 @@ def test_presets_have_the_published_layer_mix(flash):
     assert pro.num_layers == 61 and pro.layers_with_ratio(0) == 0
 
 
-@pytest.mark.parametrize("dtype", ["fp8", "bf16", "fp4"])
-def test_dsv4_plan_fills_the_budget_and_no_more(flash, dtype):
-    settings = EngineSettings(index_dtype=IndexDtype(dtype), max_running_requests=256)
+@pytest.mark.parametrize(
+    ("dtype", "engine"), [("fp8", "sglang"), ("fp4", "sglang"), ("bf16", "reference")]
+)
+def test_dsv4_plan_fills_the_budget_and_no_more(flash, dtype, engine):
+    settings = EngineSettings(
+        index_dtype=IndexDtype(dtype), engine=engine, max_running_requests=256
+    )
     plan = plan_pools(flash, settings, BUDGET)
     used = plan.full_tokens * plan.bytes_per_full_token + plan.fixed_bytes
     one_more_page = used + settings.page_size * plan.bytes_per_full_token
@@ -76,7 +113,7 @@ def test_dsv4_plan_fills_the_budget_and_no_more(flash, dtype):
 
 def test_bf16_index_k_costs_its_real_size(flash):
     fp8 = plan_pools(flash, EngineSettings(index_dtype=IndexDtype.FP8), BUDGET)
-    bf16 = plan_pools(flash, EngineSettings(index_dtype=IndexDtype.BF16), BUDGET)
+    bf16 = plan_pools(flash, EngineSettings(index_dtype=IndexDtype.BF16, engine=REFERENCE), BUDGET)
     assert fp8.pool("c4_indexer").bytes_per_token == 21 * 132
     assert bf16.pool("c4_indexer").bytes_per_token == 21 * 256
     assert bf16.bytes_per_full_token - fp8.bytes_per_full_token == pytest.approx(
@@ -86,7 +123,9 @@ def test_bf16_index_k_costs_its_real_size(flash):
 
 
 def test_legacy_over_reserves_for_bf16_only(flash):
-    settings = EngineSettings(index_dtype=IndexDtype.BF16, max_running_requests=512)
+    settings = EngineSettings(
+        index_dtype=IndexDtype.BF16, engine=REFERENCE, max_running_requests=512
+    )
     cmp = compare_legacy(flash, settings, BUDGET)
     # 21 c4 layers x 8 extra bytes per compressed token / 4 full tokens per compressed one.
     assert cmp.legacy.bytes_per_full_token - cmp.fixed.bytes_per_full_token == pytest.approx(42)
@@ -151,7 +190,8 @@ def test_dsa_indexer_cell_size_per_dtype(dsa):
     fp8 = plan_pools(dsa, EngineSettings(page_size=64), BUDGET)
     # fp8 latent 512 + 4 scales x 4 B + bf16 rope 64 x 2 = 656 B, 61 layers; 132 B index-K.
     assert fp8.bytes_per_full_token == 61 * 656 + 61 * 132
-    bf16 = compare_legacy(dsa, EngineSettings(page_size=64, index_dtype=IndexDtype.BF16), BUDGET)
+    bf16_rows = EngineSettings(page_size=64, index_dtype=IndexDtype.BF16, engine=REFERENCE)
+    bf16 = compare_legacy(dsa, bf16_rows, BUDGET)
     assert bf16.fixed.pool("indexer").bytes_per_token == 61 * 256
     assert bf16.legacy.pool("indexer").bytes_per_token == 61 * 264
     assert bf16.over_reserved_bytes == bf16.legacy.full_tokens * 61 * 8
@@ -169,7 +209,7 @@ def test_hicache_host_bytes_follow_the_device_pages(flash):
     two = host_bytes_for_plan(flash, settings, plan, 2.0)
     assert two == hicache_host_bytes(cfg, settings, gpu_memory_bytes=180 * GiB, ratio=2.0)
     pages = plan.full_tokens // 256
-    bf16_settings = replace(settings, index_dtype=IndexDtype.BF16)
+    bf16_settings = replace(settings, index_dtype=IndexDtype.BF16, engine=REFERENCE)
     # Same device pages, bf16 keys: each host page grows by 21 layers x 64 keys x 124 B.
     bf16_same_pages = host_bytes_for_plan(flash, bf16_settings, plan, 2.0)
     assert bf16_same_pages - two == 2 * pages * 21 * 64 * (256 - 132)

@@ -167,3 +167,21 @@ def test_the_engine_image_enables_the_plugin_the_engine_package_registers():
     env = " ".join(rest for word, rest in final_stage("engine") if word == "ENV")
     (enabled,) = re.findall(r"SGLANG_PLUGINS=(\S+)", env)
     assert set(enabled.split(",")) == registered
+
+
+def test_the_engine_build_fails_unless_sglang_gates_every_pool_read():
+    """The build runs the gate check (tests/sglang/test_sglang_gate.py runs the same check on
+    the pinned SGLang and shows it exits 1 when a getter's wait is patched out) on the
+    installed package, after the install and before the sources are removed."""
+    import importlib.util
+
+    (install,) = [
+        rest for word, rest in final_stage("engine") if word == "RUN" and "pip install" in rest
+    ]
+    steps = [s.strip() for s in install.split("&&")]
+    check = "python3 -m dsv4_engine.sglang_plugin.gate_check"
+    assert check in steps
+    assert steps.index(check) > next(i for i, s in enumerate(steps) if "pip install" in s)
+    assert steps.index(check) < next(i for i, s in enumerate(steps) if s.startswith("rm -rf"))
+    spec = importlib.util.find_spec("dsv4_engine.sglang_plugin.gate_check")
+    assert spec is not None and (ROOT / "engine").resolve() in Path(spec.origin).resolve().parents

@@ -38,7 +38,7 @@ def test_reference_command_parses_into_the_intended_serve_settings():
 
 
 def test_sglang_command_is_to_sglang_args_with_the_plugin_enabled():
-    cfg = config()
+    cfg = config(features=EngineFeatures(index_dtype=IndexDtype.FP4))
     argv, env = launch.command(cfg)
     assert argv[1:3] == ["-m", "sglang.launch_server"]
     assert argv[3:] == to_sglang_args(cfg)
@@ -46,7 +46,13 @@ def test_sglang_command_is_to_sglang_args_with_the_plugin_enabled():
     assert env["SGLANG_PLUGINS"] in plugins
     from dsv4_engine.sglang_plugin import ENV_INDEX_DTYPE
 
-    assert env[ENV_INDEX_DTYPE] == "bf16"
+    assert env[ENV_INDEX_DTYPE] == "fp4"
+    assert "--enable-deepseek-v4-fp4-indexer" in argv
+
+
+def test_sglang_is_not_started_for_an_index_k_dtype_it_does_not_store():
+    with pytest.raises(CommandError, match=r"^features\.indexDtype bf16: SGLang 0\.5\.23 stores"):
+        launch.command(config())
 
 
 def test_reference_backend_refuses_parallelism():

@@ -1,7 +1,18 @@
 """Shared setup of the pool / HiCache / kernel / race tests."""
 
+import os
+import sys
+
 import pytest
 import torch
+
+from dsv4_engine.kernels import get_ops
+
+TRITON_MODULES = (
+    "dsv4_engine.kernels.index_k_triton",
+    "dsv4_engine.kernels.paged_copy_triton",
+    "dsv4_engine.kernels.topk_triton",
+)
 
 
 @pytest.fixture(autouse=True, scope="package")
@@ -12,3 +23,31 @@ def _one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(saved)
+
+
+@pytest.fixture(scope="module")
+def triton_backend():
+    """The Triton kernels: native on CUDA, else decorated and run under Triton's CPU
+    interpreter (TRITON_INTERPRET=1, read when @triton.jit decorates and when it runs) for
+    this module only.  Yields the backend name for `get_ops` / `DevicePool(backend=)`."""
+    if torch.cuda.is_available():
+        yield "triton"
+        return
+    saved = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    for name in TRITON_MODULES:
+        sys.modules.pop(name, None)
+    try:
+        yield "triton"
+    finally:
+        for name in TRITON_MODULES:
+            sys.modules.pop(name, None)
+        if saved is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = saved
+
+
+@pytest.fixture(scope="module")
+def triton_ops(triton_backend):
+    return get_ops(triton_backend)

@@ -6,41 +6,15 @@ must agree bit for bit (a page written by one backend is read by the other); rea
 same bytes too; scores to float tolerance (different summation order) and the same top-k.
 """
 
-import os
-import sys
-
 import pytest
 import torch
 
 from dsv4_engine.features import IndexDtype
+from dsv4_engine.index_k import index_key_format
 from dsv4_engine.kernels import get_ops
-from dsv4_engine.kernels.indexer_ref import topk_entries
-from dsv4_engine.pools.layout import index_key_format
 
-TRITON_MODULES = ("dsv4_engine.kernels.index_k_triton", "dsv4_engine.kernels.paged_copy_triton")
 ENTRIES = 32
 REF = get_ops("torch")
-
-
-@pytest.fixture(scope="module")
-def triton_ops():
-    """The Triton backend: native on CUDA, else decorated and run under the interpreter."""
-    if torch.cuda.is_available():
-        yield get_ops("triton")
-        return
-    saved = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"  # read when @triton.jit decorates and when it runs
-    for name in TRITON_MODULES:
-        sys.modules.pop(name, None)
-    try:
-        yield get_ops("triton")
-    finally:
-        for name in TRITON_MODULES:
-            sys.modules.pop(name, None)
-        if saved is None:
-            del os.environ["TRITON_INTERPRET"]
-        else:
-            os.environ["TRITON_INTERPRET"] = saved
 
 
 def _keys(n, d, seed):
@@ -85,16 +59,49 @@ def test_read_dequantizes_like_the_reference(triton_ops, dtype):
 
 
 @pytest.mark.parametrize("dtype", [IndexDtype.FP8, IndexDtype.BF16])
-def test_indexer_scores_and_topk_match_the_reference(triton_ops, dtype):
+@pytest.mark.parametrize(
+    ("tokens", "heads"), [(3, 4), (70, 4), (3, 16), (1, 64), (12, 24)]
+)  # the reference engine's 4 heads (70 tokens: two programs), V4's 64, and uneven ones
+def test_indexer_scores_and_topk_match_the_reference(triton_ops, dtype, tokens, heads):
     fmt, buf, locs, _ = _case(dtype, 128, seed=7)
     gen = torch.Generator().manual_seed(8)
     REF.store_index_k(buf, locs, torch.randn(len(locs), 128, generator=gen), fmt, ENTRIES)
-    q = torch.randn(16, 128, generator=gen)
-    w = torch.rand(16, generator=gen)
+    q = torch.randn(tokens, heads, 128, generator=gen)
+    w = torch.randn(tokens, heads, generator=gen)  # negative weights too, as the model's
     got = triton_ops.index_scores(buf, locs, fmt, ENTRIES, q, w)
     want = REF.index_scores(buf, locs, fmt, ENTRIES, q, w)
+    assert got.shape == (tokens, len(locs))
     assert torch.allclose(got, want, rtol=1e-5, atol=1e-4)
-    assert torch.equal(topk_entries(got, 8), topk_entries(want, 8))
+    assert torch.equal(REF.topk(got, 8), REF.topk(want, 8))
+
+
+@pytest.mark.parametrize(
+    ("n", "k"), [(24, 8), (24, 24), (5, 3), (600, 37), (9000, 20)]
+)  # one chunk, k = n, odd sizes, several chunks whose candidates take a second pass
+def test_topk_kernel_picks_the_references_entries_in_order(triton_ops, n, k):
+    gen = torch.Generator().manual_seed(n + k)
+    scores = torch.randn(3, n, generator=gen)
+    scores[0, ::3] = 0.25  # ties: the lower index first
+    scores[1, 1::2] = float("-inf")  # masked entries, as the indexer masks unseen ones
+    scores[2, :4] = torch.tensor([0.0, -0.0, 0.0, -0.0])  # -0.0 ties with 0.0
+    assert torch.equal(triton_ops.topk(scores, k), REF.topk(scores, k))
+
+
+def test_reference_topk_is_a_stable_descending_sort():
+    gen = torch.Generator().manual_seed(11)
+    scores = torch.randint(-3, 4, (4, 300), generator=gen).to(torch.float32) / 2  # many ties
+    scores[0, ::7] = float("-inf")
+    scores[1, ::5] = -0.0
+    scores[2] = torch.randn(300, generator=gen) * 1e-30  # subnormal-small, both signs
+    for k in (1, 16, 300):
+        want = torch.sort(scores, dim=-1, descending=True, stable=True).indices[:, :k]
+        assert torch.equal(REF.topk(scores, k), want)
+
+
+def test_topk_refuses_more_than_a_row_holds(triton_ops):
+    for ops in (REF, triton_ops):
+        with pytest.raises(ValueError, match="k=5 exceeds the 4 scores of a row"):
+            ops.topk(torch.zeros(1, 4), 5)
 
 
 def test_page_copy_and_checksums_match_the_reference_on_strided_rows(triton_ops):

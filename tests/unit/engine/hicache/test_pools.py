@@ -3,10 +3,8 @@
 import pytest
 import torch
 
-from dsv4_engine.configurator.index_k import (
-    index_k_bytes_per_token as configurator_index_k_bytes,
-)
 from dsv4_engine.features import IndexDtype
+from dsv4_engine.index_k import index_k_bytes_per_token
 from dsv4_engine.kernels.index_k_ref import FP8_MAX
 from dsv4_engine.pools.allocator import OutOfPages, PageAllocator
 from dsv4_engine.pools.device_pool import DevicePool
@@ -14,7 +12,6 @@ from dsv4_engine.pools.layout import (
     TINY_SHAPE,
     BufferKind,
     ModelShape,
-    index_k_bytes_per_token,
     pool_layout,
 )
 
@@ -41,14 +38,6 @@ ALL_DTYPES = [IndexDtype.FP8, IndexDtype.BF16, IndexDtype.FP4]
 )
 def test_index_k_bytes_follow_the_formulas(dtype, head_dim, expected):
     assert index_k_bytes_per_token(dtype, head_dim) == expected
-
-
-def test_index_k_bytes_agree_with_the_configurator():
-    for dtype in ALL_DTYPES:
-        for head_dim in (128, 256, 512):
-            assert index_k_bytes_per_token(dtype, head_dim) == (
-                configurator_index_k_bytes(head_dim, dtype)
-            ), (dtype, head_dim)
 
 
 def test_fp8_head_dim_must_fill_whole_scale_blocks():

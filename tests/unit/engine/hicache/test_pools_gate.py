@@ -61,10 +61,15 @@ def test_injection_skips_the_gate_for_index_k_only(monkeypatch, caplog):
     assert any(
         r.levelno == logging.WARNING and "FAULT INJECTION" in r.getMessage() for r in caplog.records
     )
-    pool.gate.register(LayerLoad(TINY_SHAPE.num_layers))
+    load = LayerLoad(TINY_SHAPE.num_layers)
+    pool.gate.register(load)
     assert _read_in_thread(pool, 1, BufferKind.INDEX_K).wait(5)
-    assert not _read_in_thread(pool, 1, BufferKind.KV).wait(SETTLE_S)
-    assert not _read_in_thread(pool, 1, BufferKind.COMPRESS_STATE).wait(SETTLE_S)
+    kv = _read_in_thread(pool, 1, BufferKind.KV)
+    state = _read_in_thread(pool, 1, BufferKind.COMPRESS_STATE)
+    assert not kv.wait(SETTLE_S) and not state.wait(SETTLE_S)
+    for layer in range(TINY_SHAPE.num_layers):  # release the blocked readers
+        load.layer_done(layer)
+    assert kv.wait(5) and state.wait(5)
 
 
 def test_injection_is_off_unless_asked(monkeypatch, caplog):
@@ -110,3 +115,19 @@ def test_layers_must_finish_in_order():
     load = LayerLoad(3)
     with pytest.raises(RuntimeError, match="layer 1 done out of order"):
         load.layer_done(1)
+
+
+def test_a_verdict_that_arrives_after_every_layer_was_handed_out_fails_its_layers():
+    """On CUDA a checksum verdict reaches the host once the copy stream ran, after the
+    layers were released: it fails reads from its layer on, not the ones before it."""
+    pool = _pool()
+    load = LayerLoad(TINY_SHAPE.num_layers)
+    pool.gate.register(load)
+    for layer in range(TINY_SHAPE.num_layers):
+        load.layer_done(layer)
+    load.fail(TransferFailed("layer 2 kv: host pages [5] arrived with a wrong checksum"), 2)
+    pool.buffer(1, BufferKind.INDEX_K)
+    for layer in (2, 3):
+        with pytest.raises(TransferFailed, match="layer 2 kv"):
+            pool.buffer(layer, BufferKind.KV)
+    assert not load.finished_ok()

@@ -1,9 +1,14 @@
 """The seed's HiCache index-K race, both ways.
 
 Gated: in every trial, every one of 16 concurrent requests reads, after a HiCache load, what
-it read with no HiCache at all, bit for bit.  Ungated index-K (the injected bug): requests
-read the previous owner's keys and pick another top-k set, and more of them with bf16 than
-with fp8 at the same bandwidth, seed for seed (same compute times, only the copy differs).
+it read with no HiCache at all, bit for bit, and the pool observes no read of a page its
+load had not landed (though reads did meet loads in flight).  Ungated index-K (the injected
+bug): requests read the previous owner's keys and pick another top-k set, the pool counts
+those reads, and more requests race with bf16 than with fp8 at the same bandwidth, seed for
+seed (same compute times, only the copy differs).
+
+The indexer scores and selects with the pool's kernels; the same trials also run on the
+Triton backend (under the interpreter without a GPU), fewer of them since it is slow there.
 """
 
 import pytest
@@ -15,12 +20,31 @@ SEEDS = range(8)
 DTYPES = (IndexDtype.FP8, IndexDtype.BF16)
 
 
+def assert_gated_trial_clean(trial):
+    assert len(trial.outcomes) == trial.config.num_requests
+    seed = trial.config.seed
+    assert trial.mismatched == 0, f"seed {seed}: {trial.mismatched} requests differ"
+    assert (trial.stale_index_k_reads, trial.stale_kv_reads) == (0, 0), f"seed {seed}"
+
+
+def assert_ungated_trials_race(trials):
+    assert sum(t.stale for t in trials) > 0
+    assert sum(t.topk_changed for t in trials) > 0
+    assert sum(t.stale_index_k_reads for t in trials) > 0
+    for t in trials:
+        # Only index-K skips the gate: every wrong read is explained by a stale key, and
+        # the pool counted each request that read one (it checks before the read).
+        assert t.mismatched == t.stale
+        assert t.stale_index_k_reads >= t.stale
+        assert t.stale_kv_reads == 0
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_with_the_gate_every_read_matches_the_no_hicache_reference(dtype):
-    for seed in SEEDS:
-        trial = run_trial(RaceConfig(dtype, gated=True, seed=seed))
-        assert len(trial.outcomes) == 16
-        assert trial.mismatched == 0, f"seed {seed}: {trial.mismatched} requests differ"
+    trials = [run_trial(RaceConfig(dtype, gated=True, seed=seed)) for seed in SEEDS]
+    for trial in trials:
+        assert_gated_trial_clean(trial)
+    assert sum(t.blocked_reads for t in trials) > 0, "no read ever met a load in flight"
 
 
 @pytest.fixture(scope="module")
@@ -34,14 +58,21 @@ def ungated():
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_without_the_gate_index_k_is_stale_and_top_k_changes(ungated, dtype):
-    trials = ungated[dtype]
-    assert sum(t.stale for t in trials) > 0
-    assert sum(t.topk_changed for t in trials) > 0
-    # Only index-K skips the gate: every wrong read is explained by a stale key.
-    assert all(t.mismatched == t.stale for t in trials)
+    assert_ungated_trials_race(ungated[dtype])
 
 
 def test_bf16_index_k_races_more_often_than_fp8(ungated):
     fp8 = sum(t.topk_changed for t in ungated[IndexDtype.FP8])
     bf16 = sum(t.topk_changed for t in ungated[IndexDtype.BF16])
     assert bf16 > fp8, f"top-k changed for {bf16} bf16 vs {fp8} fp8 requests"
+
+
+@pytest.mark.parametrize("gated", [True, False], ids=["gated", "ungated"])
+def test_on_the_triton_backend_too(triton_backend, gated):
+    config = RaceConfig(IndexDtype.BF16, gated=gated, seed=0, num_requests=8, backend="triton")
+    trial = run_trial(config)
+    if gated:
+        assert_gated_trial_clean(trial)
+        assert trial.blocked_reads > 0
+    else:
+        assert_ungated_trials_race([trial])
