@@ -24,6 +24,7 @@ from dsv4_engine.engine_config import (
     transfer_flag_in,
 )
 from dsv4_engine.features import CamelModel, EngineFeatures, IndexDtype, Role
+from dsv4_engine.index_k import SGLANG_INDEX_DTYPES, sglang_index_dtype_error
 from dsv4_operator.api.rollout import CanarySpec, RolloutSpec
 from dsv4_operator.api.schema import cel, validations
 
@@ -228,10 +229,11 @@ _NO_HICACHE_SIZE = (
     "features.hicache.sizeGB: SGLang 0.5.23 refuses --hicache-size for DeepSeek-V4 "
     "(the host pool is sized by ratio only); set features.hicache.ratio instead"
 )
-_NO_BF16_ON_SGLANG = (
-    "features.indexDtype: bf16 index-K exists only in the CPU reference engine (the layout "
-    "of the incident's SGLang fork); SGLang 0.5.23 stores index-K as fp8 or fp4 — set "
-    "indexDtype fp8 or fp4, or engine: reference"
+# The refusal of an index-K dtype SGLang does not store: the engine's own rule and words
+# (dsv4_engine.index_k), for the API server's CEL rule and the operator's validator alike.
+_SGLANG_DTYPES = "[" + ", ".join(f"'{d.value}'" for d in SGLANG_INDEX_DTYPES) + "]"
+_NOT_ON_SGLANG = next(
+    message for d in IndexDtype if (message := sglang_index_dtype_error(d)) is not None
 )
 
 
@@ -241,8 +243,8 @@ class DSV4DeploymentSpec(CamelModel):
     model_config = validations(
         cel("!has(self.features.hicache.sizeGB)", _NO_HICACHE_SIZE, ".features.hicache.sizeGB"),
         cel(
-            "self.engine == 'reference' || self.features.indexDtype != 'bf16'",
-            _NO_BF16_ON_SGLANG,
+            f"self.engine == 'reference' || self.features.indexDtype in {_SGLANG_DTYPES}",
+            _NOT_ON_SGLANG,
             ".features.indexDtype",
         ),
     )
@@ -274,8 +276,9 @@ class DSV4DeploymentSpec(CamelModel):
     def _engine_supports_flags(self) -> DSV4DeploymentSpec:
         if self.features.hicache.size_gb is not None:
             raise ValueError(_NO_HICACHE_SIZE)
-        if self.engine is Backend.SGLANG and self.features.index_dtype is IndexDtype.BF16:
-            raise ValueError(_NO_BF16_ON_SGLANG)
+        refusal = sglang_index_dtype_error(self.features.index_dtype)
+        if self.engine is Backend.SGLANG and refusal is not None:
+            raise ValueError(f"features.{refusal}")
         return self
 
     def role_spec(self, role: Role) -> RoleSpec:

@@ -37,6 +37,7 @@ def hicache_bytes_per_pod(spec: DSV4DeploymentSpec, role: Role) -> int:
         GPU_MEMORY_BYTES.get(p, DEFAULT_GPU_MEMORY_BYTES) for p in spec.placement.gpu_products
     )
     settings = EngineSettings(
+        engine=spec.engine,
         index_dtype=features.index_dtype,
         tp_size=role_spec.tp,
         dp_size=role_spec.dp if role_spec.enable_dp_attention else 1,
