@@ -9,11 +9,16 @@ deepseek-recipe renders larger ones as floats (2**64 becomes 1.8446744073709552e
 the encoder itself would not write the call asked for.  Parameter names hold no ``"``,
 ``<`` or ``>``: the encoders write them into an attribute unescaped.
 
-Why a seeded generator under Hypothesis rather than Hypothesis strategies all the way
-down: Hypothesis draws every character and choice through its engine, about 7 ms per tool
-call example here, so the ≥ 2,000 examples per format and property would take minutes on
-this 2-core machine.  Hypothesis draws one seed per example (derandomized: fixed) and the
-generator below makes `BATCH` turns from it, at ~0.1 ms each.
+Why seeded generators and not Hypothesis: a test must see the same examples however it
+runs (alone, in its file, in the suite, in any order, under xdist), and Hypothesis does not
+promise that even derandomized — with a small probability per draw it returns a constant
+from a pool it mines from every project module imported so far (`_get_local_constants` in
+6.170), so what earlier tests had imported changed the examples a test saw (a mutation
+property passed in its file and failed alone).  It is slow here too: about 7 ms per
+tool-call example, where ≥ 2,000 examples per format and property must take seconds on
+this 2-core machine.  Here turn i comes from ``random.Random(i)`` (one sequence per seed
+on the pinned Python), at ~0.1 ms a turn; a failure names its seed and `turn(seed)`
+rebuilds the case.
 """
 
 from __future__ import annotations
@@ -21,12 +26,11 @@ from __future__ import annotations
 import json
 import random
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import count
 from typing import Any
 
-from hypothesis import strategies as st
-
-BATCH = 10
 SCRIPT_SAMPLES = (
     "Hello world",
     "مرحبا بالعالم",
@@ -163,6 +167,23 @@ class Turn:
     prose: str
     reasoning: str | None
 
+    @classmethod
+    def of(
+        cls,
+        calls: list[tuple[str, dict[str, Any]]],
+        exchange: tuple[str, str],
+        reasoning: str | None,
+    ) -> Turn:
+        """The turn that makes these calls: a tool for each (its schema from the arguments),
+        and a prompt that asks for them (the `exchange`'s question and the calls as JSON)."""
+        tools = [
+            {"type": "function", "function": {"name": name, "parameters": schema_of(args)}}
+            for name, args in calls
+        ]
+        question, prose = exchange
+        requested = json.dumps([{"tool": n, "args": a} for n, a in calls], ensure_ascii=False)
+        return cls(tools, calls, f"{question} {requested}", prose, reasoning)
+
 
 def random_turn(rng: random.Random, max_calls: int = 3) -> Turn:
     names = rng.sample(
@@ -173,22 +194,18 @@ def random_turn(rng: random.Random, max_calls: int = 3) -> Turn:
         (name, {k: random_value(rng) for k in rng.sample(KEYS, rng.randint(0, 5))})
         for name in names
     ]
-    tools = [
-        {"type": "function", "function": {"name": name, "parameters": schema_of(args)}}
-        for name, args in calls
-    ]
-    question, prose = rng.choice(EXCHANGES)
-    requested = json.dumps([{"tool": n, "args": a} for n, a in calls], ensure_ascii=False)
-    reasoning = rng.choice((None, None, "I call the tool.", "先调用工具。"))
-    return Turn(tools, calls, f"{question} {requested}", prose, reasoning)
+    exchange = rng.choice(EXCHANGES)
+    return Turn.of(calls, exchange, rng.choice((None, None, "I call the tool.", "先调用工具。")))
 
 
-def batches(max_calls: int = 3) -> st.SearchStrategy[tuple[random.Random, list[Turn]]]:
-    """`BATCH` turns per Hypothesis example, and the generator they came from (for the
-    choices a test makes next, such as a mutation)."""
+def turn(seed: int, max_calls: int = 3) -> tuple[random.Random, Turn]:
+    """The turn of this seed, and its generator (for the choices a test makes next, such as
+    a mutation)."""
+    rng = random.Random(seed)
+    return rng, random_turn(rng, max_calls)
 
-    def make(seed: int) -> tuple[random.Random, list[Turn]]:
-        rng = random.Random(seed)
-        return rng, [random_turn(rng, max_calls) for _ in range(BATCH)]
 
-    return st.integers(0, 2**64 - 1).map(make)
+def turns(max_calls: int = 3) -> Iterator[tuple[int, random.Random, Turn]]:
+    """The turns of seeds 0, 1, 2 …, each with its seed and generator."""
+    for seed in count():
+        yield seed, *turn(seed, max_calls)

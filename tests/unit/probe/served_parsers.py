@@ -55,12 +55,18 @@ def sglang_serve(text: str, fmt: DsmlFormat, tools: Sequence[dict[str, Any]]) ->
     from sglang.srt.function_call.function_call_parser import FunctionCallParser
 
     _quiet_sglang()
-    answer = split_reasoning(text)[1].removesuffix(EOS)
+    answer = served_text(split_reasoning(text)[1])
     parser = FunctionCallParser([Tool(**t) for t in tools], SGLANG_PARSERS[fmt])
     if not parser.has_tool_call(answer):
         return Served(answer, ())
     content, calls = parser.parse_non_stream(answer)
     return Served(content, tuple((c.name, _loads(c.parameters)) for c in calls))
+
+
+def served_text(text: str) -> str:
+    """What of a completion reaches the server's parsers and the client: all but
+    end-of-sentence, a special token the detokenizer skips."""
+    return text.removesuffix(EOS)
 
 
 def recipe_serve(text: str, fmt: DsmlFormat, tools: Sequence[dict[str, Any]]) -> Served:
