@@ -232,7 +232,7 @@ _NO_HICACHE_SIZE = (
 # The refusal of an index-K dtype SGLang does not store: the engine's own rule and words
 # (dsv4_engine.index_k), for the API server's CEL rule and the operator's validator alike.
 _SGLANG_DTYPES = "[" + ", ".join(f"'{d.value}'" for d in SGLANG_INDEX_DTYPES) + "]"
-_NOT_ON_SGLANG = next(
+_NOT_ON_SGLANG = "features." + next(
     message for d in IndexDtype if (message := sglang_index_dtype_error(d)) is not None
 )
 
