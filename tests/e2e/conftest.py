@@ -20,6 +20,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if str(item.fspath).startswith(here):
             item.add_marker(pytest.mark.e2e)
+            # Under pytest-xdist (`make test`), every e2e test runs on one worker: they share
+            # one control plane (the session fixture below) and run in file order.
+            item.add_marker(pytest.mark.xdist_group("e2e"))
 
 
 @pytest.fixture(scope="session")
