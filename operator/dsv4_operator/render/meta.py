@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from dsv4_operator.api import API_VERSION, KIND
@@ -13,8 +14,35 @@ LABEL_INSTANCE = "app.kubernetes.io/instance"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_GROUP_ROLE = "inference.dsv4.dev/group-role"
+LABEL_SLOT = "inference.dsv4.dev/slot"
+LABEL_TRANSFER = "inference.dsv4.dev/transfer-revision"
 ANNOTATION_CONFIG_HASH = "inference.dsv4.dev/engine-config-hash"
 ANNOTATION_APPLIED_HASH = "inference.dsv4.dev/applied-hash"
+
+
+class Slot(StrEnum):
+    """Where a deployment's stable engines live.  Normally all in one slot; while a change
+    of the prefill→decode transfer format is promoted, the old flags in one slot and the
+    new in the other, each with its own router, so no request crosses formats.
+
+    `blue` keeps the names a deployment always had (`<name>-decode`); `green` adds a
+    suffix (`<name>-decode-green`).  The selectors of `blue` objects carry no slot (they
+    predate slots and are immutable); `green`'s do, and both slots' pods are labelled."""
+
+    BLUE = "blue"
+    GREEN = "green"
+
+    @property
+    def suffix(self) -> str:
+        return "" if self is Slot.BLUE else f"-{self.value}"
+
+    @property
+    def other(self) -> Slot:
+        return Slot.GREEN if self is Slot.BLUE else Slot.BLUE
+
+    def selector(self) -> dict[str, str]:
+        """The slot label as a workload's (immutable) selector carries it."""
+        return {} if self is Slot.BLUE else {LABEL_SLOT: self.value}
 
 
 @dataclass(frozen=True)
