@@ -157,7 +157,10 @@ async def _serve(settings: ServeSettings) -> None:
         await site.start()
         if settings.disaggregation_mode is DisaggregationMode.PREFILL:
             bootstrap = await pd.serve_bootstrap(
-                settings.host, settings.disaggregation_bootstrap_port, server.prefill
+                settings.host,
+                settings.disaggregation_bootstrap_port,
+                server.prefill,
+                server.transfer_format,
             )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -33,7 +33,7 @@ from dsv4_operator import metrics
 from dsv4_operator.api import API_VERSION, KIND
 from dsv4_operator.api.errors import first_error
 from dsv4_operator.api.names import name_problem
-from dsv4_operator.api.rollout import FlagSet, RolloutStatus, WatchVerdict
+from dsv4_operator.api.rollout import RolloutStatus, Slot, WatchVerdict
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.api.status import DSV4DeploymentStatus
 from dsv4_operator.api.times import now_rfc3339, parse_stamp
@@ -41,21 +41,17 @@ from dsv4_operator.reconcile.kube import ApiError, Kube, NotLeader
 from dsv4_operator.reconcile.plan import Action, plan, with_applied_hash
 from dsv4_operator.reconcile.state import PassState
 from dsv4_operator.reconcile.status import Problem, decide_status, observe_roles
-from dsv4_operator.render import render_all
+from dsv4_operator.render import render_slot
 from dsv4_operator.render.engine import feature_revision
 from dsv4_operator.render.memory import MemorySizingError, pod_memory
 from dsv4_operator.render.meta import LABEL_INSTANCE, Owner, instance_selector
 from dsv4_operator.render.placement import GPU_PRODUCT_LABEL
+from dsv4_operator.render.router import router_name, router_shared
 from dsv4_operator.render.workloads import HostMemory
 from dsv4_operator.rollout.controller import RolloutController
-from dsv4_operator.rollout.decide import (
-    Decision,
-    canary_wanted,
-    decide,
-    first_status,
-    role_flags,
-)
-from dsv4_operator.rollout.observe import rolled_roles
+from dsv4_operator.rollout.decide import Decision, canary_wanted, decide, first_status
+from dsv4_operator.rollout.observe import rolled_roles, settled_slots
+from dsv4_operator.rollout.pairs import Pairs, SlotPlan, plan_slots
 from dsv4_operator.rollout.record import with_record
 from dsv4_operator.rollout.recover import Unrecoverable, recover
 from dsv4_operator.rollout.reports import FiledReport, report_selector
@@ -344,52 +340,32 @@ class Reconciler:
     def _rollout(self, state: PassState) -> RolloutPass:
         before, events = self._before(state)
         desired = spec_flags(state.spec)
+        pairs = Pairs(state.spec.prefill.replicas, state.spec.decode.replicas)
+        renders = _Renders(self, state, pairs)
         if before is None:
             decision = first_status(desired, state.now)
-            return RolloutPass(None, decision, self._desired(state, decision.status, {}), events)
-        current = {role: role_flags(before, role) for role in Role}
-        rendered = {_key(current): self._render(state, current)}
-        canary = self.rollout.canary_objects(state, before) if canary_wanted(before) else []
-        if canary:
-            rendered[_key(before.canary)] = canary
+            return RolloutPass(None, decision, renders.desired(decision.status), events)
+        current = renders.desired(before)
+        canary = renders.canary(before)
         observed = self.rollout.observe(
             state,
             before,
             canary,
-            rolled=rolled_roles(rendered[_key(current)], state.stable_live),
+            rolled=rolled_roles(renders.active(before), state.stable_live),
+            settled_slots=settled_slots(current, state.stable_live),
+            routers_live=frozenset(
+                slot
+                for slot in Slot
+                if any(
+                    o["metadata"]["name"] == router_name(state.owner, slot)
+                    for o in state.stable_live
+                    if o["kind"] == "Deployment"
+                )
+            ),  # fmt: skip
             canary_blocked=_blocked(canary, state.foreign),
         )
-        decision = decide(desired, before, observed, state.spec.canary, state.spec.rollout)
-        return RolloutPass(
-            before, decision, self._desired(state, decision.status, rendered), events
-        )
-
-    def _render(self, state: PassState, flags: dict[Role, FlagSet]) -> list[dict[str, Any]]:
-        """The stable children, each role with the flags the rollout lets it run."""
-        base = with_flags(state.spec, flags[Role.DECODE])
-        by_role = role_specs(state.spec, flags)
-        return render_all(state.owner, base, self.host_memory, by_role)
-
-    def _desired(
-        self,
-        state: PassState,
-        status: RolloutStatus,
-        rendered: dict[str, list[dict[str, Any]]],
-    ) -> list[dict[str, Any]]:
-        """Both slices as ``status`` wants them, each workload carrying the rollout record.
-        ``rendered``: renderings this pass already made, by flags (most passes change none)."""
-        flags = {role: role_flags(status, role) for role in Role}
-        objects = rendered.get(_key(flags)) or self._render(state, flags)
-        stable = with_record(objects, status.stable, flags, status.rejected_revision)
-        canary: list[dict[str, Any]] = []
-        if canary_wanted(status):
-            assert status.canary is not None
-            objects = rendered.get(_key(status.canary)) or self.rollout.canary_objects(
-                state, status
-            )
-            runs = dict.fromkeys(Role, status.canary)
-            canary = with_record(objects, status.stable, runs, None)
-        return [with_applied_hash(o) for o in [*stable, *canary]]
+        decision = decide(desired, before, observed, state.spec.canary, state.spec.rollout, pairs)
+        return RolloutPass(before, decision, renders.desired(decision.status), events)
 
     def _plan(
         self, state: PassState, desired: list[dict[str, Any]]
@@ -535,8 +511,56 @@ def decision_events(
     return events
 
 
-def _key(flags: dict[Role, FlagSet] | FlagSet | None) -> str:
-    """A rendering's cache key: the flags it was made for (per role, or the canary's)."""
-    if isinstance(flags, dict):
-        return "stable:" + ",".join(f"{role}={flags[role].revision}" for role in Role)
-    return f"canary:{flags.revision if flags else ''}"
+class _Renders:
+    """What one pass renders, each thing once: a pass renders the slots its status had
+    (to observe them) and the ones its decision wants (to write them), mostly the same."""
+
+    def __init__(self, reconciler: Reconciler, state: PassState, pairs: Pairs) -> None:
+        self.reconciler, self.state, self.pairs = reconciler, state, pairs
+        self._made: dict[tuple[object, ...], list[dict[str, Any]]] = {}
+
+    def slot(self, plan: SlotPlan) -> list[dict[str, Any]]:
+        flags = tuple(plan.flags[role].revision for role in Role)
+        key = ("slot", plan.slot, flags, plan.replicas, plan.router)
+        if key not in self._made:
+            spec = self.state.spec
+            sized = spec.model_copy(
+                update={
+                    "prefill": spec.prefill.model_copy(update={"replicas": plan.prefill}),
+                    "decode": spec.decode.model_copy(update={"replicas": plan.decode}),
+                }
+            )
+            by_role = role_specs(sized, plan.flags)
+            base = with_flags(sized, plan.flags[Role.DECODE])
+            host_memory = self.reconciler.host_memory
+            objects = render_slot(
+                self.state.owner, base, plan.slot, host_memory, by_role, plan.router
+            )
+            self._made[key] = objects
+        return self._made[key]
+
+    def active(self, status: RolloutStatus) -> list[dict[str, Any]]:
+        """The active slot's engines as ``status`` has them (role-by-role promotion)."""
+        return self.slot(plan_slots(status, self.pairs)[0])
+
+    def canary(self, status: RolloutStatus) -> list[dict[str, Any]]:
+        if not canary_wanted(status):
+            return []
+        key = ("canary", status.canary.revision if status.canary else None)
+        if key not in self._made:
+            self._made[key] = self.reconciler.rollout.canary_objects(self.state, status)
+        return self._made[key]
+
+    def desired(self, status: RolloutStatus) -> list[dict[str, Any]]:
+        """Every child ``status`` wants — the stable slots and the canary slice — each
+        workload carrying the rollout record, as they are applied."""
+        objects = []
+        for slot in plan_slots(status, self.pairs):
+            objects += with_record(
+                self.slot(slot), status.stable, slot.flags, status.rejected_revision
+            )
+        objects += router_shared(self.state.owner)
+        if status.canary is not None:
+            runs = dict.fromkeys(Role, status.canary)
+            objects += with_record(self.canary(status), status.stable, runs, None)
+        return [with_applied_hash(o) for o in objects]

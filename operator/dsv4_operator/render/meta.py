@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 from dsv4_operator.api import API_VERSION, KIND
+from dsv4_operator.api.rollout import Slot
 
 MANAGED_BY = "dsv4-operator"
 LABEL_NAME = "app.kubernetes.io/name"
@@ -20,29 +20,10 @@ ANNOTATION_CONFIG_HASH = "inference.dsv4.dev/engine-config-hash"
 ANNOTATION_APPLIED_HASH = "inference.dsv4.dev/applied-hash"
 
 
-class Slot(StrEnum):
-    """Where a deployment's stable engines live.  Normally all in one slot; while a change
-    of the prefill→decode transfer format is promoted, the old flags in one slot and the
-    new in the other, each with its own router, so no request crosses formats.
-
-    `blue` keeps the names a deployment always had (`<name>-decode`); `green` adds a
-    suffix (`<name>-decode-green`).  The selectors of `blue` objects carry no slot (they
-    predate slots and are immutable); `green`'s do, and both slots' pods are labelled."""
-
-    BLUE = "blue"
-    GREEN = "green"
-
-    @property
-    def suffix(self) -> str:
-        return "" if self is Slot.BLUE else f"-{self.value}"
-
-    @property
-    def other(self) -> Slot:
-        return Slot.GREEN if self is Slot.BLUE else Slot.BLUE
-
-    def selector(self) -> dict[str, str]:
-        """The slot label as a workload's (immutable) selector carries it."""
-        return {} if self is Slot.BLUE else {LABEL_SLOT: self.value}
+def slot_selector(slot: Slot) -> dict[str, str]:
+    """The slot label as a workload's (immutable) selector carries it: `blue`'s selectors
+    predate slots and carry none; `green`'s do.  Both slots' pods are labelled."""
+    return {} if slot is Slot.BLUE else {LABEL_SLOT: slot.value}
 
 
 @dataclass(frozen=True)

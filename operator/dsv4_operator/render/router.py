@@ -22,6 +22,7 @@ from dsv4_operator.render.meta import (
     Slot,
     metadata,
     selector_labels,
+    slot_selector,
 )
 from dsv4_operator.render.rbac import identity
 from dsv4_operator.render.workloads import engine_pod_labels
@@ -75,13 +76,15 @@ def router_deployment(
         "ports": [{"name": "http", "containerPort": ROUTER_PORT}],
         "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10},
     }
+    meta = metadata(owner, router_name(owner, slot), COMPONENT)
+    meta["labels"][LABEL_SLOT] = slot.value
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": metadata(owner, router_name(owner, slot), COMPONENT),
+        "metadata": meta,
         "spec": {
             "replicas": spec.router.replicas,
-            "selector": {"matchLabels": {**labels, **slot.selector()}},
+            "selector": {"matchLabels": {**labels, **slot_selector(slot)}},
             "template": {
                 "metadata": {"labels": {**labels, LABEL_SLOT: slot.value}},
                 "spec": {"serviceAccountName": router_name(owner), "containers": [container]},

@@ -31,6 +31,7 @@ from dsv4_operator.render.meta import (
     Slot,
     metadata,
     selector_labels,
+    slot_selector,
 )
 from dsv4_operator.render.placement import GPU_RESOURCE, pod_placement
 
@@ -118,7 +119,7 @@ def _stateful_set(
     replicas = role_spec.replicas * (
         1 if group_role is GroupRole.LEADER else role_spec.nodes_per_replica - 1
     )
-    selector = {**selector_labels(owner, role.value), **slot.selector()}
+    selector = {**selector_labels(owner, role.value), **slot_selector(slot)}
     selector[LABEL_GROUP_ROLE] = group_role.value
     pod_labels = {**engine_pod_labels(owner, role, slot, transfer), **selector}
     annotations = {ANNOTATION_CONFIG_HASH: config_hash}
@@ -139,10 +140,12 @@ def _stateful_set(
         ],
         **pod_placement(spec.placement, selector_labels(owner, role.value)),
     }
+    meta = metadata(owner, name, role.value)
+    meta["labels"][LABEL_SLOT] = slot.value
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
-        "metadata": metadata(owner, name, role.value),
+        "metadata": meta,
         "spec": {
             "replicas": replicas,
             "serviceName": base,
@@ -165,7 +168,7 @@ def _headless_service(owner: Owner, role: Role, slot: Slot) -> dict[str, Any]:
             "clusterIP": "None",
             # Rank 0 must be resolvable before it is Ready: the other ranks join it first.
             "publishNotReadyAddresses": True,
-            "selector": {**selector_labels(owner, role.value), **slot.selector()},
+            "selector": {**selector_labels(owner, role.value), **slot_selector(slot)},
             "ports": [
                 {"name": "http", "port": ENGINE_PORT},
                 {"name": "dist", "port": DIST_INIT_PORT},
@@ -176,7 +179,7 @@ def _headless_service(owner: Owner, role: Role, slot: Slot) -> dict[str, Any]:
 
 def _disruption_budget(owner: Owner, role: Role, role_spec: RoleSpec, slot: Slot) -> dict[str, Any]:
     """At most one replica (all its nodes) of a role disrupted at a time."""
-    selector = {**selector_labels(owner, role.value), **slot.selector()}
+    selector = {**selector_labels(owner, role.value), **slot_selector(slot)}
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",

@@ -16,9 +16,18 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from dsv4_operator.api.rollout import FlagSet, RolloutPhase, RolloutStatus, RolloutVerdict
+from dsv4_engine.features import Role
+from dsv4_operator.api.rollout import (
+    FlagSet,
+    PairStage,
+    RolloutPhase,
+    RolloutStatus,
+    RolloutVerdict,
+    Slot,
+    Transfer,
+)
 from dsv4_operator.api.times import stamp
-from dsv4_operator.rollout.record import Record, role_of
+from dsv4_operator.rollout.record import Record, role_of, slot_of
 from dsv4_operator.rollout.reports import FiledReport
 
 
@@ -39,10 +48,14 @@ def recover(
     now: dt.datetime,
 ) -> Recovered | None:
     """The rebuilt status; None when no stable workload exists (nothing serves users yet)."""
-    roles = {role: w for w in stable_live if (role := role_of(w)) is not None}
-    if not roles:
+    slots: dict[Slot, dict[Role, dict[str, Any]]] = {}
+    for workload in stable_live:
+        role = role_of(workload)
+        if role is not None:
+            slots.setdefault(slot_of(workload), {})[role] = workload
+    if not slots:
         return None
-    records = [Record.of(w) for w in roles.values()]
+    records = [Record.of(w) for roles in slots.values() for w in roles.values()]
     missing = [r.name for r in records if r.stable is None or r.runs is None]
     if missing:
         raise Unrecoverable(
@@ -50,17 +63,24 @@ def recover(
             "flags record (made by an older operator?); restore status.rollout, or delete the "
             "workloads to start afresh from the spec"
         )
-    runs = {role: Record.of(w).runs for role, w in roles.items()}
-    stable = _stable(records, runs)
+    stable = _stable(records)
     rejected = next((r.rejected for r in records if r.rejected), None)
     at = stamp(now)
+    active = next(
+        (slot for slot, roles in slots.items() if all(Record.of(w).runs == stable for w in roles.values())),
+        next(iter(slots)),
+    )  # fmt: skip
     base = RolloutStatus(
         stable=stable,
         stable_revision=stable.revision,
+        slot=active,
         phase_since=at,
         probe_attempt=max((r.attempt for r in reports if r.target == "canary"), default=0),
         rejected_revision=rejected,
     )
+    if len(slots) > 1:
+        return _mid_paired(base, slots[active.other], reports, at)
+    runs = {role: Record.of(w).runs for role, w in slots[active].items()}
     promoted = {role for role, flags in runs.items() if flags != stable}
     if promoted:
         return _mid_promotion(base, runs, promoted, reports, at)
@@ -93,14 +113,14 @@ def recover(
     return Recovered(base, f"stable flags {stable.revision}")
 
 
-def _stable(records: list[Record], runs: dict[Any, FlagSet | None]) -> FlagSet:
+def _stable(records: list[Record]) -> FlagSet:
     """The recorded stable flags.  Workloads disagree only when a pass died between their
-    applies; then the flags every role already runs are the newer record."""
+    applies; then the flags that every workload already runs are the newer record."""
     candidates = {r.stable.revision: r.stable for r in records if r.stable is not None}
     if len(candidates) == 1:
         return next(iter(candidates.values()))
     for flags in candidates.values():
-        if all(ran == flags for ran in runs.values()):
+        if all(r.runs == flags for r in records):
             return flags
     raise Unrecoverable(
         "status.rollout is lost and the workloads record different stable flags "
@@ -108,9 +128,59 @@ def _stable(records: list[Record], runs: dict[Any, FlagSet | None]) -> FlagSet:
     )
 
 
+def _mid_paired(
+    base: RolloutStatus,
+    new_slot: dict[Role, dict[str, Any]],
+    reports: list[FiledReport],
+    at: str,
+) -> Recovered:
+    """Engines in both slots: a paired promotion was under way.  It resumes where the new
+    slot's replica counts say only if a PASS report proves the new flags; otherwise the
+    new slot is emptied."""
+    runs = {Record.of(w).runs for w in new_slot.values()}
+    if len(runs) != 1 or None in runs:
+        raise Unrecoverable("status.rollout is lost and the second slot runs mixed flags")
+    flags = runs.pop()
+    assert flags is not None
+    step = max(int(w.get("spec", {}).get("replicas", 0)) for w in new_slot.values())
+    passed = _newest(reports, flags.revision, RolloutVerdict.PASS)
+    common = {
+        "canary": flags,
+        "canary_revision": flags.revision,
+        "transfer": Transfer.INCOMPATIBLE,
+        "started_at": at,
+        "pair_step": max(step, 1),
+    }
+    if passed is not None and passed.outcome is not None:
+        status = base.model_copy(
+            update={
+                **common,
+                "phase": RolloutPhase.PROMOTING,
+                "pair_stage": PairStage.GROW,
+                "verdict": RolloutVerdict.PASS,
+                "report": passed.name,
+                "samples": passed.outcome.samples,
+                "message": f"paired promotion of flags {flags.revision} resumed at pair {step}",
+            }
+        )
+        return Recovered(status, f"paired promotion of flags {flags.revision} resumed")
+    status = base.model_copy(
+        update={
+            **common,
+            "phase": RolloutPhase.ROLLED_BACK,
+            "verdict": RolloutVerdict.INCONCLUSIVE,
+            "rejected_revision": flags.revision,
+            "retiring": base.slot.other,
+            "message": f"rolled back (INCONCLUSIVE): status.rollout was lost while flags "
+            f"{flags.revision} were promoted in pairs and no PASS report proves them",
+        }
+    )
+    return Recovered(status, f"flags {flags.revision} had no PASS report; rolled back")
+
+
 def _mid_promotion(
     base: RolloutStatus,
-    runs: dict[Any, FlagSet | None],
+    runs: dict[Role, FlagSet | None],
     promoted: set[Any],
     reports: list[FiledReport],
     at: str,
