@@ -407,7 +407,10 @@ class Reconciler:
             extra={"namespace": namespace, "verb": action.verb, "reason": action.reason},
         )
         if action.verb == "delete":
-            self.kube.delete(action.kind, namespace, action.name)
+            # A router goes in the foreground: its Deployment stays listed until its pods
+            # are gone, which is what a paired promotion waits for before the engines go.
+            foreground = "Foreground" if action.kind == "Deployment" else None
+            self.kube.delete(action.kind, namespace, action.name, propagation=foreground)
             return
         assert action.obj is not None
         if action.reason == "missing":
