@@ -135,74 +135,63 @@ def _mid_paired(
     at: str,
 ) -> Recovered:
     """Engines in both slots: a paired promotion was under way.  It resumes where the new
-    slot's replica counts say only if a PASS report proves the new flags; otherwise the
-    new slot is emptied."""
+    slot's replica counts say, or the new slot is emptied."""
     runs = {Record.of(w).runs for w in new_slot.values()}
     if len(runs) != 1 or None in runs:
         raise Unrecoverable("status.rollout is lost and the second slot runs mixed flags")
     flags = runs.pop()
     assert flags is not None
-    step = max(int(w.get("spec", {}).get("replicas", 0)) for w in new_slot.values())
-    passed = _newest(reports, flags.revision, RolloutVerdict.PASS)
-    common = {
-        "canary": flags,
-        "canary_revision": flags.revision,
-        "transfer": Transfer.INCOMPATIBLE,
-        "started_at": at,
-        "pair_step": max(step, 1),
-    }
-    if passed is not None and passed.outcome is not None:
-        status = base.model_copy(
-            update={
-                **common,
-                "phase": RolloutPhase.PROMOTING,
-                "pair_stage": PairStage.GROW,
-                "verdict": RolloutVerdict.PASS,
-                "report": passed.name,
-                "samples": passed.outcome.samples,
-                "message": f"paired promotion of flags {flags.revision} resumed at pair {step}",
-            }
-        )
-        return Recovered(status, f"paired promotion of flags {flags.revision} resumed")
-    status = base.model_copy(
-        update={
-            **common,
-            "phase": RolloutPhase.ROLLED_BACK,
-            "verdict": RolloutVerdict.INCONCLUSIVE,
-            "rejected_revision": flags.revision,
-            "retiring": base.slot.other,
-            "message": f"rolled back (INCONCLUSIVE): status.rollout was lost while flags "
-            f"{flags.revision} were promoted in pairs and no PASS report proves them",
-        }
+    step = max(1, *(int(w.get("spec", {}).get("replicas", 0)) for w in new_slot.values()))
+    both = {"transfer": Transfer.INCOMPATIBLE, "pair_step": step}
+    return _resume_or_reject(
+        base,
+        flags,
+        reports,
+        at,
+        "paired promotion",
+        resumed={**both, "pair_stage": PairStage.GROW},
+        rejected={**both, "retiring": base.slot.other},
     )
-    return Recovered(status, f"flags {flags.revision} had no PASS report; rolled back")
 
 
 def _mid_promotion(
     base: RolloutStatus,
     runs: dict[Role, FlagSet | None],
-    promoted: set[Any],
+    promoted: set[Role],
     reports: list[FiledReport],
     at: str,
 ) -> Recovered:
+    """A role runs other flags than the stable ones: a role-by-role promotion."""
     news = {flags.revision: flags for role, flags in runs.items() if role in promoted and flags}
     if len(news) != 1:
         raise Unrecoverable(
             f"status.rollout is lost and the roles run {len(news)} different new flag sets"
         )
-    revision, flags = next(iter(news.items()))
+    flags = next(iter(news.values()))
+    resumed = {"promoted_roles": tuple(sorted(promoted))}
+    return _resume_or_reject(base, flags, reports, at, "promotion", resumed, rejected={})
+
+
+def _resume_or_reject(
+    base: RolloutStatus,
+    flags: FlagSet,
+    reports: list[FiledReport],
+    at: str,
+    what: str,
+    resumed: dict[str, Any],
+    rejected: dict[str, Any],
+) -> Recovered:
+    """A promotion found half done continues only if a canary report proves its flags
+    (PASS); otherwise they are rejected and production returns to the stable flags."""
+    revision = flags.revision
+    common = {"canary": flags, "canary_revision": revision, "started_at": at}
     passed = _newest(reports, revision, RolloutVerdict.PASS)
-    common = {
-        "canary": flags,
-        "canary_revision": revision,
-        "started_at": at,
-        "promoted_roles": tuple(sorted(promoted)),
-    }
     if passed is not None and passed.outcome is not None:
         outcome = passed.outcome
         status = base.model_copy(
             update={
                 **common,
+                **resumed,
                 "phase": RolloutPhase.PROMOTING,
                 "verdict": RolloutVerdict.PASS,
                 "rate": outcome.rate,
@@ -210,19 +199,19 @@ def _mid_promotion(
                 "samples": outcome.samples,
                 "report": passed.name,
                 "rejected_revision": None,
-                "message": f"promotion of flags {revision} resumed (PASS report {passed.name})",
+                "message": f"{what} of flags {revision} resumed (PASS report {passed.name})",
             }
         )
-        return Recovered(status, f"promotion of flags {revision} resumed")
+        return Recovered(status, f"{what} of flags {revision} resumed")
     status = base.model_copy(
         update={
             **common,
+            **rejected,
             "phase": RolloutPhase.ROLLED_BACK,
             "verdict": RolloutVerdict.INCONCLUSIVE,
-            "promoted_roles": (),
             "rejected_revision": revision,
-            "message": f"rolled back (INCONCLUSIVE): status.rollout was lost while flags "
-            f"{revision} were being promoted and no PASS report proves them",
+            "message": f"rolled back (INCONCLUSIVE): status.rollout was lost during the {what} "
+            f"of flags {revision} and no PASS report proves them",
         }
     )
     return Recovered(status, f"flags {revision} had no PASS report; rolled back")
