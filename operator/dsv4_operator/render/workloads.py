@@ -14,6 +14,7 @@ from typing import Any
 
 from dsv4_engine.engine_config import GroupRole
 from dsv4_engine.features import Role
+from dsv4_operator.api.names import WORKERS_SUFFIX
 from dsv4_operator.api.spec import DSV4DeploymentSpec, RoleSpec
 from dsv4_operator.render.engine import (
     DIST_INIT_PORT,
@@ -102,7 +103,7 @@ def _stateful_set(
 ) -> dict[str, Any]:
     role_spec = spec.role_spec(role)
     base = role_name(owner, role)
-    name = base if group_role is GroupRole.LEADER else f"{base}-workers"
+    name = base if group_role is GroupRole.LEADER else f"{base}{WORKERS_SUFFIX}"
     replicas = role_spec.replicas * (
         1 if group_role is GroupRole.LEADER else role_spec.nodes_per_replica - 1
     )
