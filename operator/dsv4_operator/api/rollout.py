@@ -233,6 +233,11 @@ class RolloutStatus(StatusModel):
     bound: float | None = None
     samples: int | None = None
     report: str | None = Field(default=None, description="ConfigMap holding the JSON report.")
+    verdict_reason: str | None = Field(
+        default=None,
+        description="Why the verdict was reached, kept while later passes rewrite `message` "
+        "(a canary that could not be placed: Kubernetes' words).",
+    )
     rejected_revision: str | None = Field(
         default=None,
         description="Flags that failed their canary: not retried while the spec asks for them, "

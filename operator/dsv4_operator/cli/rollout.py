@@ -100,6 +100,7 @@ def _status(rollout: dict[str, Any] | None, output: str) -> int:
         ("upper bound", _pct(rollout.get("bound"))),
         ("samples", rollout.get("samples")),
         ("report", rollout.get("report")),
+        ("why", rollout.get("verdictReason")),
         ("rejected revision", rollout.get("rejectedRevision")),
         ("production watch", _watch(rollout.get("stableProbe"))),
         ("message", rollout.get("message")),
@@ -116,7 +117,8 @@ def _report(kube: Any, namespace: str, rollout: dict[str, Any] | None, output: s
     if not name and rollout.get("verdict"):
         # Decided before any probe ran (the canary could not be placed or never became
         # Ready, a person aborted): the status holds the whole story.
-        decided = {"verdict": rollout["verdict"], "probed": False, "why": rollout.get("message")}
+        why = rollout.get("verdictReason") or rollout.get("message")
+        decided = {"verdict": rollout["verdict"], "probed": False, "why": why}
         if output == "json":
             print(json.dumps(decided, indent=2))
         else:

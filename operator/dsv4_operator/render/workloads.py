@@ -127,10 +127,13 @@ def _stateful_set(
         ],
         **pod_placement(spec.placement, role_labels),
     }
+    meta = metadata(owner, name, role.value)
+    # On the set itself too: status and rollout records tell a role's leaders from its workers.
+    meta["labels"][LABEL_GROUP_ROLE] = group_role.value
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
-        "metadata": metadata(owner, name, role.value),
+        "metadata": meta,
         "spec": {
             "replicas": replicas,
             "serviceName": base,

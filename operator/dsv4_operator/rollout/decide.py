@@ -242,6 +242,7 @@ class _Step:
             bound=None,
             samples=None,
             report=None,
+            verdict_reason=None,
             rejected_revision=None,
             message=f"canary with flags {desired.revision} starting",
         )
@@ -303,7 +304,12 @@ class _Step:
 
     # -- promotion ----------------------------------------------------------------------
     def start_promotion(self, why: str) -> None:
-        self.update(phase=RolloutPhase.PROMOTING, promoted_roles=(), message=f"promoting: {why}")
+        self.update(
+            phase=RolloutPhase.PROMOTING,
+            promoted_roles=(),
+            verdict_reason=why,
+            message=f"promoting: {why}",
+        )
         self.events.append(("Normal", "CanaryPassed", why))
 
     def promote(self, rollout: RolloutSpec) -> None:
@@ -343,6 +349,7 @@ class _Step:
         self.update(
             phase=RolloutPhase.ROLLED_BACK,
             verdict=verdict,
+            verdict_reason=why,
             rejected_revision=self.status.canary_revision,
             promoted_roles=(),
             message=f"rolled back ({verdict.value}): {why}",

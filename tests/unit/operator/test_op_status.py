@@ -88,3 +88,27 @@ def test_role_status_counts_replicas_not_pods():
 def test_degraded_before_anything_ran_claims_no_flags():
     status = decide(problem=Problem("PVCNotFound", "spec.model.pvc.claimName: …"))
     assert status.active_features is None and status.feature_revision is None
+
+
+def test_a_rendered_multinode_role_is_ready_once_leaders_and_workers_are():
+    """The StatefulSets as rendered (not hand-built): the workers' set is told apart."""
+    from dsv4_operator.api.samples import shipped_sample
+    from dsv4_operator.api.spec import DSV4DeploymentSpec
+    from dsv4_operator.reconcile.status import observe_roles
+    from dsv4_operator.render import render_all
+    from dsv4_operator.render.meta import Owner
+
+    spec = DSV4DeploymentSpec.model_validate(shipped_sample("pro-gb200-nvl72")["spec"])
+    workloads = [
+        {**o, "status": {"readyReplicas": o["spec"]["replicas"], "observedGeneration": 1,
+                         "updatedReplicas": o["spec"]["replicas"]}}
+        for o in render_all(Owner("pro", "ns", "uid"), spec)
+        if o["kind"] in ("StatefulSet", "Deployment")
+    ]  # fmt: skip
+    for o in workloads:
+        o["metadata"]["generation"] = 1
+    roles = observe_roles(spec, workloads)
+    assert roles["prefill"].summary == "2/2" and roles["decode"].summary == "1/1"
+    workers = next(o for o in workloads if o["metadata"]["name"] == "pro-decode-workers")
+    workers["status"]["readyReplicas"] = 6  # one of decode's 7 worker pods is not ready
+    assert observe_roles(spec, workloads)["decode"].summary == "0/1"

@@ -141,6 +141,8 @@ def test_a_canary_the_scheduler_cannot_place_ends_inconclusive_at_its_placement_
     assert "Job" not in {kind for (kind, _, _) in world.api.objects}, "no probe ran"
     world.until("canary gone", lambda: not world.children("flash--canary"))
     world.until("Ready", lambda: world.obj()["status"]["phase"] == "Ready")
+    # Later passes rewrite the message (the flags are rejected); the reason stays.
+    assert world.rollout()["verdictReason"] == f"the canary cannot be placed: {said}"
 
 
 def test_a_deadline_wakes_the_operator_without_an_event():
