@@ -208,5 +208,8 @@ def test_a_canary_that_cannot_fit_ends_inconclusive_within_a_minute_saying_why(n
     assert main(["rollout", "report", name, *common]) == 0
     out = capsys.readouterr().out
     assert "INCONCLUSIVE (no probe ran)" in out and "Insufficient memory" in out
+    assert main(["rollout", "status", name, *common]) == 0
+    why = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("why"))
+    assert "the canary cannot be placed" in why and "Insufficient memory" in why
     print(f"\noversized canary: INCONCLUSIVE {took:.1f}s after the flag change")
     delete(cluster, name)

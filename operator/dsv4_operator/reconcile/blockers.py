@@ -95,27 +95,23 @@ def _replica_set_of(replica_set: str, deployment: str) -> bool:
     return replica_set.startswith(prefix) and "-" not in replica_set[len(prefix) :]
 
 
-def pod_blockers(pod: dict[str, Any]) -> list[Blocker]:
-    """What the scheduler and the kubelet say holds one pod back."""
-    found = _component(pod)
-    if found is None or pod["metadata"].get("deletionTimestamp"):
-        return []
-    component, canary = found
-    subject = f"pod {pod['metadata']['name']}"
-    status = pod.get("status") or {}
+# (where in the pod, reason, message, first reported)
+Reason = tuple[str, str, str, dt.datetime | None]
+
+
+def _unscheduled(status: dict[str, Any]) -> list[Reason]:
+    """The scheduler's word on a pod it could not place."""
+    return [
+        ("", UNSCHEDULABLE, c.get("message", ""), _stamp(c.get("lastTransitionTime")))
+        for c in status.get("conditions") or []
+        if (c.get("type"), c.get("status"), c.get("reason"))
+        == ("PodScheduled", "False", UNSCHEDULABLE)
+    ]
+
+
+def _waiting(status: dict[str, Any]) -> list[Reason]:
+    """The kubelet's word on containers that do not start, with how each last ended."""
     out = []
-    for condition in status.get("conditions") or []:
-        if (
-            condition.get("type") == "PodScheduled"
-            and condition.get("status") == "False"
-            and condition.get("reason") == UNSCHEDULABLE
-        ):
-            since = _stamp(condition.get("lastTransitionTime"))
-            out.append(
-                Blocker(
-                    component, canary, subject, UNSCHEDULABLE, condition.get("message", ""), since
-                )
-            )
     for container in [
         *(status.get("initContainerStatuses") or []),
         *(status.get("containerStatuses") or []),
@@ -129,17 +125,22 @@ def pod_blockers(pod: dict[str, Any]) -> list[Blocker]:
             message += (
                 f" (last exit: {last.get('reason', 'terminated')}, code {last.get('exitCode')})"
             )
-        reason = waiting.get("reason") or "Waiting"
-        out.append(
-            Blocker(
-                component,
-                canary,
-                f"{subject} container {container.get('name')}",
-                reason,
-                message.strip(),
-            )
-        )
+        where = f" container {container.get('name')}"
+        out.append((where, waiting.get("reason") or "Waiting", message.strip(), None))
     return out
+
+
+def pod_blockers(pod: dict[str, Any]) -> list[Blocker]:
+    """What the scheduler and the kubelet say holds one pod back."""
+    found = _component(pod)
+    if found is None or pod["metadata"].get("deletionTimestamp"):
+        return []
+    subject = f"pod {pod['metadata']['name']}"
+    status = pod.get("status") or {}
+    return [
+        Blocker(*found, f"{subject}{where}", reason, message, since)
+        for where, reason, message, since in [*_unscheduled(status), *_waiting(status)]
+    ]
 
 
 def create_failures(

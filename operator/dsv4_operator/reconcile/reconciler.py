@@ -556,7 +556,8 @@ def _unplaceable(state: PassState) -> str | None:
     (spec.canary.placementTimeoutSeconds): the rollout then ends at once, with its words."""
     grace = dt.timedelta(seconds=state.spec.canary.placement_timeout_seconds)
     for blocker in _unplaced(state):
-        if blocker.since is None or state.now - blocker.since >= grace:
+        # Undated (never seen from Kubernetes' own writers): left to readyTimeoutSeconds.
+        if blocker.since is not None and state.now - blocker.since >= grace:
             return f"the canary cannot be placed: {blocker.text}"
     return None
 
@@ -574,7 +575,7 @@ def _recheck(state: PassState | None, status: DSV4DeploymentStatus) -> float | N
     for blocker in _unplaced(state):
         left = grace - (state.now - blocker.since).total_seconds() if blocker.since else 0.0
         if left > 0:
-            waits.append(left)
+            waits.append(left)  # the placement timeout is still running
     return min(waits, default=None)
 
 

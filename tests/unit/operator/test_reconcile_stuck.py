@@ -45,7 +45,9 @@ def stuck_decode(patch: dict | None = None) -> World:
 def test_an_unschedulable_pod_is_named_in_the_status_and_an_event_with_the_schedulers_words():
     world = stuck_decode({"progressDeadlineSeconds": 120})
     world.api.unschedulable("flash-decode", INSUFFICIENT, world.now)
+    world.api.lists.clear()
     world.step("flash")
+    assert world.api.lists["Pod"] == world.api.lists["Event"] == 1, "one list of each a pass"
     progressing = condition(world, "Progressing")
     said = f"decode pod flash-decode-0: Unschedulable: {INSUFFICIENT}"
     assert (progressing["status"], progressing["reason"]) == ("True", "Unschedulable")
