@@ -110,6 +110,15 @@ class CanarySpec(CamelModel):
         le=86400,
         description="A canary not Ready (and answering) within this long is INCONCLUSIVE.",
     )
+    placement_timeout_seconds: int = Field(
+        default=30,
+        ge=0,
+        le=86400,
+        description="A canary pod the scheduler cannot place (Unschedulable), or that its "
+        "controller cannot create (FailedCreate), for this long ends the canary INCONCLUSIVE "
+        "with Kubernetes' reason, without waiting out readyTimeoutSeconds.  Raise it where a "
+        "cluster autoscaler adds nodes for pending pods.",
+    )
     probe_timeout_seconds: int = Field(
         default=900,
         ge=10,
@@ -290,6 +299,11 @@ class RolloutStatus(StatusModel):
     bound: float | None = None
     samples: int | None = None
     report: str | None = Field(default=None, description="ConfigMap holding the JSON report.")
+    verdict_reason: str | None = Field(
+        default=None,
+        description="Why the verdict was reached, kept while later passes rewrite `message` "
+        "(a canary that could not be placed: Kubernetes' words).",
+    )
     rejected_revision: str | None = Field(
         default=None,
         description="Flags that failed their canary: not retried while the spec asks for them, "

@@ -35,6 +35,7 @@ from dsv4_operator.localrun import endpoints
 from dsv4_operator.render.engine import ENGINE_PORT, short_hash
 from dsv4_operator.render.meta import (
     ANNOTATION_CONFIG_HASH,
+    APP,
     LABEL_COMPONENT,
     LABEL_INSTANCE,
     LABEL_NAME,
@@ -124,7 +125,7 @@ class LocalRuntime:
     def sync(self) -> None:
         """One pass: start what new Running pods need, stop what vanished pods left."""
         self._health.clear()
-        pods = self.core.list_pod_for_all_namespaces(label_selector=f"{LABEL_NAME}=dsv4").items
+        pods = self.core.list_pod_for_all_namespaces(label_selector=f"{LABEL_NAME}={APP}").items
         running = {p.metadata.uid: p for p in pods if _running(p)}
         for uid in list(self.processes):
             if uid not in running:

@@ -9,6 +9,7 @@ from dsv4_operator.api import API_VERSION, KIND
 from dsv4_operator.api.rollout import Slot
 
 MANAGED_BY = "dsv4-operator"
+APP = "dsv4"  # the app.kubernetes.io/name of every child and every pod it runs
 LABEL_NAME = "app.kubernetes.io/name"
 LABEL_INSTANCE = "app.kubernetes.io/instance"
 LABEL_COMPONENT = "app.kubernetes.io/component"
@@ -36,13 +37,20 @@ class Owner:
 
 
 def selector_labels(owner: Owner, component: str) -> dict[str, str]:
-    return {LABEL_NAME: "dsv4", LABEL_INSTANCE: owner.name, LABEL_COMPONENT: component}
+    return {LABEL_NAME: APP, LABEL_INSTANCE: owner.name, LABEL_COMPONENT: component}
 
 
 def instance_selector(*owners: Owner) -> str:
     """Label selector of every child of these owners (one list request serves them all)."""
     names = ",".join(owner.name for owner in owners)
     return f"{LABEL_INSTANCE} in ({names}),{LABEL_MANAGED_BY}={MANAGED_BY}"
+
+
+def pod_selector(*owners: Owner) -> str:
+    """Label selector of the engine and router pods of these owners (pod templates carry the
+    selector labels, not managed-by)."""
+    names = ",".join(owner.name for owner in owners)
+    return f"{LABEL_NAME}={APP},{LABEL_INSTANCE} in ({names})"
 
 
 def metadata(owner: Owner, name: str, component: str, managed: bool = True) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import Any
 
 from dsv4_engine.engine_config import GroupRole
 from dsv4_engine.features import Role
+from dsv4_operator.api.names import WORKERS_SUFFIX
 from dsv4_operator.api.spec import DSV4DeploymentSpec, RoleSpec
 from dsv4_operator.render.engine import (
     DIST_INIT_PORT,
@@ -115,7 +116,7 @@ def _stateful_set(
 ) -> dict[str, Any]:
     role_spec = spec.role_spec(role)
     base = role_name(owner, role, slot)
-    name = base if group_role is GroupRole.LEADER else f"{base}-workers"
+    name = base if group_role is GroupRole.LEADER else f"{base}{WORKERS_SUFFIX}"
     replicas = role_spec.replicas * (
         1 if group_role is GroupRole.LEADER else role_spec.nodes_per_replica - 1
     )
@@ -142,6 +143,8 @@ def _stateful_set(
     }
     meta = metadata(owner, name, role.value)
     meta["labels"][LABEL_SLOT] = slot.value
+    # On the set itself too: status and rollout records tell a role's leaders from its workers.
+    meta["labels"][LABEL_GROUP_ROLE] = group_role.value
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",

@@ -245,6 +245,7 @@ class _Step:
             bound=None,
             samples=None,
             report=None,
+            verdict_reason=None,
             rejected_revision=None,
             message=f"canary with flags {desired.revision} starting",
         )
@@ -315,11 +316,15 @@ class _Step:
                 pair_step=1,
                 pair_stage=PairStage.GROW,
                 retiring=None,
+                verdict_reason=why,
                 message=f"promoting in prefill+decode pairs (another transfer format): {why}",
             )
         else:
             self.update(
-                phase=RolloutPhase.PROMOTING, promoted_roles=(), message=f"promoting: {why}"
+                phase=RolloutPhase.PROMOTING,
+                promoted_roles=(),
+                verdict_reason=why,
+                message=f"promoting: {why}",
             )
         self.events.append(("Normal", "CanaryPassed", why))
 
@@ -398,6 +403,7 @@ class _Step:
         self.update(
             phase=RolloutPhase.ROLLED_BACK,
             verdict=verdict,
+            verdict_reason=why,
             rejected_revision=self.status.canary_revision,
             promoted_roles=(),
             pair_stage=None,
