@@ -17,8 +17,8 @@ from typing import Any
 import aiohttp
 import yaml
 
-from dsv4_operator.cluster.local import LocalCluster
-from dsv4_operator.localrun.runtime import free_port
+from dsv4_dev.cluster.local import LocalCluster
+from dsv4_dev.localrun.runtime import free_port
 
 
 def wait_for(
@@ -90,7 +90,7 @@ def operator_and_runtime(
     env = {**cluster.env, "DSV4_LOCALRUN_DIR": str(logs)}
     operator = Background(
         [
-            str(Path(sys.executable).with_name("dsv4-operator")), "run",
+            sys.executable, "-m", "dsv4_dev.operator", "run",
             "--namespace", namespace, "--lease-namespace", namespace, "--lease-seconds", "6",
             "--local-endpoints",
             "--resync-seconds", "2", "--health-port", str(free_port()),
@@ -100,7 +100,7 @@ def operator_and_runtime(
         env,
     )  # fmt: skip
     runtime = Background(
-        [sys.executable, "-m", "dsv4_operator.localrun.runtime"], logs / "localrun.log", env
+        [sys.executable, "-m", "dsv4_dev.localrun.runtime"], logs / "localrun.log", env
     )
     return operator, runtime
 
@@ -139,7 +139,7 @@ class RouterLoad:
     ) -> None:
         from kubernetes import config as kube_config
 
-        from dsv4_operator.localrun import endpoints
+        from dsv4_dev.localrun import endpoints
         from dsv4_operator.reconcile.kube import Kube
 
         kube = Kube(kube_config.new_client_from_config(config_file=cluster.kubeconfig))

@@ -22,8 +22,8 @@ import pytest
 import yaml
 from kubernetes import config
 
+from dsv4_dev.cluster.local import LocalCluster
 from dsv4_engine.probe import ProbeSettings
-from dsv4_operator.cluster.local import LocalCluster
 from dsv4_operator.reconcile.kube import Kube
 from dsv4_operator.render.meta import Owner
 from dsv4_operator.rollout.job_executor import JobProbeExecutor

@@ -1,7 +1,8 @@
 """The operator end to end on the real local cluster (API server, controllers, KWOK B200 nodes).
 
-`dsv4-operator run` runs as a real subprocess with the cluster's KUBECONFIG; every wait is
-bounded.  Tests run in file order on one namespace: the sample is created, changed, then
+The operator runs as a real subprocess with the cluster's KUBECONFIG (the development
+launcher, `dsv4-operator-dev run`: the image's operator plus its request counter and crash
+injection); every wait is bounded.  Tests run in file order on one namespace: the sample is created, changed, then
 deleted, as a user would.
 """
 
@@ -14,7 +15,6 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -57,14 +57,13 @@ def free_port():
 
 
 class Operator:
-    """`dsv4-operator run` as a subprocess, with its health and request-count endpoints."""
+    """`dsv4-operator-dev run` as a subprocess, with its health and request-count endpoints."""
 
     def __init__(self, cluster, identity, log_dir, *extra):
         self.port = free_port()
         self.log = log_dir / f"operator-{identity}-{self.port}.log"
         command = [
-            str(Path(sys.executable).with_name("dsv4-operator")),
-            "run",
+            sys.executable, "-m", "dsv4_dev.operator", "run",
             "--namespace", NS,
             "--lease-namespace", NS,
             "--lease-seconds", "6",

@@ -32,9 +32,9 @@ from dsv4_operator.render.meta import Owner
 from dsv4_operator.rollout.probe_job import probe_identity
 
 PACKAGE = Path(inspect.getfile(kube_module)).parents[1]
-# Not run by the installed operator: the CLI and the local cluster tools use the user's own
-# credentials; localrun/ is the local embedded runtime (KWOK only, `--local-endpoints`).
-NOT_THE_OPERATOR = ("cli", "cluster", "demo.py", "localrun")
+# Not run by the installed operator: the CLI uses the user's own credentials.  (The local
+# cluster tools, the local runtime and the development launcher are not in this package.)
+NOT_THE_OPERATOR = ("cli",)
 # The module whose requests stay in the operator's own namespace (a Role, not cluster-wide).
 LEADER_ELECTION = "leader.py"
 SAMPLES = sorted((PACKAGE.parents[1] / "manifests" / "samples").glob("*-*.yaml"))

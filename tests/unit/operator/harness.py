@@ -14,9 +14,9 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
+from dsv4_dev.cluster.nodes import default_pools, node_manifests
 from dsv4_operator.api import API_VERSION, KIND
 from dsv4_operator.api.samples import load_sample, merge_patch
-from dsv4_operator.cluster.nodes import default_pools, node_manifests
 from dsv4_operator.reconcile.reconciler import Reconciler
 from dsv4_operator.rollout.controller import RolloutController
 from dsv4_operator.rollout.job_executor import JobProbeExecutor
