@@ -16,7 +16,7 @@ PLUGINS = "dsv4ctl.commands"
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(
         "dsv4ctl",
-        "Operate DeepSeek-V4 deployments on SGLang: pool planning, "
+        "Operate DeepSeek-V4 deployments on SGLang: pool planning, rendering, "
         "corruption probes and canary rollouts.",
         cli,
         sys.argv[1:] if argv is None else argv,

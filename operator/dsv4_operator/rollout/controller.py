@@ -21,10 +21,7 @@ from dsv4_operator.api.rollout import CanarySpec, RolloutPhase, RolloutStatus, R
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.reconcile.kube import ApiError
 from dsv4_operator.reconcile.state import PassState
-from dsv4_operator.render import render_all
-from dsv4_operator.render.memory import pod_memory
 from dsv4_operator.render.router import ROUTER_PORT, router_name
-from dsv4_operator.render.workloads import HostMemory
 from dsv4_operator.rollout import manual
 from dsv4_operator.rollout.decide import Decision, Effect, Observed, ProbeOutcome
 from dsv4_operator.rollout.executor import ProbeExecutor
@@ -37,7 +34,7 @@ from dsv4_operator.rollout.reports import (
     report_selector,
     stale_canary_reports,
 )
-from dsv4_operator.rollout.slices import as_canary, canary_owner, canary_spec, canary_url
+from dsv4_operator.rollout.slices import canary_url
 
 log = logging.getLogger("dsv4_operator.rollout")
 
@@ -85,21 +82,9 @@ class RolloutController:
     executor: ProbeExecutor
     service_url: ServiceUrl = cluster_service_url
     probe_url: ServiceUrl | None = None
-    host_memory: HostMemory = pod_memory
     warm: Callable[[str], bool] = answers_health
 
     # -- before the decision ------------------------------------------------------------
-    def canary_objects(
-        self, state: PassState, status: RolloutStatus | None
-    ) -> list[dict[str, Any]]:
-        """The canary slice for ``status``'s canary flags (owned by the real resource)."""
-        if status is None or status.canary is None:
-            return []
-        cspec = canary_spec(state.spec, status.canary, state.spec.canary)
-        return as_canary(
-            state.owner, render_all(canary_owner(state.owner), cspec, self.host_memory)
-        )
-
     def observe(
         self,
         state: PassState,
@@ -179,7 +164,7 @@ class RolloutController:
                 assert ref is not None
                 service, port = canary_url(owner)
                 url = self._probe_url(owner.namespace, service, port)
-                self.executor.start(owner, ref, self._canary_settings(state.spec, url))
+                self.executor.start(owner, ref, canary_settings(state.spec, url))
                 self._prune_reports(state)
             elif effect is Effect.STOP_PROBE and before is not None:
                 ref = canary_report(before)
@@ -205,7 +190,7 @@ class RolloutController:
             log.warning("watch of %s/%s skipped: %s", owner.namespace, owner.name, err)
             return
         rollout = state.spec.rollout
-        settings = self._canary_settings(state.spec, url).model_copy(
+        settings = canary_settings(state.spec, url).model_copy(
             update={
                 "concurrency": rollout.stable_probe_concurrency,
                 "requests": rollout.stable_probe_requests,
@@ -233,15 +218,17 @@ class RolloutController:
     def _probe_url(self, namespace: str, service: str, port: int) -> str:
         return (self.probe_url or self.service_url)(namespace, service, port)
 
-    def _canary_settings(self, spec: DSV4DeploymentSpec, url: str) -> ProbeSettings:
-        canary: CanarySpec = spec.canary
-        return ProbeSettings(
-            base_url=url,
-            backend=spec.engine,
-            probes=canary.probes or (),
-            concurrency=canary.concurrency,
-            requests=canary.sample_count,
-            max_corruption_rate=canary.max_corruption_rate,
-            confidence=canary.confidence,
-            max_duration_s=float(canary.probe_timeout_seconds),
-        )
+
+def canary_settings(spec: DSV4DeploymentSpec, url: str) -> ProbeSettings:
+    """What a canary probe attempt runs with: `spec.canary`, against ``url``."""
+    canary: CanarySpec = spec.canary
+    return ProbeSettings(
+        base_url=url,
+        backend=spec.engine,
+        probes=canary.probes or (),
+        concurrency=canary.concurrency,
+        requests=canary.sample_count,
+        max_corruption_rate=canary.max_corruption_rate,
+        confidence=canary.confidence,
+        max_duration_s=float(canary.probe_timeout_seconds),
+    )

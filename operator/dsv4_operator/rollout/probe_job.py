@@ -161,6 +161,14 @@ def probe_job(
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec}
 
 
+def attempt_objects(
+    owner: Owner, report: dict[str, Any], target: str, settings: ProbeSettings, image: str
+) -> list[dict[str, Any]]:
+    """What one attempt adds next to its report ``report`` (applied first: they are owned
+    by it): the probe identity, then the Job."""
+    return [*probe_identity(owner, report), probe_job(owner, report, target, settings, image)]
+
+
 def job_state(job: dict[str, Any] | None) -> tuple[JobState, str]:
     """Where a probe Job is, and in words why it ended (its terminal condition)."""
     if job is None:

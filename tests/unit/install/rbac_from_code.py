@@ -210,6 +210,8 @@ class _Resolver:
         if isinstance(node, (ast.List, ast.Tuple)) and node.elts:
             # A helper returning several objects (e.g. a ServiceAccount, Role, RoleBinding).
             return set().union(*(self.object_kinds(element) for element in node.elts))
+        if isinstance(node, ast.Starred):  # `[*helper(...), obj]`: what the helper returns
+            return self.object_kinds(node.value)
         if isinstance(node, ast.Name):
             iterable = self.loop_iterable(node)
             if iterable is not None:  # `for obj in helper(...)`: the objects it returns
