@@ -45,8 +45,7 @@ def expected_children(name):
         ("Deployment", f"{name}-router"),
         ("Service", f"{name}-router"),
         ("ServiceAccount", f"{name}-router"),
-        ("Role", f"{name}-router"),
-        ("RoleBinding", f"{name}-router"),
+        ("RoleBinding", f"{name}-router-discovery"),
     }
 
 

@@ -17,6 +17,7 @@ from dsv4_engine.probe.verdict import Verdict
 from dsv4_operator.cli.probe import probe_args
 from dsv4_operator.render.meta import Owner, metadata
 from dsv4_operator.render.rbac import identity
+from dsv4_operator.render.security import container_security, pod_security
 from dsv4_operator.rollout.reports import LABEL_TARGET
 
 COMPONENT = "probe"
@@ -114,12 +115,7 @@ def probe_job(
             "requests": {"cpu": "500m", "memory": "256Mi"},
             "limits": {"cpu": "2", "memory": "1Gi"},
         },
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": container_security(read_only_root=True),
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }
     spec: dict[str, Any] = {
@@ -144,12 +140,7 @@ def probe_job(
             "spec": {
                 "restartPolicy": "Never",
                 "serviceAccountName": probe_account(owner),
-                "securityContext": {
-                    "runAsNonRoot": True,
-                    "runAsUser": 10001,
-                    "runAsGroup": 10001,
-                    "seccompProfile": {"type": "RuntimeDefault"},
-                },
+                "securityContext": pod_security(),
                 "containers": [container],
                 "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}],
             },
