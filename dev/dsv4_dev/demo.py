@@ -151,6 +151,8 @@ def local_world(out_dir: Path, cluster_name: str = "demo") -> Iterator[tuple[Loc
     operator = [
         sys.executable, "-m", "dsv4_dev.operator", "run",
         "--namespace", NAMESPACE, "--lease-namespace", NAMESPACE, "--local-endpoints",
+        # The sample's weights are a host path (nothing reads them here): allow just it.
+        "--allowed-model-host-paths", shipped_sample("flash-reference")["spec"]["model"]["hostPath"],
         "--resync-seconds", "3", "--health-port", str(health_port),
     ]  # fmt: skip
     runtime = [sys.executable, "-m", "dsv4_dev.localrun.runtime"]

@@ -31,6 +31,7 @@ from kubernetes import client, config
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from dsv4_operator import leader, metrics
+from dsv4_operator.api import host_paths
 from dsv4_operator.reconcile.handlers import register, resync_forever
 from dsv4_operator.reconcile.kube import ApiError, Kube
 from dsv4_operator.reconcile.reconciler import Reconciler
@@ -86,12 +87,28 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     run.add_argument("--identity", default=f"{socket.gethostname()}-{os.getpid()}")
     run.add_argument("--lease-seconds", type=int, default=15)
     run.add_argument(
+        host_paths.FLAG,
+        dest="allowed_model_host_paths",
+        type=_host_prefixes,
+        default=(),
+        metavar="PREFIX[,PREFIX...]",
+        help="Host directories a DSV4Deployment may read its model from (spec.model.hostPath); "
+        "none by default: the recommended source is a read-only PVC.",
+    )
+    run.add_argument(
         "--probe-image",
         default=None,
         help="Image of the probe Jobs (default: this operator pod's own image, via $POD_NAME).",
     )
     run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return parser, run
+
+
+def _host_prefixes(text: str) -> tuple[str, ...]:
+    try:
+        return host_paths.parse_prefixes(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -246,7 +263,7 @@ async def _lead(
         service_url=wiring.service_url,
         probe_url=wiring.probe_url,
     )
-    reconciler = Reconciler(kube, rollout)
+    reconciler = Reconciler(kube, rollout, model_host_paths=args.allowed_model_host_paths)
     registry = kopf.OperatorRegistry()
     register(registry, reconciler, watch_probe_jobs=wiring.watch_probe_jobs)
     settings = kopf.OperatorSettings()

@@ -19,6 +19,7 @@ import yaml
 
 from dsv4_dev.cluster.local import LocalCluster
 from dsv4_dev.localrun.runtime import free_port
+from tests.unit.operator.harness import MODEL_HOST_PATHS
 
 
 def wait_for(
@@ -92,7 +93,7 @@ def operator_and_runtime(
         [
             sys.executable, "-m", "dsv4_dev.operator", "run",
             "--namespace", namespace, "--lease-namespace", namespace, "--lease-seconds", "6",
-            "--local-endpoints",
+            "--local-endpoints", "--allowed-model-host-paths", ",".join(MODEL_HOST_PATHS),
             "--resync-seconds", "2", "--health-port", str(free_port()),
             *extra,
         ],

@@ -24,6 +24,7 @@ from dsv4_operator.rollout import manual
 from dsv4_operator.rollout.decide import ManualAction
 from dsv4_operator.runtime import USER_AGENT
 from tests.e2e.helpers import apply, audit_events, get_json, wait_for
+from tests.unit.operator.harness import MODEL_HOST_PATHS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -70,6 +71,7 @@ class Operator:
             "--health-port", str(self.port),
             "--identity", identity,
             "--probe-image", "ghcr.io/dsv4/operator:test",  # probe Jobs: none run here
+            "--allowed-model-host-paths", ",".join(MODEL_HOST_PATHS),
             *extra,
         ]  # fmt: skip
         with self.log.open("w") as out:
@@ -376,9 +378,12 @@ def test_missing_prerequisites_set_degraded_without_crashing(ns, operator):
             "nopvc", {"model": {"hostPath": None, "pvc": {"claimName": "no-such-claim"}}}
         ),
     )
+    # The operator allows /data/models (MODEL_HOST_PATHS) and nothing else of the node's.
+    apply(ns, namespace=NS, manifest=sample("hostetc", {"model": {"hostPath": "/etc"}}))
     for name, reason, field in (
         ("nogpu", "NoAllowedGPUNodes", "spec.placement.gpuProducts"),
         ("nopvc", "PVCNotFound", "spec.model.pvc.claimName"),
+        ("hostetc", "HostPathNotAllowed", "spec.model.hostPath: /etc is not under"),
     ):
         st = wait_phase(ns, name, "Degraded", timeout=60)
         degraded = next(c for c in st["conditions"] if c["type"] == "Degraded")
@@ -386,7 +391,7 @@ def test_missing_prerequisites_set_degraded_without_crashing(ns, operator):
         assert field in degraded["message"]
         assert children(ns, name) == {}
     assert operator["op"].proc.poll() is None and operator["op"].ready()
-    ns.kubectl("delete", "dsv4", "nogpu", "nopvc", "-n", NS)
+    ns.kubectl("delete", "dsv4", "nogpu", "nopvc", "hostetc", "-n", NS)
 
 
 def test_a_standby_replica_never_acts(ns, operator):

@@ -31,6 +31,7 @@ from pydantic import ValidationError
 from dsv4_operator import metrics
 from dsv4_operator.api import API_VERSION, KIND
 from dsv4_operator.api.errors import first_error
+from dsv4_operator.api.host_paths import host_path_problem
 from dsv4_operator.api.names import name_problem
 from dsv4_operator.api.rollout import RolloutStatus, Slot, WatchVerdict
 from dsv4_operator.api.spec import DSV4DeploymentSpec
@@ -105,7 +106,16 @@ def parse_rollout(status: DSV4DeploymentStatus | None) -> RolloutStatus | None:
         return None
 
 
-def check_prerequisites(kube: Kube, namespace: str, spec: DSV4DeploymentSpec) -> Problem | None:
+def check_prerequisites(
+    kube: Kube, namespace: str, spec: DSV4DeploymentSpec, host_paths: tuple[str, ...] = ()
+) -> Problem | None:
+    """What must hold before any child is written: the model's source is allowed and
+    exists, and some node has an allowed GPU (``host_paths``: the allowed host path
+    prefixes, `api.host_paths`)."""
+    if spec.model.host_path is not None:
+        refused = host_path_problem(spec.model.host_path, host_paths)
+        if refused is not None:
+            return Problem("HostPathNotAllowed", refused)
     products = ",".join(spec.placement.gpu_products)
     if not kube.list("Node", None, f"{GPU_PRODUCT_LABEL} in ({products})"):
         return Problem(
@@ -153,11 +163,13 @@ class Reconciler:
         rollout: RolloutController,
         host_memory: HostMemory = pod_memory,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+        model_host_paths: tuple[str, ...] = (),
     ) -> None:
         self.kube = kube
         self.rollout = rollout
         self.host_memory = host_memory
         self.clock = clock
+        self.model_host_paths = model_host_paths  # allowed spec.model.hostPath prefixes
         self._locks: defaultdict[tuple[str, str], asyncio.Lock] = defaultdict(asyncio.Lock)
         self._rechecks: dict[tuple[str, str], asyncio.TimerHandle] = {}
         self._pending: set[asyncio.Task[None]] = set()
@@ -225,7 +237,7 @@ class Reconciler:
         pods, events = self._why_not_ready(owner, [*stable, *canary])
         now = self.clock()
         state = PassState(owner, obj, spec, previous, stable, canary, foreign, now, pods, events)
-        problem = check_prerequisites(self.kube, namespace, spec)
+        problem = check_prerequisites(self.kube, namespace, spec, self.model_host_paths)
         rollout: RolloutPass | None = None
         actions: list[Action] = []
         if problem is None:

@@ -28,6 +28,8 @@ PASS = {"verdict": "PASS", "rate": 0.0, "bound": 0.004997, "samples": 598, "mess
 FAIL = {"verdict": "FAIL", "rate": 0.15, "bound": 0.31, "samples": 26, "message": "4/26 corrupt"}
 FP4 = {"features": {"indexDtype": "fp4"}}  # another transfer format: promoted in pairs
 HICACHE = {"features": {"hicache": {"enabled": True, "ratio": 2.0}}}  # same format: role by role
+# Where the samples' host path lies (crds/samples/): allowed, as an administrator would.
+MODEL_HOST_PATHS = ("/data/models",)
 
 
 class World:
@@ -53,7 +55,9 @@ class World:
             service_url=lambda ns, service, port: f"http://{service}.{ns}.svc:{port}",
             warm=lambda url: True,
         )
-        self.reconciler = Reconciler(self.api, rollout, clock=lambda: self.now)
+        self.reconciler = Reconciler(
+            self.api, rollout, clock=lambda: self.now, model_host_paths=MODEL_HOST_PATHS
+        )
 
     def crash_before_write(self, n: int) -> None:
         self.api.crash_before_write(n)
