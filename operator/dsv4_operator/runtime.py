@@ -275,6 +275,10 @@ async def _lead(
     settings.posting.enabled = False  # Events are the reconciler's, one per decision.
     stop_kopf = asyncio.Event()
     namespaces = list(args.namespace)
+    # Limited to namespaces, kopf's scanning would list all namespaces and watch CRDs (both
+    # cluster-wide): without it, it serves the CRD it finds at start, which the namespaced
+    # install applies first, and the operator needs no cluster-wide read but nodes'.
+    settings.scanning.disabled = bool(namespaces)
     tasks = [
         asyncio.create_task(leader.keep(kube, leadership, lost)),
         asyncio.create_task(resync_forever(reconciler, namespaces, args.resync_seconds)),
