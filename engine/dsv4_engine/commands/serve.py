@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import TypeVar
 
 from dsv4_engine.cliutil import CommandError
+from dsv4_engine.engine_config import ReferenceModelKind
 from dsv4_engine.features import HiCacheMemLayout, HiCacheWritePolicy, IndexDtype
 from dsv4_engine.reference.settings import DisaggregationMode, ServeSettings, SettingsError
 
@@ -39,6 +40,12 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=30000)
     p.add_argument("--model-path", help="accepted for SGLang compatibility; weights are seeded")
     p.add_argument("--served-model-name", default="dsv4-reference")
+    p.add_argument(
+        "--reference-model",
+        default="random",
+        help="random (seeded random weights: judge it by warm-vs-cold consistency) | echo "
+        "(constructed weights that answer the tool-call echo prompt)",
+    )
     p.add_argument("--tp", "--tp-size", dest="tp", type=int, default=1, help="must be 1 on CPU")
     p.add_argument("--page-size", type=int, default=128)
     p.add_argument("--index-dtype", default="fp8", help="index-K storage: fp8 | bf16 | fp4")
@@ -79,6 +86,7 @@ def settings_from_args(args: argparse.Namespace) -> ServeSettings:
             port=args.port,
             model_path=args.model_path,
             served_model_name=args.served_model_name,
+            reference_model=_choice("--reference-model", args.reference_model, ReferenceModelKind),
             tp=args.tp,
             page_size=args.page_size,
             index_dtype=_choice("--index-dtype", args.index_dtype, IndexDtype),

@@ -11,7 +11,6 @@ through each request's callbacks, called on the engine thread.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import queue
@@ -29,8 +28,10 @@ from dsv4_engine.pools.allocator import OutOfPages
 from dsv4_engine.pools.device_pool import DevicePool
 from dsv4_engine.pools.gate import TransferFailed, TransferTimeout
 from dsv4_engine.pools.layout import BufferKind
+from dsv4_engine.reference import tokenizer
 from dsv4_engine.reference.metrics import EngineStats
-from dsv4_engine.reference.model import REFERENCE_SHAPE, Chunk, ModelConfig, ReferenceModel
+from dsv4_engine.reference.model import Chunk
+from dsv4_engine.reference.models import load_model
 from dsv4_engine.reference.radix import Node, RadixCache
 from dsv4_engine.reference.settings import ServeSettings
 
@@ -69,8 +70,8 @@ class Engine:
     def __init__(self, settings: ServeSettings) -> None:
         torch.set_num_threads(1)  # one fixed reduction order, and two cores are shared
         self.settings = settings
-        shape = dataclasses.replace(REFERENCE_SHAPE, page_size=settings.page_size)
-        self.model = ReferenceModel(ModelConfig(shape=shape, seed=settings.random_seed))
+        self.model = load_model(settings.reference_model, settings.page_size, settings.random_seed)
+        shape = self.model.shape
         self.pool = DevicePool(
             shape,
             settings.device_pages,
@@ -230,6 +231,9 @@ class Engine:
                 continue
             req.output.append(token)
             self.stats.generation_tokens += 1
+            if token == tokenizer.EOS_ID and not req.prefill_only:
+                self._finish(req, "stop", None)  # end of turn: not part of the text
+                continue
             req.on_token(token)
             if req.prefill_only or len(req.output) >= req.max_new_tokens:
                 self._finish(req, "length", None)
