@@ -42,7 +42,7 @@ from dsv4_engine.reference.echo.codes import (
     split16,
     tag_query,
 )
-from dsv4_engine.reference.echo.parser import ParseState, Region
+from dsv4_engine.reference.echo.parser import ParseState
 from dsv4_engine.reference.echo.program import MAX_PARAMS, Controller
 from dsv4_engine.reference.model import Chunk
 
@@ -136,6 +136,16 @@ class _Compressed:
 
 
 @dataclass
+class _Found:
+    """What a trigger's lookups returned: pointers (positions) into the context."""
+
+    tool: int  # the tool's name
+    start: int  # the conversation's first token
+    props: list[tuple[int, int]]  # each parameter found: (name hash, name start)
+    params: list[tuple[int, int]] = field(default_factory=list)  # (name start, value start)
+
+
+@dataclass
 class _Work:
     """One request's chunk through the forward."""
 
@@ -143,11 +153,10 @@ class _Work:
     state: ParseState  # after the last token before the chunk
     ctrl: Controller
     rows: list[list[int]] = field(default_factory=list)  # each token's row, reader part
-    regions: list[int] = field(default_factory=list)  # the reader's region after each token
-    turn: dict[int, int] = field(default_factory=dict)  # the user turn at each trigger
+    at_trigger: dict[int, ParseState] = field(default_factory=dict)  # by chunk offset
     triggers: list[int] = field(default_factory=list)  # offsets in the chunk
     raw: torch.Tensor | None = None  # c4 raw rows of the chunk's tokens [T, kv_dim]
-    found: dict[int, dict[str, object]] = field(default_factory=dict)  # per trigger offset
+    found: dict[int, _Found] = field(default_factory=dict)  # by trigger offset
 
 
 # A lookup stage of a c4 layer: issues its index-K queries now, returns the KV half to run
@@ -218,10 +227,9 @@ class EchoModel:
                 raise ValueError(f"the echo model reads at most {MAX_CONTEXT} tokens")
             tag, trigger = parser.step(state, token, pos)
             w.rows.append(pack_parse(token, state))
-            w.regions.append(state.region)
             if trigger:
                 w.triggers.append(offset)
-                w.turn[offset] = state.turn
+                w.at_trigger[offset] = state.copy()
             raw.append(raw_c4_row(token, pos, tag))
         return raw
 
@@ -314,28 +322,25 @@ class EchoModel:
             exact = exact_tag_score(with_turn=False) - 0.5
             for t, (locs, scores) in picks.items():
                 tags = [entry_tag(e) for e in self._read_entries(pool, layer, locs)]
-                hit = [s >= exact for s in scores]
-                found: dict[str, object] = {
-                    "tool": tags[0][3] if tags and hit[0] else None,
-                    "start": tags[1][3] if len(tags) > 1 and hit[1] else 0,
-                }
+                if not tags:  # nothing indexed yet
+                    w.found[t] = _Found(0, 0, [])
+                    continue
                 props = []
-                for tag, ok in zip(tags[2:], hit[2:], strict=True):
-                    if not ok:
+                for tag, score in zip(tags[2:], scores[2:], strict=True):
+                    if score < exact:
                         break
-                    props.append((tag[3], tag[4]))  # (name hash, name start)
-                found["props"] = props
-                w.found[t] = found
+                    props.append((tag[3], tag[4]))
+                # The tool and the start are taken wherever the top-1 points: the answer
+                # needs them, and the context had a tool (the reader saw its schema).
+                w.found[t] = _Found(tool=tags[0][3], start=tags[1][3], props=props)
 
         return read
 
     def _value_lookups(self, pool: DevicePool, w: _Work, layer: int) -> Callable[[], None]:
-        """At each trigger: where this turn's value of every schema parameter starts."""
+        """At each trigger: where this turn's value of every parameter found starts."""
         picks = {}
         for t in w.triggers:
-            props = w.found[t]["props"]
-            assert isinstance(props, list)
-            turn = w.turn[t]
+            props, turn = w.found[t].props, w.at_trigger[t].turn
             if props:
                 queries = torch.stack([tag_query(Tag.INSTR_VALUE, h, turn) for h, _ in props])
                 picks[t] = self._lookup(pool, w, layer, t, queries)
@@ -344,11 +349,10 @@ class EchoModel:
             exact = exact_tag_score(with_turn=True) - 0.5
             for t, (locs, scores) in picks.items():
                 tags = [entry_tag(e) for e in self._read_entries(pool, layer, locs)]
-                props = w.found[t]["props"]
-                assert isinstance(props, list)
-                w.found[t]["params"] = [
+                found = w.found[t]
+                found.params = [
                     (name, tag[3])
-                    for (_, name), tag, score in zip(props, tags, scores, strict=True)
+                    for (_, name), tag, score in zip(found.props, tags, scores, strict=True)
                     if score >= exact
                 ]
 
@@ -357,18 +361,16 @@ class EchoModel:
     # -- the answer -------------------------------------------------------------------
 
     def _answer(self, pool: DevicePool, w: _Work) -> tuple[int, list[list[int]]]:
-        """The controller over the chunk: each token's choice of the next one, and rows."""
+        """The controller over the chunk: each token's choice of the next one, and rows.
+        An answer runs from its trigger to the end of the turn (end of sentence, or a new
+        user turn); a context without a tool schema gets the conversation recited."""
         ctrl, answer, rows = w.ctrl, parser.EOS, []
-        for offset in range(len(w.chunk.tokens)):
+        for offset, token in enumerate(w.chunk.tokens):
             if offset in w.found:
                 found = w.found[offset]
-                tool = found["tool"]
-                ctrl = program.begin(
-                    tool if isinstance(tool, int) else None,
-                    found.get("params", []),  # type: ignore[arg-type]
-                    found["start"],  # type: ignore[arg-type]
-                )
-            elif w.regions[offset] != Region.ASSISTANT:
+                tool = found.tool if w.at_trigger[offset].tools_seen else None
+                ctrl = program.begin(tool, found.params, found.start)
+            elif token in (parser.EOS, parser.USER):
                 ctrl = Controller()
             if ctrl.phase != program.Phase.IDLE:
                 answer = program.choose(ctrl, lambda pos, at=offset: self._copy(pool, w, at, pos))
