@@ -166,6 +166,7 @@ class EngineConfig(CamelModel):
 
     role: Role
     backend: Backend = Backend.SGLANG
+    reference_model: ReferenceModelKind = ReferenceModelKind.RANDOM
     model_path: str
     served_model_name: str
     tool_call_parser: str = "deepseekv4"

@@ -90,6 +90,7 @@ class ReferenceServer:
                 for k, v in dataclasses.asdict(self.settings).items()}  # fmt: skip
         info = {
             "deterministic": True,
+            "reference_model": self.settings.reference_model.value,
             "server_args": args,
             "index_k_gated": not self.engine.pool.ungated_index_k,
             "kernel_backend": self.engine.pool.ops.backend,

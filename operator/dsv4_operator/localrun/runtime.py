@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from dsv4_engine.commands.launch import fault_env
 from dsv4_engine.engine_config import Backend, load_engine_yaml
 from dsv4_operator.localrun import endpoints
 from dsv4_operator.render.engine import ENGINE_PORT, config_map_name, short_hash
@@ -42,7 +43,6 @@ from dsv4_operator.render.meta import (
 from dsv4_operator.render.router import ROUTER_PORT, router_name
 
 log = logging.getLogger("dsv4_operator.localrun")
-INJECT_ENV = "DSV4_INJECT_UNGATED_INDEX_K"
 READY_TIMEOUT_S = 60.0
 
 
@@ -92,8 +92,9 @@ def local_engine_yaml(text: str, port: int, bootstrap_port: int) -> tuple[str, d
             "extra_args": (),
         }
     )
-    env = {INJECT_ENV: "1"} if config.features.fault_injection.ungated_index_k else {}
-    return yaml.safe_dump(local.model_dump(mode="json", by_alias=True), sort_keys=True), env
+    return yaml.safe_dump(local.model_dump(mode="json", by_alias=True), sort_keys=True), fault_env(
+        config
+    )
 
 
 @dataclass

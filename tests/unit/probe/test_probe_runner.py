@@ -24,7 +24,8 @@ from dsv4_engine.probe import (
     run_probes,
 )
 from dsv4_engine.probe.dsml import DsmlFormat
-from dsv4_engine.probe.scripted_server import ScriptedCompletionServer, render_dsml
+from dsv4_engine.probe.dsml_format import render_dsml
+from dsv4_engine.probe.scripted_server import ScriptedCompletionServer
 from dsv4_engine.probe.validate import classify_completion
 from dsv4_engine.probe.workload import ECHO_TOOL_NAME, document, random_echo
 from dsv4_engine.reference.model import REFERENCE_SHAPE, ModelConfig
@@ -131,7 +132,7 @@ async def test_reference_backend_consistency_catches_changed_warm_answers(serve)
         long_context_words=256,
     )
     result = await run_probes(settings)
-    assert result.applicable == settings.probe_set
+    assert result.applicable == settings.probe_set()
     assert result.verdict is Verdict.FAIL
     assert result.tally.fail_at <= 100
     assert server.offloads >= result.judged  # one offload between every cold and warm answer
@@ -144,7 +145,7 @@ async def test_consistency_on_a_nondeterministic_engine_is_not_applicable(serve)
     settings = ProbeSettings(base_url=url, backend=Backend.REFERENCE, requests=50)
     result = await run_probes(settings)
     assert result.verdict is Verdict.INCONCLUSIVE
-    assert set(result.not_applicable) == set(settings.probe_set)
+    assert set(result.not_applicable) == set(settings.probe_set())
     assert "not deterministic" in next(iter(result.not_applicable.values()))
     assert result.judged == 0 and server.chat_requests == 0
 
