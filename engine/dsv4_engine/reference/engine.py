@@ -15,6 +15,7 @@ import logging
 import math
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -36,6 +37,7 @@ from dsv4_engine.reference.radix import Node, RadixCache
 from dsv4_engine.reference.settings import ServeSettings
 
 logger = logging.getLogger(__name__)
+CACHE_STATS_PERIOD_S = 0.25
 
 
 @dataclass
@@ -90,6 +92,7 @@ class Engine:
         self._running: list[Request] = []
         self._free_slots = list(range(settings.max_running_requests - 1, -1, -1))
         self._stop = threading.Event()
+        self._cache_stats_due = 0.0
         self._thread = threading.Thread(target=self._loop, name="engine", daemon=True)
 
     @property
@@ -149,7 +152,11 @@ class Engine:
                     self._finish(req, "abort", f"engine error: {exc}")
             self.stats.running = len(self._running)
             self.stats.queued = len(self._waiting)
-            self.stats.set_cache(*self.radix.cached_tokens(), self.pool.allocator.free_pages)
+            now = time.monotonic()
+            if now >= self._cache_stats_due or not (self._running or self._waiting):
+                # A walk of the whole prefix tree: a few times a second, not every step.
+                self.stats.set_cache(*self.radix.cached_tokens(), self.pool.allocator.free_pages)
+                self._cache_stats_due = now + CACHE_STATS_PERIOD_S
 
     def _drain(self, block: bool) -> None:
         try:

@@ -52,6 +52,7 @@ def engine_config(owner: Owner, spec: DSV4DeploymentSpec, role: Role) -> EngineC
     return EngineConfig(
         role=role,
         backend=spec.engine,
+        reference_model=spec.model.reference_model,
         model_path=model_path(spec),
         served_model_name=spec.model.served_model_name,
         tool_call_parser=spec.model.tool_call_parser,

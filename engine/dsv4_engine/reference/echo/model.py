@@ -160,8 +160,13 @@ class _Work:
 
 
 # A lookup stage of a c4 layer: issues its index-K queries now, returns the KV half to run
-# once the layer's entries are stored.
-_Lookups = Callable[[DevicePool, _Work, int], Callable[[], None]]
+# once the layer's entries are stored (None: nothing to look up in this chunk).
+_Lookups = Callable[[DevicePool, _Work, int], Callable[[], None] | None]
+# A trigger's first indexer pass: the tool's name, the start, parameters 0..MAX_PARAMS-1.
+_SCHEMA_QUERIES = torch.stack(
+    [tag_query(Tag.TOOL_NAME, 0), tag_query(Tag.START, 0)]
+    + [tag_query(Tag.SCHEMA_PROP, i) for i in range(MAX_PARAMS)]
+)
 
 
 class EchoModel:
@@ -247,7 +252,7 @@ class EchoModel:
             if entries is not None:
                 keys = entry_keys(torch.tensor(made.index), entry_tags(entries))
                 pool.store_index_k(layer, locs, keys)
-            reads = [lookups(pool, w, layer) for w in works]
+            reads = [read for w in works if (read := lookups(pool, w, layer)) is not None]
         if entries is not None:
             pool.store_kv(layer, locs, entries)
         made.keep(pool.buffer(layer, BufferKind.COMPRESS_STATE))
@@ -310,13 +315,11 @@ class EchoModel:
             return []
         return pool.read_kv(layer, locs).to(torch.float32)[:, :ENTRY_DIMS].tolist()
 
-    def _schema_lookups(self, pool: DevicePool, w: _Work, layer: int) -> Callable[[], None]:
+    def _schema_lookups(self, pool: DevicePool, w: _Work, layer: int) -> Callable[[], None] | None:
         """At each trigger: where the tool's name, the start and the parameters are."""
-        queries = torch.stack(
-            [tag_query(Tag.TOOL_NAME, 0), tag_query(Tag.START, 0)]
-            + [tag_query(Tag.SCHEMA_PROP, i) for i in range(MAX_PARAMS)]
-        )
-        picks = {t: self._lookup(pool, w, layer, t, queries) for t in w.triggers}
+        if not w.triggers:
+            return None
+        picks = {t: self._lookup(pool, w, layer, t, _SCHEMA_QUERIES) for t in w.triggers}
 
         def read() -> None:
             exact = exact_tag_score(with_turn=False) - 0.5
@@ -336,8 +339,10 @@ class EchoModel:
 
         return read
 
-    def _value_lookups(self, pool: DevicePool, w: _Work, layer: int) -> Callable[[], None]:
+    def _value_lookups(self, pool: DevicePool, w: _Work, layer: int) -> Callable[[], None] | None:
         """At each trigger: where this turn's value of every parameter found starts."""
+        if not w.triggers:
+            return None
         picks = {}
         for t in w.triggers:
             props, turn = w.found[t].props, w.at_trigger[t].turn
@@ -373,18 +378,23 @@ class EchoModel:
             elif token in (parser.EOS, parser.USER):
                 ctrl = Controller()
             if ctrl.phase != program.Phase.IDLE:
-                answer = program.choose(ctrl, lambda pos, at=offset: self._copy(pool, w, at, pos))
+                answer = program.choose(
+                    ctrl, lambda pos, at=offset, c=ctrl: self._copy(pool, w, at, c, pos)
+                )
             else:
                 answer = parser.EOS
             rows.append(w.rows[offset] + pack_controller(ctrl))
         return answer, rows
 
-    def _copy(self, pool: DevicePool, w: _Work, at: int, pos: int) -> int:
+    def _copy(self, pool: DevicePool, w: _Work, at: int, ctrl: Controller, pos: int) -> int:
         """The copy head: the token at position `pos`, read through the indexer's top-1 of
-        the position's entry and that entry's KV."""
+        the position's entry and that entry's KV; the entry's four tokens stay in the
+        controller's state while it copies them."""
         entry = min(max(pos, 0) // 4, MAX_ENTRIES - 1)
-        locs, _ = self._lookup(pool, w, VALUE_LAYER, at, position_query(entry)[None, :])
-        if len(locs) == 0:
-            return parser.EOS
-        (row,) = self._read_entries(pool, VALUE_LAYER, locs)
-        return entry_tokens(row)[max(pos, 0) % 4]
+        if ctrl.held_entry != entry + 1:
+            locs, _ = self._lookup(pool, w, VALUE_LAYER, at, position_query(entry)[None, :])
+            if len(locs) == 0:
+                return parser.EOS
+            (row,) = self._read_entries(pool, VALUE_LAYER, locs)
+            ctrl.held_entry, ctrl.held = entry + 1, entry_tokens(row)
+        return ctrl.held[max(pos, 0) % 4]

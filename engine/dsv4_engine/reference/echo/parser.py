@@ -64,10 +64,8 @@ class ParseState:
     depth: int = 0
     in_string: int = 0
     escaped: int = 0
-    string_start: int = 0
-    string_hash: int = 0
-    key_hash: int = 0  # the last string closed: a key if ':' follows
-    key_start: int = 0
+    string_start: int = 0  # of the string open, or else the last one closed (a key if
+    string_hash: int = 0  # a ':' follows)
     pending: int = Pending.NONE
     pending_hash: int = 0
     props_depth: int = 0  # depth of the first tool's parameter names, 0: not inside
@@ -87,7 +85,7 @@ class ParseState:
 
 _VALUES = attrgetter(*(f.name for f in fields(ParseState)))
 # Positions and hashes: two row slots each (bf16 holds integers exactly only up to 256).
-WIDE_FIELDS = frozenset({"string_start", "string_hash", "key_hash", "key_start", "pending_hash"})
+WIDE_FIELDS = frozenset({"string_start", "string_hash", "pending_hash"})
 
 
 def step(state: ParseState, token: int, pos: int) -> tuple[tuple[int, ...] | None, bool]:
@@ -144,7 +142,6 @@ def _in_string(state: ParseState, token: int) -> None:
         state.escaped = 1
     elif token == ord('"'):
         state.in_string = 0
-        state.key_hash, state.key_start = state.string_hash, state.string_start
         return
     state.string_hash = (state.string_hash * 31 + token) % TAG_VALUES
 
@@ -153,15 +150,15 @@ def _key(state: ParseState, pos: int) -> tuple[int, ...] | None:
     """A ':' outside strings: the string before it is a key at the current depth."""
     if state.region == Region.USER:
         if state.depth == 1:
-            state.pending, state.pending_hash = Pending.VALUE, state.key_hash
+            state.pending, state.pending_hash = Pending.VALUE, state.string_hash
         return None
-    if state.tools_seen == 0 and state.depth == 1 and state.key_hash == _NAME:
+    if state.tools_seen == 0 and state.depth == 1 and state.string_hash == _NAME:
         state.pending = Pending.TOOL
-    elif state.tools_seen == 1 and state.depth == 2 and state.key_hash == _PROPERTIES:
+    elif state.tools_seen == 1 and state.depth == 2 and state.string_hash == _PROPERTIES:
         state.pending = Pending.PROPS
     elif state.props_depth and state.depth == state.props_depth:
         ordinal, state.props = state.props, state.props + 1
-        return (Tag.SCHEMA_PROP, ordinal, 0, state.key_hash, state.key_start)
+        return (Tag.SCHEMA_PROP, ordinal, 0, state.string_hash, state.string_start)
     return None
 
 

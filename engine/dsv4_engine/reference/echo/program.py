@@ -101,19 +101,23 @@ class Controller:
     tool: int = 0
     names: list[int] = field(default_factory=lambda: [0] * MAX_PARAMS)
     values: list[int] = field(default_factory=lambda: [0] * MAX_PARAMS)
+    held_entry: int = 0  # 1 + the entry the copy head read last (0: none) ...
+    held: list[int] = field(default_factory=lambda: [0] * 4)  # ... and its four tokens
 
     def pack(self) -> list[int]:
         head = [self.phase, self.offset, self.param, self.params, self.term]
-        return head + [self.ptr, self.tool, *self.names, *self.values]
+        pointers = [self.ptr, self.tool, *self.names, *self.values]
+        return head + pointers + [self.held_entry, *self.held]
 
     @classmethod
     def unpack(cls, values: list[int]) -> Controller:
         n = MAX_PARAMS
-        return cls(*values[:7], list(values[7 : 7 + n]), list(values[7 + n : 7 + 2 * n]))
+        names, values_, rest = values[7 : 7 + n], values[7 + n : 7 + 2 * n], values[7 + 2 * n :]
+        return cls(*values[:7], list(names), list(values_), rest[0], list(rest[1:5]))
 
 
 CONTROLLER_NARROW = 5  # phase, offset, param, params, term: one row slot each
-CONTROLLER_WIDE = 2 + 2 * MAX_PARAMS  # pointers: two row slots each
+CONTROLLER_WIDE = 2 + 2 * MAX_PARAMS + 5  # pointers and the held entry: two row slots each
 
 
 def begin(tool: int | None, params: list[tuple[int, int]], start: int) -> Controller:
