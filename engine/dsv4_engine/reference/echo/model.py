@@ -20,6 +20,7 @@ back from the host tier score the pages' previous keys.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 
@@ -71,7 +72,13 @@ def _pack(values: list[int], wide: list[bool]) -> list[int]:
 
 def pack_parse(token: int, state: ParseState) -> list[int]:
     """The first part of a token's row: the token and the reader's state after it."""
-    return [*split16(token), *_pack(state.pack(), _PARSE_WIDE)]
+    return [*split16(token), *_packed_state(tuple(state.pack()))]
+
+
+@functools.lru_cache(maxsize=4096)
+def _packed_state(values: tuple[int, ...]) -> tuple[int, ...]:
+    """Most tokens leave the reader's state as it was (prose, the answer): packed once."""
+    return tuple(_pack(list(values), _PARSE_WIDE))
 
 
 def pack_controller(ctrl: Controller) -> list[int]:
