@@ -5,7 +5,9 @@ operator's own counter).
 
 Runs on the local world of `make demo` (real control plane, operator, local runtime with the
 CPU reference engine): first the incident's flags with the index-K race injected (FAIL →
-rolled back), then the same flags gated (PASS → promoted).  Prints one table.
+rolled back), then the same flags gated (PASS → promoted).  bf16 index-K is another
+prefill→decode transfer format than the stable fp8, so that promotion goes in pairs: the
+table shows how long it takes and the most GPUs it asked for beyond the stable slot's.
 """
 
 from __future__ import annotations
@@ -17,7 +19,14 @@ from typing import Any
 
 from dsv4_operator.cluster.binaries import cache_dir
 from dsv4_operator.cluster.local import LocalCluster
-from dsv4_operator.demo import HICACHE_BF16, local_world, patch_features, rollout_of, wait
+from dsv4_operator.demo import (
+    HICACHE_BF16,
+    NAMESPACE,
+    local_world,
+    patch_features,
+    rollout_of,
+    wait,
+)
 
 
 def operator_writes(port: int) -> int:
@@ -25,9 +34,24 @@ def operator_writes(port: int) -> int:
         return int(json.loads(r.read())["writes"])
 
 
+def stable_gpus(cluster: LocalCluster) -> int:
+    """GPUs the stable engines ask for now: every slot's StatefulSets (not the canary)."""
+    listed = cluster.kubectl(
+        "get", "statefulsets", "-n", NAMESPACE, "-l", "app.kubernetes.io/instance=flash",
+        "-o", "json",
+    )  # fmt: skip
+    total = 0
+    for sts in json.loads(listed.stdout)["items"]:
+        (container,) = sts["spec"]["template"]["spec"]["containers"]
+        per_pod = int(container["resources"]["limits"].get("nvidia.com/gpu", 0))
+        total += per_pod * sts["spec"]["replicas"]
+    return total
+
+
 def one_rollout(cluster: LocalCluster, port: int, fault: bool) -> dict[str, Any]:
     before = rollout_of(cluster).get("canaryRevision")
     writes = operator_writes(port)
+    baseline = stable_gpus(cluster)
     started = time.monotonic()
     patch_features(cluster, {**HICACHE_BF16, "faultInjection": {"ungatedIndexK": fault}})
 
@@ -38,15 +62,20 @@ def one_rollout(cluster: LocalCluster, port: int, fault: bool) -> dict[str, Any]
 
     judged = wait("a verdict", verdict)
     verdict_s = time.monotonic() - started
-    done = wait(
-        "the rollout to end", lambda: rollout_of(cluster).get("phase") in ("Idle", "RolledBack")
-    )
+    peak = baseline
+    while (phase := rollout_of(cluster).get("phase")) not in ("Idle", "RolledBack"):
+        peak = max(peak, stable_gpus(cluster))  # the promotion's extra engines, sampled
+        time.sleep(0.5)
+    done_s = time.monotonic() - started
     return {
         "verdict": judged["verdict"],
+        "transfer": judged.get("transfer"),
         "verdict_s": verdict_s,
-        "done_s": time.monotonic() - started,
+        "done_s": done_s,
+        "promotion_s": done_s - verdict_s,
+        "peak_extra_gpus": peak - baseline,
         "samples": judged.get("samples"),
-        "phase": rollout_of(cluster)["phase"] if done else None,
+        "phase": phase,
         "writes": operator_writes(port) - writes,
     }
 
@@ -61,8 +90,11 @@ def main() -> None:
     print(f"  {'':<36} {'index-K race injected':>22} {'gated':>12}")
     rows = [
         ("verdict", "verdict", "{}"),
+        ("transfer format vs stable", "transfer", "{}"),
         ("flag change -> verdict (s)", "verdict_s", "{:.0f}"),
         ("flag change -> rollout done (s)", "done_s", "{:.0f}"),
+        ("promotion (paired) (s)", "promotion_s", "{:.0f}"),
+        ("peak extra GPUs while promoting", "peak_extra_gpus", "{}"),
         ("judged samples", "samples", "{}"),
         ("ends in", "phase", "{}"),
         ("API writes by the operator", "writes", "{}"),

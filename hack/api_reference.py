@@ -57,6 +57,8 @@ def _constraints(schema: dict[str, Any]) -> str:
             bound = schema[key]
             if key == "minimum" and schema.get("exclusiveMinimum"):
                 template = "> {}"
+            if key == "maximum" and schema.get("exclusiveMaximum"):
+                template = "< {}"
             found.append(template.format(bound))
     return "; ".join(found)
 

@@ -2,7 +2,8 @@
 
 Subcommands are discovered, not listed: every module of a commands package that defines
 ``register(subparsers)`` adds its parser and sets ``func``; ``func(args)`` returns the exit
-code.  A ``CommandError`` ends the command with one line on stderr, never a traceback.
+code.  A ``CommandError`` ends the command with one line on stderr, never a traceback, and
+so does a usage error (`OneLineParser`).
 """
 
 from __future__ import annotations
@@ -10,9 +11,30 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+import shlex
 import sys
 from collections.abc import Sequence
 from types import ModuleType
+from typing import NoReturn
+
+
+def one_line(text: str) -> str:
+    """An error message as one line: a parser's multi-line report (YAML's marks, a pydantic
+    list) keeps its words, not its layout."""
+    return " ".join(text.split())
+
+
+def usage_error(prog: str, message: str, exit_code: int = 2) -> NoReturn:
+    """A bad argument: one line naming it (argparse would print the whole usage first)."""
+    print(f"{prog}: error: {one_line(message)} (see {prog} --help)", file=sys.stderr)
+    sys.exit(exit_code)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with one-line usage errors; its subcommand parsers are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        usage_error(self.prog, message)
 
 
 class CommandError(Exception):
@@ -28,7 +50,7 @@ def build_parser(
 ) -> argparse.ArgumentParser:
     """With ``argv`` naming a subcommand module first, only that module is imported, so a
     light command (``dsv4ctl plan``) does not pay for the imports of heavy ones."""
-    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser = OneLineParser(prog=prog, description=description)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     infos = sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name)
     requested = [m for m in infos if argv and m.name == argv[0]]
@@ -40,15 +62,29 @@ def build_parser(
     return parser
 
 
+def _chosen(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the (sub)command ``args`` were parsed for."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            name = getattr(args, action.dest, None)
+            if name in action.choices:
+                return _chosen(action.choices[name], args)
+    return parser
+
+
 def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # Refused by the subcommand's own parser, with its own exit code (`dsv4ctl probe`
+        # keeps 2 for INCONCLUSIVE), not by the top-level one.
+        _chosen(parser, args).error(f"unrecognized arguments: {shlex.join(extra)}")
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 2
     try:
         return int(args.func(args) or 0)
     except CommandError as err:
-        print(f"{parser.prog} {args.command}: error: {err}", file=sys.stderr)
+        print(f"{parser.prog} {args.command}: error: {one_line(str(err))}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
         print(f"{parser.prog} {args.command}: interrupted", file=sys.stderr)

@@ -73,6 +73,17 @@ STABLE_CORRUPTION = Gauge(
     _OBJ,
     registry=REGISTRY,
 )
+PROGRESS_DEADLINE_EXCEEDED = Gauge(
+    "dsv4_operator_progress_deadline_exceeded",
+    "1 while a DSV4Deployment is Degraded with ProgressDeadlineExceeded: a role made no "
+    "progress for spec.progressDeadlineSeconds (the status message says why).",
+    _OBJ,
+    registry=REGISTRY,
+)
+
+
+def record_progress_deadline(namespace: str, name: str, exceeded: bool) -> None:
+    PROGRESS_DEADLINE_EXCEEDED.labels(namespace, name).set(1.0 if exceeded else 0.0)
 
 
 def record_phase(namespace: str, name: str, phase: RolloutPhase, since_unix: float) -> None:

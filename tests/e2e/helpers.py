@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import yaml
 
 from dsv4_operator.cluster.local import LocalCluster
@@ -119,3 +122,68 @@ def account_kubeconfig(cluster: LocalCluster, namespace: str, account: str, path
     }
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+class RouterLoad:
+    """Continuous chat requests to a deployment's router Service, through the local runtime's
+    endpoint map (resolved per request, as a Service resolves per connection), from
+    ``sessions`` concurrent sessions, until stopped: what users send through a promotion.
+
+    Each session asks its own fixed question again and again.  An answer is *failed* when
+    the request got no 200 with a message; an answer is *corrupt* when it is a third
+    distinct one for its question — the old and the new flags may each answer their own
+    way, but a prefill and a decode of different formats paired would garble it."""
+
+    def __init__(
+        self, cluster: LocalCluster, namespace: str, service: str, sessions: int = 8
+    ) -> None:
+        from kubernetes import config as kube_config
+
+        from dsv4_operator.localrun import endpoints
+        from dsv4_operator.reconcile.kube import Kube
+
+        kube = Kube(kube_config.new_client_from_config(config_file=cluster.kubeconfig))
+        self._resolve = lambda: endpoints.resolver(kube)(namespace, service, 8000)
+        self.sessions = sessions
+        self.ok = 0
+        self.failed: list[str] = []
+        self.answers: dict[int, set[str]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(120)
+
+    @property
+    def corrupt(self) -> dict[int, set[str]]:
+        return {i: found for i, found in self.answers.items() if len(found) > 2}
+
+    async def _run(self) -> None:
+        timeout = aiohttp.ClientTimeout(total=120)
+        async with aiohttp.ClientSession(timeout=timeout) as http:
+            await asyncio.gather(*(self._session(http, i) for i in range(self.sessions)))
+
+    async def _session(self, http: aiohttp.ClientSession, index: int) -> None:
+        body = {
+            "messages": [{"role": "user", "content": f"Session {index}: continue the story."}],
+            "max_tokens": 4,
+            "temperature": 0,
+        }
+        while not self._stop.is_set():
+            try:
+                url = await asyncio.to_thread(self._resolve)
+                async with http.post(f"{url}/v1/chat/completions", json=body) as resp:
+                    answer = await resp.json(content_type=None)
+                    if resp.status != 200:
+                        self.failed.append(f"HTTP {resp.status}: {answer}")
+                    else:
+                        text = answer["choices"][0]["message"]["content"]
+                        self.answers.setdefault(index, set()).add(text)
+                        self.ok += 1
+            except (aiohttp.ClientError, ValueError, KeyError, TimeoutError) as err:
+                self.failed.append(f"{type(err).__name__}: {err}")
+            await asyncio.sleep(0.5)

@@ -313,6 +313,8 @@ def test_feature_flag_change_changes_the_hash_and_rolls_affected_pods(ns, operat
     )
     wait_for("canary slice", canary_exists, 60)
     assert {p["metadata"]["uid"] for p in pods(ns, "flash", "decode")} <= set(before)
+    # HiCache keeps the prefill→decode transfer format: this one is promoted role by role.
+    assert starting["transfer"] == "compatible"
     # Nothing answers for the canary here (no local runtime in this test): a person promotes
     # the flags this canary runs (a control names them; it acts once and is removed).
     control = manual.encode(ManualAction.PROMOTE, "e2e", starting["canaryRevision"])

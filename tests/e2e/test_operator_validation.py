@@ -8,6 +8,7 @@ import yaml
 
 from dsv4_engine.probe.stats import minimum_samples
 from dsv4_operator.api.crd import CRD_PATH
+from dsv4_operator.api.names import MULTINODE_MAX, SINGLE_NODE_MAX
 from dsv4_operator.api.samples import load_sample, merge_patch
 
 pytestmark = pytest.mark.e2e
@@ -93,3 +94,36 @@ def test_a_name_with_a_double_hyphen_is_refused(crd, name, accepted):
     assert (result.returncode == 0) is accepted, result.stderr
     if not accepted:
         assert "metadata.name: must not contain '--'" in result.stderr
+
+
+MULTINODE = {"decode": {"nodesPerReplica": 2, "tp": 8}}
+
+
+@pytest.mark.parametrize(
+    ("length", "spec", "refusal"),
+    [
+        (SINGLE_NODE_MAX, {}, None),
+        (SINGLE_NODE_MAX + 1, {}, f"metadata.name: at most {SINGLE_NODE_MAX} characters"),
+        (MULTINODE_MAX, MULTINODE, None),
+        (
+            MULTINODE_MAX + 1,
+            MULTINODE,
+            f"metadata.name: at most {MULTINODE_MAX} characters when a role has "
+            "nodesPerReplica > 1",
+        ),
+    ],
+)
+def test_a_name_at_its_budget_is_accepted_and_one_past_it_refused(crd, length, spec, refusal):
+    """The budget the operator computes (api/names.py) is the API server's."""
+    obj = merge_patch(load_sample(), {"metadata": {"name": "n" * length}, "spec": spec})
+    result = dry_run(crd, obj)
+    assert (result.returncode == 0) is (refusal is None), result.stderr
+    if refusal is not None:
+        assert refusal in result.stderr
+
+
+@pytest.mark.parametrize("name", ["1flash", "flash.v2"])  # valid names of a CRD object
+def test_a_name_that_cannot_name_a_service_is_refused(crd, name):
+    result = dry_run(crd, merge_patch(load_sample(), {"metadata": {"name": name}}))
+    assert result.returncode != 0
+    assert "metadata.name: must start with a lowercase letter" in result.stderr

@@ -24,7 +24,13 @@ import pytest
 from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.samples import shipped_sample
 from dsv4_operator.cluster.local import LocalCluster
-from tests.e2e.helpers import audit_events, get_json, operator_and_runtime, wait_for
+from tests.e2e.helpers import (
+    RouterLoad,
+    audit_events,
+    get_json,
+    operator_and_runtime,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -71,11 +77,13 @@ def patch_spec(cluster: LocalCluster, spec: dict) -> None:
 
 
 def stable_hashes(cluster: LocalCluster) -> dict[str, str]:
+    """Each role's engine config hash, in the slot the stable flags run in."""
     key = "inference.dsv4.dev/engine-config-hash"
+    suffix = "" if rollout(cluster).get("slot", "blue") == "blue" else "-green"
     return {
-        role: get_json(cluster, "statefulset", f"{NAME}-{role}", "-n", NS)["spec"]["template"][
-            "metadata"
-        ]["annotations"][key]
+        role: get_json(cluster, "statefulset", f"{NAME}-{role}{suffix}", "-n", NS)["spec"][
+            "template"
+        ]["metadata"]["annotations"][key]
         for role in ("prefill", "decode")
     }
 
@@ -186,6 +194,9 @@ def test_a_canary_that_never_answers_is_inconclusive_and_rolled_back(world):
 
 
 def test_clean_flags_pass_the_default_canary_and_promote_once_across_an_operator_restart(world):
+    """bf16 index-K is another prefill→decode transfer format than the stable fp8: after the
+    PASS it is promoted in pairs, under continuous load from eight sessions that must never
+    get a failed or garbled answer (a prefill and a decode of different formats paired)."""
     cluster, operator, _, _ = world
     hashes = stable_hashes(cluster)
     audit_start = cluster.audit_log.stat().st_size
@@ -195,6 +206,9 @@ def test_clean_flags_pass_the_default_canary_and_promote_once_across_an_operator
     probing = wait_for(
         "probing", lambda: (r := rollout(cluster)).get("phase") == "Probing" and r, 300
     )
+    assert probing["transfer"] == "incompatible"
+    load = RouterLoad(cluster, NS, f"{NAME}-router", sessions=8)
+    load.start()
     operator.stop(signal.SIGKILL)  # mid-probe, no goodbye
     operator.start()
     wait_for(

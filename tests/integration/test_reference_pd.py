@@ -46,3 +46,35 @@ def test_decode_server_without_a_prefill_refuses_with_400(start_server):
 
     status, message = asyncio.run(post())
     assert status == 400 and "bootstrap_host" in message
+
+
+def metric(url: str, name: str) -> float:
+    async def get() -> str:
+        async with aiohttp.ClientSession() as http, http.get(f"{url}/metrics") as resp:
+            return await resp.text()
+
+    line = next(ln for ln in asyncio.run(get()).splitlines() if ln.startswith(name))
+    return float(line.rsplit(" ", 1)[1])
+
+
+def test_a_decode_engine_refuses_pages_of_another_transfer_format(start_server, free_port):
+    """Promoting fp8 → fp4 role by role would pair exactly these: the decode engine refuses
+    the transfer (502, saying what differs) and counts it, instead of reading bytes of
+    another shape.  The operator promotes such a change in pairs, so this never happens."""
+    bootstrap = free_port()
+    prefill = start_server(
+        "--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", str(bootstrap),
+        "--index-dtype", "fp8",
+    )  # fmt: skip
+    decode = start_server("--disaggregation-mode", "decode", "--index-dtype", "fp4")
+    router = start_server("--prefill", prefill, str(bootstrap), "--decode", decode, cmd="router")
+
+    async def post() -> tuple[int, str]:
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"{router}/v1/chat/completions", json=BODIES[0]) as resp:
+                return resp.status, (await resp.json())["error"]["message"]
+
+    status, message = asyncio.run(post())
+    assert status == 502
+    assert "transfer format mismatch (index_dtype: prefill 'fp8', decode 'fp4')" in message
+    assert metric(decode, "dsv4:pd_transfer_format_mismatch_total") == 1

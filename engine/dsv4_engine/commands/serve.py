@@ -18,7 +18,12 @@ from typing import TypeVar
 from dsv4_engine.cliutil import CommandError
 from dsv4_engine.engine_config import ReferenceModelKind
 from dsv4_engine.features import HiCacheMemLayout, HiCacheWritePolicy, IndexDtype
-from dsv4_engine.reference.settings import DisaggregationMode, ServeSettings, SettingsError
+from dsv4_engine.reference.settings import (
+    DEFAULT_HICACHE_RATIO,
+    DisaggregationMode,
+    ServeSettings,
+    SettingsError,
+)
 
 logger = logging.getLogger("dsv4_engine.serve")
 E = TypeVar("E", bound=StrEnum)
@@ -35,40 +40,64 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+_DEFAULTS = ServeSettings()
+
+
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=30000)
+    """SGLang's flag names and defaults (`reference.settings`); `None`: the engine decides."""
+    p.add_argument("--host", default=_DEFAULTS.host)
+    p.add_argument("--port", type=int, default=_DEFAULTS.port)
     p.add_argument("--model-path", help="accepted for SGLang compatibility; weights are seeded")
-    p.add_argument("--served-model-name", default="dsv4-reference")
+    p.add_argument(
+        "--served-model-name", help=f"default: the model path, else {_DEFAULTS.served_model_name}"
+    )
     p.add_argument(
         "--reference-model",
-        default="random",
+        default=_DEFAULTS.reference_model.value,
         help="random (seeded random weights: judge it by warm-vs-cold consistency) | echo "
         "(constructed weights that answer the tool-call echo prompt)",
     )
-    p.add_argument("--tp", "--tp-size", dest="tp", type=int, default=1, help="must be 1 on CPU")
-    p.add_argument("--page-size", type=int, default=128)
-    p.add_argument("--index-dtype", default="fp8", help="index-K storage: fp8 | bf16 | fp4")
-    p.add_argument("--enable-hierarchical-cache", action="store_true")
-    p.add_argument("--hicache-ratio", type=float)
-    p.add_argument("--hicache-size", type=int, help="host tier GiB (overrides the ratio)")
-    p.add_argument("--hicache-write-policy", default="write_through")
-    p.add_argument("--hicache-mem-layout", default="page_first")
+    p.add_argument(
+        "--tp", "--tp-size", dest="tp", type=int, default=_DEFAULTS.tp, help="must be 1 on CPU"
+    )
+    p.add_argument("--page-size", type=int, help=f"default: {_DEFAULTS.page_size}")
+    p.add_argument(
+        "--index-dtype",
+        default=_DEFAULTS.index_dtype.value,
+        help="index-K storage: fp8 | bf16 | fp4",
+    )
+    p.add_argument("--enable-hierarchical-cache", "--enable-hicache", action="store_true")
+    p.add_argument("--hicache-ratio", type=float, help=f"default: {DEFAULT_HICACHE_RATIO}")
+    p.add_argument(
+        "--hicache-size",
+        type=int,
+        default=_DEFAULTS.hicache_size,
+        help="host tier GiB (overrides the ratio; 0: use the ratio)",
+    )
+    p.add_argument("--hicache-write-policy", default=_DEFAULTS.hicache_write_policy.value)
+    p.add_argument("--hicache-mem-layout", default=_DEFAULTS.hicache_mem_layout.value)
     p.add_argument(
         "--hicache-bandwidth",
         type=float,
-        default=2.0,
+        default=_DEFAULTS.hicache_bandwidth_mb_s,
         help="host→device copy speed in MB/s (default 2; 0: unthrottled).  The default makes "
         "a load outlast a batch's compute up to the indexer, as a GPU copy outlasts its "
         "kernels, so DSV4_INJECT_UNGATED_INDEX_K=1 shows in answers; gated reads just wait",
     )
-    p.add_argument("--max-running-requests", type=int, default=64)
-    p.add_argument("--max-total-tokens", type=int, default=131072)
-    p.add_argument("--context-length", type=int, default=16384)
-    p.add_argument("--random-seed", type=int, default=0)
-    p.add_argument("--disaggregation-mode", default="null", help="null | prefill | decode")
-    p.add_argument("--disaggregation-bootstrap-port", type=int, default=8998)
-    p.add_argument("--log-level", default="warning")
+    p.add_argument(
+        "--max-running-requests", type=int, help=f"default: {_DEFAULTS.max_running_requests}"
+    )
+    p.add_argument("--max-total-tokens", type=int, help=f"default: {_DEFAULTS.max_total_tokens}")
+    p.add_argument("--context-length", type=int, help=f"default: {_DEFAULTS.context_length}")
+    p.add_argument("--random-seed", type=int, help=f"default: {_DEFAULTS.random_seed}")
+    p.add_argument(
+        "--disaggregation-mode", default=_DEFAULTS.disaggregation_mode.value,
+        help="null | prefill | decode",
+    )  # fmt: skip
+    p.add_argument(
+        "--disaggregation-bootstrap-port", type=int, default=_DEFAULTS.disaggregation_bootstrap_port
+    )
+    p.add_argument("--log-level", default="info")
 
 
 def _choice(flag: str, value: str, enum: type[E]) -> E:
@@ -80,18 +109,25 @@ def _choice(flag: str, value: str, enum: type[E]) -> E:
 
 
 def settings_from_args(args: argparse.Namespace) -> ServeSettings:
+    """The settings the flags ask for; a flag left unset keeps the engine's own choice."""
+    given = {
+        "served_model_name": args.served_model_name or args.model_path,
+        "page_size": args.page_size,
+        "hicache_ratio": args.hicache_ratio,
+        "max_running_requests": args.max_running_requests,
+        "max_total_tokens": args.max_total_tokens,
+        "context_length": args.context_length,
+        "random_seed": args.random_seed,
+    }
     try:
         return ServeSettings(
             host=args.host,
             port=args.port,
             model_path=args.model_path,
-            served_model_name=args.served_model_name,
             reference_model=_choice("--reference-model", args.reference_model, ReferenceModelKind),
             tp=args.tp,
-            page_size=args.page_size,
             index_dtype=_choice("--index-dtype", args.index_dtype, IndexDtype),
             enable_hierarchical_cache=args.enable_hierarchical_cache,
-            hicache_ratio=args.hicache_ratio,
             hicache_size=args.hicache_size,
             hicache_write_policy=_choice(
                 "--hicache-write-policy", args.hicache_write_policy, HiCacheWritePolicy
@@ -100,14 +136,11 @@ def settings_from_args(args: argparse.Namespace) -> ServeSettings:
                 "--hicache-mem-layout", args.hicache_mem_layout, HiCacheMemLayout
             ),
             hicache_bandwidth_mb_s=args.hicache_bandwidth,
-            max_running_requests=args.max_running_requests,
-            max_total_tokens=args.max_total_tokens,
-            context_length=args.context_length,
-            random_seed=args.random_seed,
             disaggregation_mode=_choice(
                 "--disaggregation-mode", args.disaggregation_mode, DisaggregationMode
             ),
             disaggregation_bootstrap_port=args.disaggregation_bootstrap_port,
+            **{name: value for name, value in given.items() if value is not None},
         )
     except SettingsError as err:
         raise CommandError(str(err)) from None
@@ -165,7 +198,10 @@ async def _serve(settings: ServeSettings) -> None:
         await site.start()
         if settings.disaggregation_mode is DisaggregationMode.PREFILL:
             bootstrap = await pd.serve_bootstrap(
-                settings.host, settings.disaggregation_bootstrap_port, server.prefill
+                settings.host,
+                settings.disaggregation_bootstrap_port,
+                server.prefill,
+                server.transfer_format,
             )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

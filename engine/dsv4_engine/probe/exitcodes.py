@@ -7,9 +7,10 @@ script gating a rollout on the exit code must not read a typo as "not enough evi
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable
 from typing import NoReturn
+
+from dsv4_engine.cliutil import usage_error
 
 USAGE_OR_CONNECTION_ERROR = 3
 
@@ -18,8 +19,6 @@ def usage_error_exit_3(parser: argparse.ArgumentParser) -> Callable[[str], NoRet
     """A replacement for `parser.error` that exits with 3 instead of argparse's 2."""
 
     def error(message: str) -> NoReturn:
-        parser.print_usage(sys.stderr)
-        print(f"{parser.prog}: error: {message}", file=sys.stderr)
-        sys.exit(USAGE_OR_CONNECTION_ERROR)
+        usage_error(parser.prog, message, USAGE_OR_CONNECTION_ERROR)
 
     return error

@@ -20,6 +20,7 @@ class EngineStats:
     load_back_tokens: int = 0
     offloaded_tokens: int = 0
     transfer_failures: int = 0
+    transfer_format_mismatches: int = 0
     device_cached_tokens: int = 0
     host_cached_tokens: int = 0
     free_pages: int = 0
@@ -77,6 +78,10 @@ def render(
          "page carries its load's generation).", stale_index_k_reads),
         ("dsv4:hicache_transfer_failures_total", "counter",
          "HiCache loads that failed their checksum or timed out.", stats.transfer_failures),
+        ("dsv4:pd_transfer_format_mismatch_total", "counter",
+         "PD transfers refused: the prefill engine laid its pages out for another format "
+         "(index-K dtype, KV dtype, page size or build) than this decode engine's.",
+         stats.transfer_format_mismatches),
     ]  # fmt: skip
     out = []
     for name, kind, doc, value in rows:

@@ -31,11 +31,16 @@ class Router:
     def __init__(self, prefills: list[PrefillWorker], decodes: list[str]) -> None:
         if not prefills or not decodes:
             raise ValueError("a PD router needs at least one --prefill and one --decode")
+        self._http: aiohttp.ClientSession | None = None
+        self.set_workers(prefills, decodes)
+
+    def set_workers(self, prefills: list[PrefillWorker], decodes: list[str]) -> None:
+        """Route new requests to these workers; requests in flight keep theirs (as
+        sglang-router does when its discovery sees pods come and go)."""
         self.prefills = prefills
         self.decodes = [d.rstrip("/") for d in decodes]
         self._next_prefill = itertools.cycle(prefills)
         self._next_decode = itertools.cycle(self.decodes)
-        self._http: aiohttp.ClientSession | None = None
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -45,6 +50,7 @@ class Router:
         app.router.add_post("/v1/chat/completions", self._generate)
         app.router.add_post("/v1/completions", self._generate)
         app.router.add_post("/admin/hicache/offload", self._offload)
+        app.router.add_put("/admin/workers", self._workers)
         app.on_startup.append(self._open)
         app.on_cleanup.append(self._close)
         return app
@@ -91,6 +97,22 @@ class Router:
                     return web.Response(status=resp.status, body=await resp.read())
                 total += (await resp.json()).get("offloaded_tokens", 0)
         return web.json_response({"offloaded_tokens": total})
+
+    async def _workers(self, request: web.Request) -> web.Response:
+        """The worker set, replaced: how a local runtime plays sglang-router's discovery."""
+        try:
+            body = await request.json()
+            prefills = [PrefillWorker(p["url"].rstrip("/"), int(p["bootstrap_port"]))
+                        for p in body["prefill"]]  # fmt: skip
+            decodes = [str(url) for url in body["decode"]]
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
+            message = f'body: expected {{"prefill": [{{"url", "bootstrap_port"}}], "decode": [url]}} ({err})'
+            return web.json_response({"error": {"message": message}}, status=400)
+        if not prefills or not decodes:
+            message = "prefill, decode: a PD router needs at least one of each"
+            return web.json_response({"error": {"message": message}}, status=400)
+        self.set_workers(prefills, decodes)
+        return web.json_response({"prefill": len(prefills), "decode": len(decodes)})
 
     async def _generate(self, request: web.Request) -> web.StreamResponse:
         try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 import dataclasses
+import importlib.metadata
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -69,6 +70,14 @@ class ReferenceServer:
         self.settings = settings
         self.engine = engine
         self.model = settings.served_model_name
+        # How this engine lays out the pages a PD transfer moves (KV rows are bf16 in its
+        # pools); another build may lay them out anew.
+        self.transfer_format = pd.TransferFormat(
+            index_dtype=settings.index_dtype.value,
+            kv_dtype="bf16",
+            page_size=settings.page_size,
+            build=f"dsv4-engine {importlib.metadata.version('dsv4-engine')}",
+        )
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -170,6 +179,9 @@ class ReferenceServer:
             prefilled = await self._prefilled(body, prompt)
         except BadRequest as err:
             return _error(str(err))
+        except pd.FormatMismatch as err:
+            self.engine.stats.transfer_format_mismatches += 1
+            return _error(str(err), 502)
         except pd.TransferError as err:
             return _error(str(err), 502)
         too_big = self.engine.check_fits(len(prompt.ids), prompt.max_tokens)
@@ -207,7 +219,7 @@ class ReferenceServer:
                 "bootstrap_host/bootstrap_port: a decode server needs the prefill server "
                 "of the request (send requests through the PD router)"
             )
-        return await pd.fetch_prefill(host, port, prompt.ids)
+        return await pd.fetch_prefill(host, port, prompt.ids, self.transfer_format)
 
     async def _stream_out(
         self, request: web.Request, stream: _Stream, chat: bool, body: dict[str, Any]

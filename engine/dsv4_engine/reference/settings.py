@@ -1,4 +1,14 @@
-"""`dsv4-engine serve` settings: SGLang's flag names where SGLang has the flag.
+"""`dsv4-engine serve` settings: SGLang's flag names where SGLang has the flag, and SGLang's
+defaults with them.
+
+A flag SGLang 0.5.23 leaves unset until start-up (`None` in its ServerArgs: the page size,
+the token pool, the request cap, the context length, the seed) is left to the engine here
+too: the defaults below are then the reference model's own choices, as SGLang's would be
+the real model's and GPU's.  A flag SGLang resolves to a fixed value when unset takes that
+value: `--hicache-ratio` 2.0 (`arg_groups/hicache_hook.handle_hicache_ratio_default`), the
+served model name the model path (`serving_hook.handle_missing_default_values`).
+tests/unit/reference/test_serve_defaults_sglang.py compares every shared flag with SGLang's own
+parser and hooks.
 
 Validated once, before anything starts, so a bad flag ends the process with one line.
 """
@@ -24,26 +34,30 @@ class SettingsError(ValueError):
     """A flag value the engine cannot run with; the message names the flag."""
 
 
+# What SGLang resolves an unset --hicache-ratio to (a host tier twice the device pool).
+DEFAULT_HICACHE_RATIO = 2.0
+
+
 @dataclass(frozen=True)
 class ServeSettings:
     host: str = "127.0.0.1"
     port: int = 30000
     model_path: str | None = None
-    served_model_name: str = "dsv4-reference"
+    served_model_name: str = "dsv4-reference"  # unset: the model path, else this
     reference_model: ReferenceModelKind = ReferenceModelKind.RANDOM
     tp: int = 1
     page_size: int = 128
     index_dtype: IndexDtype = IndexDtype.FP8
     enable_hierarchical_cache: bool = False
-    hicache_ratio: float | None = None
-    hicache_size: int | None = None
+    hicache_ratio: float = DEFAULT_HICACHE_RATIO
+    hicache_size: int = 0  # GiB; 0: sized by the ratio (SGLang's meaning)
     hicache_write_policy: HiCacheWritePolicy = HiCacheWritePolicy.WRITE_THROUGH
     hicache_mem_layout: HiCacheMemLayout = HiCacheMemLayout.PAGE_FIRST
     hicache_bandwidth_mb_s: float = 2.0  # 0: unthrottled (the copy runs at memcpy speed)
     max_running_requests: int = 64
     max_total_tokens: int = 131072
     context_length: int = 16384
-    random_seed: int = 0
+    random_seed: int = 0  # seeds the reference weights
     disaggregation_mode: DisaggregationMode = DisaggregationMode.NULL
     disaggregation_bootstrap_port: int = 8998
 
@@ -55,14 +69,13 @@ class ServeSettings:
                 f"--page-size {self.page_size}: expected a positive multiple of 128 "
                 "(a c128 layer compresses 128 tokens into one entry per page)"
             )
-        if self.enable_hierarchical_cache:
-            if self.hicache_size is None and (
-                self.hicache_ratio is None or self.hicache_ratio <= 1
-            ):
-                raise SettingsError(
-                    f"--hicache-ratio {self.hicache_ratio}: expected a number > 1 "
-                    "(the host tier must be larger than the device pool) or --hicache-size"
-                )
+        if self.hicache_size < 0:
+            raise SettingsError(f"--hicache-size {self.hicache_size}: expected GiB >= 0")
+        if self.enable_hierarchical_cache and not self.hicache_size and self.hicache_ratio <= 1:
+            raise SettingsError(
+                f"--hicache-ratio {self.hicache_ratio}: expected a number > 1 "
+                "(the host tier must be larger than the device pool) or --hicache-size"
+            )
         if self.hicache_bandwidth_mb_s < 0:
             raise SettingsError(f"--hicache-bandwidth {self.hicache_bandwidth_mb_s}: expected >= 0")
         for name in ("max_running_requests", "max_total_tokens", "context_length"):
@@ -90,8 +103,8 @@ class ServeSettings:
             return None
         return HiCacheFeature(
             enabled=True,
-            ratio=self.hicache_ratio if self.hicache_size is None else None,
-            size_gb=self.hicache_size,
+            ratio=None if self.hicache_size else self.hicache_ratio,
+            size_gb=self.hicache_size or None,
             write_policy=self.hicache_write_policy,
             mem_layout=self.hicache_mem_layout,
         )

@@ -1,8 +1,8 @@
 """Generate the DSV4Deployment CRD (crds/dsv4deployment.yaml) from the typed models.
 
 Why a converter and not pydantic's schema as is: the API server wants a *structural*
-OpenAPI v3 schema (no `$ref`, no `anyOf` for optional fields, `exclusiveMinimum` as a
-boolean, free-form maps marked `x-kubernetes-preserve-unknown-fields`).  The CEL rules
+OpenAPI v3 schema (no `$ref`, no `anyOf` for optional fields, `exclusiveMinimum` and
+`exclusiveMaximum` as booleans, free-form maps marked `x-kubernetes-preserve-unknown-fields`).  The CEL rules
 ride along from the models' `x-kubernetes-validations`.
 
 `python -m dsv4_operator.api.crd [PATH]` (`make manifests`) writes the file; a unit test
@@ -71,6 +71,8 @@ def structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     out = {k: node[k] for k in _KEEP if k in node}
     if "exclusiveMinimum" in node:
         out["minimum"], out["exclusiveMinimum"] = node["exclusiveMinimum"], True
+    if "exclusiveMaximum" in node:
+        out["maximum"], out["exclusiveMaximum"] = node["exclusiveMaximum"], True
     out.update({k: v for k, v in node.items() if k.startswith("x-kubernetes-")})
     kind = node.get("type")
     if kind == "object":

@@ -110,6 +110,15 @@ class CanarySpec(CamelModel):
         le=86400,
         description="A canary not Ready (and answering) within this long is INCONCLUSIVE.",
     )
+    placement_timeout_seconds: int = Field(
+        default=30,
+        ge=0,
+        le=86400,
+        description="A canary pod the scheduler cannot place (Unschedulable), or that its "
+        "controller cannot create (FailedCreate), for this long ends the canary INCONCLUSIVE "
+        "with Kubernetes' reason, without waiting out readyTimeoutSeconds.  Raise it where a "
+        "cluster autoscaler adds nodes for pending pods.",
+    )
     probe_timeout_seconds: int = Field(
         default=900,
         ge=10,
@@ -175,12 +184,39 @@ class RolloutVerdict(StrEnum):
     PROMOTION_TIMEOUT = "PROMOTION_TIMEOUT"
 
 
+class Slot(StrEnum):
+    """Where a deployment's stable engines live.  Normally all in one slot; while a change
+    of the prefill→decode transfer format is promoted, the old flags in one slot and the
+    new in the other, each slot with its own router, so no request crosses formats.  `blue`
+    keeps the names a deployment always had (`<name>-decode`); `green` adds a suffix
+    (`<name>-decode-green`)."""
+
+    BLUE = "blue"
+    GREEN = "green"
+
+    @property
+    def suffix(self) -> str:
+        return "" if self is Slot.BLUE else f"-{self.value}"
+
+    @property
+    def other(self) -> Slot:
+        return Slot.GREEN if self is Slot.BLUE else Slot.BLUE
+
+
 class Transfer(StrEnum):
     """How the flags of a rollout relate to the stable ones' prefill→decode transfer format
     (`FlagSet.transfer_revision`), which decides how they are promoted."""
 
     COMPATIBLE = "compatible"  # same format: role by role (a prefill may feed any decode)
     INCOMPATIBLE = "incompatible"  # another format: in prefill+decode pairs, never mixed
+
+
+class PairStage(StrEnum):
+    """Where one step of a paired promotion is (see `rollout.pairs`)."""
+
+    GROW = "Grow"  # the new slot takes one more prefill+decode pair
+    RETIRE = "Retire"  # the old slot's router leaves before its last pair does
+    SHRINK = "Shrink"  # the old slot gives one pair back
 
 
 class WatchVerdict(StrEnum):
@@ -234,6 +270,21 @@ class RolloutStatus(StatusModel):
         "transfer format (compatible: promoted role by role) or not (incompatible: promoted "
         "in pairs, so no request ever crosses formats).",
     )
+    slot: Slot = Field(
+        default=Slot.BLUE, description="The slot whose engines run the stable flags."
+    )
+    pair_step: int = Field(
+        default=0,
+        ge=0,
+        description="A paired promotion's progress: prefill+decode pairs moved to the new "
+        "slot (0 when none is under way).",
+    )
+    pair_stage: PairStage | None = None
+    retiring: Slot | None = Field(
+        default=None,
+        description="A slot being emptied after a paired promotion was rolled back: its "
+        "router leaves first, then its engines.",
+    )
     started_at: str | None = None
     phase_since: str | None = None
     probe_attempt: int = Field(
@@ -248,6 +299,11 @@ class RolloutStatus(StatusModel):
     bound: float | None = None
     samples: int | None = None
     report: str | None = Field(default=None, description="ConfigMap holding the JSON report.")
+    verdict_reason: str | None = Field(
+        default=None,
+        description="Why the verdict was reached, kept while later passes rewrite `message` "
+        "(a canary that could not be placed: Kubernetes' words).",
+    )
     rejected_revision: str | None = Field(
         default=None,
         description="Flags that failed their canary: not retried while the spec asks for them, "

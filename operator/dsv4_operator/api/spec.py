@@ -273,6 +273,15 @@ class DSV4DeploymentSpec(CamelModel):
     placement: PlacementSpec = PlacementSpec()
     features: EngineFeatures = EngineFeatures()
     disaggregation: Disaggregation = Disaggregation()
+    progress_deadline_seconds: int = Field(
+        default=1800,
+        ge=10,
+        le=7 * 86400,
+        description="A role whose replicas make no progress (none more ready or updated) for "
+        "this long while not Ready makes the deployment Degraded (reason "
+        "ProgressDeadlineExceeded), with the pods' reasons in the message.  The default leaves "
+        "room for loading DeepSeek-V4 weights; Kubernetes' Deployments use 600.",
+    )
     rollout: RolloutSpec = Field(
         default=RolloutSpec(), description="How passed flags are promoted; production watch."
     )
@@ -293,3 +302,9 @@ class DSV4DeploymentSpec(CamelModel):
     def role_spec(self, role: Role) -> RoleSpec:
         """The section of one engine role: what rendering, sizing and status read per role."""
         return self.prefill if role is Role.PREFILL else self.decode
+
+    @property
+    def multinode(self) -> bool:
+        """A role spans several nodes per replica (its workers' StatefulSet has the longest
+        name: what `api.names` budgets the deployment's own name for)."""
+        return any(self.role_spec(role).nodes_per_replica > 1 for role in Role)

@@ -55,6 +55,11 @@ class DSV4DeploymentStatus(CamelModel):
     active_features: EngineFeatures | None = Field(
         default=None, description="The engine feature flags the children run."
     )
+    last_progress_time: str | None = Field(
+        default=None,
+        description="While not Ready: when the roles last made progress (a new spec applied, "
+        "more replicas ready or updated).  spec.progressDeadlineSeconds counts from here.",
+    )
     rollout: dict[str, Any] | None = Field(
         default=None, description="Canary rollout state (owned by the rollout controller)."
     )

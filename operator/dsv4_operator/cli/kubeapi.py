@@ -14,6 +14,7 @@ IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/names
 def connect(kubeconfig: str | None, exit_code: int = 1) -> Kube:
     """Like kubectl: `--kubeconfig`, else $KUBECONFIG or ~/.kube/config, else (inside a pod,
     e.g. a probe Job) the pod's ServiceAccount."""
+    import yaml
     from kubernetes import client, config
 
     try:
@@ -26,6 +27,13 @@ def connect(kubeconfig: str | None, exit_code: int = 1) -> Kube:
             except config.ConfigException:
                 pass
         raise CommandError(f"cannot load kubeconfig: {err}", exit_code=exit_code) from None
+    except (OSError, UnicodeError, yaml.YAMLError) as err:
+        raise CommandError(f"cannot read kubeconfig {kubeconfig}: {err}", exit_code) from None
+    except (TypeError, AttributeError, KeyError) as err:
+        # The client indexes the parsed YAML as it expects a kubeconfig to be shaped.
+        raise CommandError(
+            f"kubeconfig {kubeconfig} is not a kubeconfig: {err}", exit_code
+        ) from None
 
 
 def default_namespace() -> str:

@@ -100,6 +100,7 @@ def _status(rollout: dict[str, Any] | None, output: str) -> int:
         ("upper bound", _pct(rollout.get("bound"))),
         ("samples", rollout.get("samples")),
         ("report", rollout.get("report")),
+        ("why", rollout.get("verdictReason")),
         ("rejected revision", rollout.get("rejectedRevision")),
         ("production watch", _watch(rollout.get("stableProbe"))),
         ("message", rollout.get("message")),
@@ -111,7 +112,18 @@ def _status(rollout: dict[str, Any] | None, output: str) -> int:
 
 
 def _report(kube: Any, namespace: str, rollout: dict[str, Any] | None, output: str) -> int:
-    name = (rollout or {}).get("report")
+    rollout = rollout or {}
+    name = rollout.get("report")
+    if not name and rollout.get("verdict"):
+        # Decided before any probe ran (the canary could not be placed or never became
+        # Ready, a person aborted): the status holds the whole story.
+        why = rollout.get("verdictReason") or rollout.get("message")
+        decided = {"verdict": rollout["verdict"], "probed": False, "why": why}
+        if output == "json":
+            print(json.dumps(decided, indent=2))
+        else:
+            print(f"verdict  {decided['verdict']} (no probe ran)\nwhy      {decided['why']}")
+        return 0
     if not name:
         raise CommandError("no canary report yet: the rollout has not reached a verdict", 1)
     config_map = kube.get("ConfigMap", namespace, name)

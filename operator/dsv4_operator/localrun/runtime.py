@@ -15,6 +15,7 @@ to run here (manifests/samples/flash-reference.yaml does).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -32,9 +33,10 @@ import yaml
 from dsv4_engine.commands.launch import fault_env
 from dsv4_engine.engine_config import Backend, load_engine_yaml
 from dsv4_operator.localrun import endpoints
-from dsv4_operator.render.engine import ENGINE_PORT, config_map_name, short_hash
+from dsv4_operator.render.engine import ENGINE_PORT, short_hash
 from dsv4_operator.render.meta import (
     ANNOTATION_CONFIG_HASH,
+    APP,
     LABEL_COMPONENT,
     LABEL_INSTANCE,
     LABEL_NAME,
@@ -44,6 +46,10 @@ from dsv4_operator.render.router import ROUTER_PORT, router_name
 
 log = logging.getLogger("dsv4_operator.localrun")
 READY_TIMEOUT_S = 60.0
+# A vanished pod's process keeps running this long after it stopped being published and
+# routed to, then gets SIGTERM and finishes what it has in flight — as a Service drops a
+# terminating pod's endpoint before the pod stops.
+DRAIN_S = 3.0
 
 
 def free_port() -> int:
@@ -56,7 +62,7 @@ def free_port() -> int:
 class Process:
     pod_uid: str
     namespace: str
-    instance: str  # the slice: `<name>` or `<name>-canary`
+    instance: str  # the slice: `<name>` or `<name>--canary`
     component: str  # prefill | decode | router
     url: str
     popen: subprocess.Popen
@@ -65,6 +71,12 @@ class Process:
     bootstrap_port: int | None = None
     log_path: Path | None = None
     restarts: int = 0
+    labels: dict[str, str] = field(default_factory=dict)  # the pod's
+    service: str = ""  # the Service that publishes it
+    # A router's discovery: its pod's --prefill-selector / --decode-selector, and the
+    # workers it was last told.
+    selectors: tuple[dict[str, str], dict[str, str]] = ({}, {})
+    workers: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
 
 
 class NotReference(ValueError):
@@ -108,15 +120,17 @@ class LocalRuntime:
     _health: dict[str, bool] = field(default_factory=dict, init=False, repr=False)
     # Pods this runtime will not run (another engine), told once each.
     _refused: set[str] = field(default_factory=set, init=False, repr=False)
+    # Processes of vanished pods, unpublished and unrouted, stopped at their deadline.
+    _draining: list[tuple[float, Process]] = field(default_factory=list, init=False, repr=False)
 
     def sync(self) -> None:
         """One pass: start what new Running pods need, stop what vanished pods left."""
         self._health.clear()
-        pods = self.core.list_pod_for_all_namespaces(label_selector=f"{LABEL_NAME}=dsv4").items
+        pods = self.core.list_pod_for_all_namespaces(label_selector=f"{LABEL_NAME}={APP}").items
         running = {p.metadata.uid: p for p in pods if _running(p)}
         for uid in list(self.processes):
             if uid not in running:
-                self._stop(self.processes.pop(uid))
+                self._draining.append((time.monotonic() + DRAIN_S, self.processes.pop(uid)))
             elif self.processes[uid].popen.poll() is not None:
                 self._restart(self.processes[uid])  # like kubelet: same pod, same port
         engines = [p for p in running.values() if _component(p) in ("prefill", "decode")]
@@ -130,18 +144,28 @@ class LocalRuntime:
             else:
                 self._follow_engines(self.processes[pod.metadata.uid])
         self._publish()
+        now = time.monotonic()
+        for deadline, process in [d for d in self._draining if d[0] <= now]:
+            self._draining.remove((deadline, process))
+            self._stop(process)
 
     def stop_all(self) -> None:
-        for process in self.processes.values():
+        for process in [*self.processes.values(), *(p for _, p in self._draining)]:
             self._stop(process)
         self.processes.clear()
+        self._draining.clear()
         self._publish()
 
     # -- engines -------------------------------------------------------------------------
     def _start_engine(self, pod: Any) -> None:
-        ns, instance, role = pod.metadata.namespace, _instance(pod), _component(pod)
-        owner = Owner(name=instance, namespace=ns, uid="")
-        data = self.core.read_namespaced_config_map(config_map_name(owner), ns).data or {}
+        ns, role = pod.metadata.namespace, _component(pod)
+        config = next(
+            (v.config_map.name for v in pod.spec.volumes or [] if v.config_map is not None),
+            None,
+        )
+        if config is None:
+            return
+        data = self.core.read_namespaced_config_map(config, ns).data or {}
         text = data.get(f"{role}.yaml")
         wanted = (pod.metadata.annotations or {}).get(ANNOTATION_CONFIG_HASH)
         if text is None or short_hash(text) != wanted:
@@ -159,50 +183,66 @@ class LocalRuntime:
         command = [sys.executable, "-m", "dsv4_engine.cli", "launch", "--config", str(config_path)]
         self._spawn(pod, command, env, port, bootstrap)
 
-    def _router_command(self, namespace: str, instance: str, port: int) -> list[str] | None:
-        """The router in front of its slice's healthy engines; None while there are none."""
-        slice_ = [
-            p
-            for p in self.processes.values()
-            if p.namespace == namespace and p.instance == instance
-        ]
-        prefill = [p for p in slice_ if p.component == "prefill" and self._healthy(p)]
-        decode = [p for p in slice_ if p.component == "decode" and self._healthy(p)]
-        if not prefill or not decode:
-            return None  # engines first, like a router whose workers are not up yet
-        command = [sys.executable, "-m", "dsv4_engine.cli", "router", "--port", str(port)]
-        for p in sorted(prefill, key=lambda p: p.url):
-            command += ["--prefill", p.url, str(p.bootstrap_port)]
-        for p in sorted(decode, key=lambda p: p.url):
-            command += ["--decode", p.url]
-        return command
+    def _discovered(
+        self, namespace: str, selectors: tuple[dict[str, str], dict[str, str]]
+    ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The workers sglang-router would discover with ``selectors``: the healthy engines
+        of ``namespace`` whose pod labels match (as `url bootstrap_port` / `url`)."""
+        prefill_selector, decode_selector = selectors
+        found: tuple[list[str], list[str]] = ([], [])
+        for p in self.processes.values():
+            if p.namespace != namespace or p.component == "router" or not self._healthy(p):
+                continue
+            if prefill_selector.items() <= p.labels.items() and p.component == "prefill":
+                found[0].append(f"{p.url} {p.bootstrap_port}")
+            if decode_selector.items() <= p.labels.items() and p.component == "decode":
+                found[1].append(p.url)
+        return tuple(sorted(found[0])), tuple(sorted(found[1]))
 
     def _start_router(self, pod: Any) -> None:
+        args = list(pod.spec.containers[0].args or [])
+        selectors = (_selector(args, "--prefill-selector"), _selector(args, "--decode-selector"))
+        prefill, decode = self._discovered(pod.metadata.namespace, selectors)
+        if not prefill or not decode:
+            return  # engines first, like a router whose workers are not up yet
         port = free_port()
-        command = self._router_command(pod.metadata.namespace, _instance(pod), port)
-        if command is not None:
-            self._spawn(pod, command, {}, port, None)
+        command = [sys.executable, "-m", "dsv4_engine.cli", "router", "--port", str(port)]
+        for worker in prefill:
+            command += ["--prefill", *worker.split()]
+        for url in decode:
+            command += ["--decode", url]
+        self._spawn(pod, command, {}, port, None)
+        self.processes[pod.metadata.uid].selectors = selectors
+        self.processes[pod.metadata.uid].workers = (prefill, decode)
 
     def _follow_engines(self, router: Process) -> None:
-        """sglang-router discovers workers by label; ours is told them: when the slice's
-        engines change (a rolled pod), restart the router on the same port with the new ones."""
-        engines = [
-            p
-            for p in self.processes.values()
-            if p.namespace == router.namespace
-            and p.instance == router.instance
-            and p.component != "router"
-        ]
-        if not all(self._healthy(p) for p in engines):
-            return  # settle first: a slow health answer must not bounce the router
-        port = int(router.url.rsplit(":", 1)[1])
-        command = self._router_command(router.namespace, router.instance, port)
-        if command is None or tuple(command) == router.command:
+        """sglang-router discovers its workers by label as pods come and go; ours is told
+        the change in place (requests in flight keep their workers), never restarted."""
+        workers = self._discovered(router.namespace, router.selectors)
+        if workers == router.workers or not self._healthy(router):
             return
-        self._stop(router)
-        router.command = tuple(command)
-        router.popen = _popen(command, {}, router.log_path or self.workdir / "router.log")
-        log.info("router of %s/%s now routes to %s", router.namespace, router.instance, command[6:])
+        body = {
+            "prefill": [{"url": w.split()[0], "bootstrap_port": int(w.split()[1])} for w in workers[0]],
+            "decode": list(workers[1]),
+        }  # fmt: skip
+        request = urllib.request.Request(
+            f"{router.url}/admin/workers",
+            data=json.dumps(body).encode(),
+            method="PUT",
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=5):
+                router.workers = workers
+        except OSError as err:
+            log.warning(
+                "router of %s/%s not told its workers yet: %s",
+                router.namespace,
+                router.instance,
+                err,
+            )
+            return
+        log.info("router of %s/%s now routes to %s", router.namespace, router.instance, workers)
 
     def _spawn(
         self, pod: Any, command: list[str], env: dict[str, str], port: int, bootstrap: int | None
@@ -220,6 +260,8 @@ class LocalRuntime:
             env=env,
             bootstrap_port=bootstrap,
             log_path=log_path,
+            labels=dict(pod.metadata.labels or {}),
+            service=pod.spec.subdomain or "",
         )
         self.processes[pod.metadata.uid] = process
         log.info(
@@ -271,10 +313,10 @@ class LocalRuntime:
                 continue
             owner = Owner(name=p.instance, namespace=p.namespace, uid="")
             if p.component == "router":
+                # One Service fronts every slot's routers: any healthy one answers for it.
                 data.setdefault(endpoints.key(router_name(owner), p.namespace, ROUTER_PORT), p.url)
-            else:
-                service = f"{p.instance}-{p.component}"
-                data.setdefault(endpoints.key(service, p.namespace, ENGINE_PORT), p.url)
+            elif p.service:
+                data.setdefault(endpoints.key(p.service, p.namespace, ENGINE_PORT), p.url)
         body = {
             "apiVersion": "v1",
             "kind": "ConfigMap",
@@ -335,6 +377,18 @@ def _running(pod: Any) -> bool:
         and pod.metadata.deletion_timestamp is None
         and _component(pod) in ("prefill", "decode", "router")
     )
+
+
+def _selector(args: list[str], flag: str) -> dict[str, str]:
+    """`--flag k=v k=v …` of a router's arguments, as sglang-router parses it."""
+    if flag not in args:
+        return {}
+    values = []
+    for arg in args[args.index(flag) + 1 :]:
+        if arg.startswith("--"):
+            break
+        values.append(arg)
+    return dict(v.split("=", 1) for v in values if "=" in v)
 
 
 def _component(pod: Any) -> str:

@@ -15,11 +15,14 @@ from typing import Any
 import kopf
 
 from dsv4_operator.api import GROUP, KIND, PLURAL, VERSION
+from dsv4_operator.api.names import CANARY_SUFFIX
 from dsv4_operator.reconcile.reconciler import Reconciler
 from dsv4_operator.render.meta import (
+    APP,
     LABEL_COMPONENT,
     LABEL_INSTANCE,
     LABEL_MANAGED_BY,
+    LABEL_NAME,
     MANAGED_BY,
 )
 from dsv4_operator.rollout.probe_job import COMPONENT as PROBE_COMPONENT
@@ -62,6 +65,17 @@ def register(
             id=f"child-{plural}",
         )(child_changed)
 
+    # A pod was scheduled or not, a container started or keeps failing: why a replica is
+    # not coming up may have changed, and the status says why (reconcile.blockers).
+    kopf.on.event(
+        "",
+        "v1",
+        "pods",
+        labels={LABEL_NAME: APP, LABEL_INSTANCE: kopf.PRESENT},
+        registry=registry,
+        id="pods",
+    )(child_changed)
+
     if watch_probe_jobs:
         # A probe Job ended: its verdict is in the report now, act on it without waiting
         # for the resync.
@@ -76,13 +90,17 @@ def register(
 
 
 def owning_deployment(meta: dict[str, Any]) -> str | None:
-    """The DSV4Deployment a child belongs to; a probe Job names it through its report's
-    labels instead (its owner is the report ConfigMap)."""
+    """The DSV4Deployment a child belongs to.  A probe Job names it through its report's
+    labels instead (its owner is the report ConfigMap), a pod through its slice's instance
+    label (its owner is a StatefulSet or ReplicaSet): `<name>` or `<name>--canary`."""
     for ref in meta.get("ownerReferences") or []:
         if ref.get("kind") == KIND and ref.get("apiVersion", "").startswith(f"{GROUP}/"):
             return str(ref["name"])
-    if (meta.get("labels") or {}).get(LABEL_COMPONENT) == PROBE_COMPONENT:
-        return (meta.get("labels") or {}).get(LABEL_INSTANCE)
+    labels = meta.get("labels") or {}
+    if labels.get(LABEL_COMPONENT) == PROBE_COMPONENT:
+        return labels.get(LABEL_INSTANCE)
+    if labels.get(LABEL_NAME) == APP and labels.get(LABEL_INSTANCE):
+        return str(labels[LABEL_INSTANCE]).removesuffix(CANARY_SUFFIX)
     return None
 
 

@@ -194,10 +194,16 @@ class Kube:
             raise
 
     def list(
-        self, kind: str, namespace: str | None, selector: str | None = None
+        self,
+        kind: str,
+        namespace: str | None,
+        selector: str | None = None,
+        field_selector: str | None = None,
     ) -> list[dict[str, Any]]:
         """Items as full objects: a list response leaves apiVersion and kind off its items."""
         query = [("labelSelector", selector)] if selector else []
+        if field_selector:
+            query.append(("fieldSelector", field_selector))
         listed = self.request("GET", path(kind, namespace), query=query)
         typed = {"apiVersion": listed["apiVersion"], "kind": kind}
         return [{**item, **typed} for item in listed["items"]]

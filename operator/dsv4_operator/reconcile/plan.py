@@ -76,5 +76,7 @@ def plan(desired: list[dict[str, Any]], live: list[dict[str, Any]]) -> list[Acti
             actions.append(Action("apply", obj["kind"], obj["metadata"]["name"], reason, obj))
     wanted = {key(obj) for obj in desired}
     for kind, name in sorted(live_by_key.keys() - wanted):
+        if live_by_key[(kind, name)]["metadata"].get("deletionTimestamp"):
+            continue  # already going (a foreground deletion waits for its pods)
         actions.append(Action("delete", kind, name, "orphaned"))
     return actions

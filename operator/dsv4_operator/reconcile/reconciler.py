@@ -33,29 +33,37 @@ from dsv4_operator import metrics
 from dsv4_operator.api import API_VERSION, KIND
 from dsv4_operator.api.errors import first_error
 from dsv4_operator.api.names import name_problem
-from dsv4_operator.api.rollout import FlagSet, RolloutStatus, WatchVerdict
+from dsv4_operator.api.rollout import RolloutStatus, Slot, WatchVerdict
 from dsv4_operator.api.spec import DSV4DeploymentSpec
-from dsv4_operator.api.status import DSV4DeploymentStatus
-from dsv4_operator.api.times import now_rfc3339, parse_stamp
+from dsv4_operator.api.status import Condition, ConditionType, DSV4DeploymentStatus, Phase
+from dsv4_operator.api.times import parse_stamp, stamp
+from dsv4_operator.reconcile.blockers import (
+    CANNOT_PLACE,
+    FAILED_CREATE_SELECTOR,
+    Blocker,
+)
 from dsv4_operator.reconcile.kube import ApiError, Kube, NotLeader
 from dsv4_operator.reconcile.plan import Action, plan, with_applied_hash
 from dsv4_operator.reconcile.state import PassState
-from dsv4_operator.reconcile.status import Problem, decide_status, observe_roles
-from dsv4_operator.render import render_all
+from dsv4_operator.reconcile.status import (
+    DEADLINE,
+    ROLLING,
+    Problem,
+    deadline_left,
+    decide_status,
+    observe_roles,
+)
+from dsv4_operator.render import render_slot
 from dsv4_operator.render.engine import feature_revision
 from dsv4_operator.render.memory import MemorySizingError, pod_memory
-from dsv4_operator.render.meta import LABEL_INSTANCE, Owner, instance_selector
+from dsv4_operator.render.meta import LABEL_INSTANCE, Owner, instance_selector, pod_selector
 from dsv4_operator.render.placement import GPU_PRODUCT_LABEL
+from dsv4_operator.render.router import router_name, router_shared
 from dsv4_operator.render.workloads import HostMemory
 from dsv4_operator.rollout.controller import RolloutController
-from dsv4_operator.rollout.decide import (
-    Decision,
-    canary_wanted,
-    decide,
-    first_status,
-    role_flags,
-)
-from dsv4_operator.rollout.observe import rolled_roles
+from dsv4_operator.rollout.decide import Decision, canary_wanted, decide, first_status
+from dsv4_operator.rollout.observe import rolled_roles, settled, settled_slots
+from dsv4_operator.rollout.pairs import Pairs, SlotPlan, plan_slots
 from dsv4_operator.rollout.record import with_record
 from dsv4_operator.rollout.recover import Unrecoverable, recover
 from dsv4_operator.rollout.reports import FiledReport, report_selector
@@ -76,6 +84,8 @@ CHILD_KINDS = (
 # A status write refused because the resource changed is redone on what is there now; a
 # resource changing this often under every pass is left to the next event.
 STATUS_ATTEMPTS = 3
+# A deadline's recheck runs this long after it, so the pass surely finds it passed.
+RECHECK_SLACK_S = 1.0
 
 
 class StatusConflict(Exception):
@@ -152,13 +162,16 @@ class Reconciler:
         self.host_memory = host_memory
         self.clock = clock
         self._locks: defaultdict[tuple[str, str], asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._rechecks: dict[tuple[str, str], asyncio.TimerHandle] = {}
+        self._pending: set[asyncio.Task[None]] = set()
 
     async def reconcile(self, namespace: str, name: str) -> None:
         async with self._locks[(namespace, name)]:
             started = time.monotonic()
             try:
-                await asyncio.to_thread(self.reconcile_now, namespace, name)
+                recheck = await asyncio.to_thread(self.reconcile_now, namespace, name)
                 metrics.RECONCILES.labels("ok").inc()
+                self._recheck_in(namespace, name, recheck)
             except ApiError as err:
                 # Retries are exhausted; the next event or resync pass tries again.
                 metrics.RECONCILES.labels("error").inc()
@@ -169,32 +182,52 @@ class Reconciler:
             finally:
                 metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
 
-    def reconcile_now(self, namespace: str, name: str) -> None:
+    def _recheck_in(self, namespace: str, name: str, seconds: float | None) -> None:
+        """Run a pass again once a deadline this pass is waiting for has passed (the
+        progress deadline, a canary's placement timeout), events or not."""
+        key = (namespace, name)
+        handle = self._rechecks.pop(key, None)
+        if handle is not None:
+            handle.cancel()
+        if seconds is None:
+            return
+        loop = asyncio.get_running_loop()
+
+        def again() -> None:
+            task = loop.create_task(self.reconcile(namespace, name))
+            self._pending.add(task)  # held until done: the loop keeps only weak references
+            task.add_done_callback(self._pending.discard)
+
+        self._rechecks[key] = loop.call_later(seconds + RECHECK_SLACK_S, again)
+
+    def reconcile_now(self, namespace: str, name: str) -> float | None:
+        """One pass (redone on a status conflict); returns in how many seconds a deadline it
+        waits for passes (None: none)."""
         for _ in range(STATUS_ATTEMPTS):
             try:
-                self._pass(namespace, name)
-                return
+                return self._pass(namespace, name)
             except StatusConflict:
                 log.info("%s/%s changed during the pass; deciding again", namespace, name)
         raise ApiError(409, f"{namespace}/{name} changed under {STATUS_ATTEMPTS} passes in a row")
 
     # -- one pass -----------------------------------------------------------------------
-    def _pass(self, namespace: str, name: str) -> None:
+    def _pass(self, namespace: str, name: str) -> float | None:
         obj = self.kube.get(KIND, namespace, name)
         if obj is None or obj["metadata"].get("deletionTimestamp"):
-            return
+            return None
         owner = Owner(name=name, namespace=namespace, uid=obj["metadata"]["uid"])
         previous = parse_status(obj.get("status"))
         try:
             spec = DSV4DeploymentSpec.model_validate(obj.get("spec") or {})
         except ValidationError as err:
-            self._finish(obj, owner, previous, Problem("InvalidSpec", first_error(err)))
-            return
-        bad_name = name_problem(name)
+            return self._finish(obj, owner, previous, Problem("InvalidSpec", first_error(err)))
+        bad_name = name_problem(name, spec.multinode)
         if bad_name is not None:
-            self._finish(obj, owner, previous, Problem("InvalidName", bad_name))
-            return
-        state = PassState(owner, obj, spec, previous, *self._children(owner), self.clock())
+            return self._finish(obj, owner, previous, Problem("InvalidName", bad_name))
+        stable, canary, foreign = self._children(owner)
+        pods, events = self._why_not_ready(owner, [*stable, *canary])
+        now = self.clock()
+        state = PassState(owner, obj, spec, previous, stable, canary, foreign, now, pods, events)
         problem = check_prerequisites(self.kube, namespace, spec)
         rollout: RolloutPass | None = None
         actions: list[Action] = []
@@ -208,7 +241,7 @@ class Reconciler:
         if rollout is not None:
             actions, conflict = self._plan(state, rollout.desired)
             problem = conflict or _watch_problem(rollout.decision.status)
-        self._finish(obj, owner, previous, problem, state, rollout, actions)
+        return self._finish(obj, owner, previous, problem, state, rollout, actions)
 
     def _finish(
         self,
@@ -219,17 +252,23 @@ class Reconciler:
         state: PassState | None = None,
         rollout: RolloutPass | None = None,
         actions: list[Action] | None = None,
-    ) -> None:
-        """Status first (the decision recorded), then the writes it decided, then Events."""
+    ) -> float | None:
+        """Status first (the decision recorded), then the writes it decided, then Events;
+        returns in how many seconds a deadline the pass waits for passes."""
         actions = actions or []
         status = self._status(obj, previous, problem, state, rollout, actions)
+        exceeded = any(
+            c.type is ConditionType.DEGRADED and c.status == "True" and c.reason == DEADLINE
+            for c in status.conditions
+        )
+        metrics.record_progress_deadline(owner.namespace, owner.name, exceeded)
         version = self._write_status(obj, owner, previous, status)
         failure = None
         if state is not None:
             failure = self._write_children(owner.namespace, actions)
             if failure is None and rollout is not None:
                 failure = self._carry_out(state, rollout)
-        events = decision_events(actions, previous, status, problem)
+        events = decision_events(actions, previous, status)
         if rollout is not None:
             events += [*rollout.events, *rollout.decision.events]
         if failure is not None:
@@ -243,6 +282,7 @@ class Reconciler:
             )
         for event in events:
             self._event(obj, *event)
+        return _recheck(state, status)
 
     def _status(
         self,
@@ -269,7 +309,9 @@ class Reconciler:
             problem=problem,
             applied=bool(actions),
             previous=previous,
-            now=now_rfc3339(),
+            now=stamp(self.clock()),
+            blockers=[b for b in state.blockers if not b.canary] if state else [],
+            progress_deadline_seconds=state.spec.progress_deadline_seconds if state else None,
         )
         if rollout_status is not None:
             dumped = rollout_status.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -326,6 +368,18 @@ class Reconciler:
                     foreign.append(item)
         return found[owner.name], found[canary.name], foreign
 
+    def _why_not_ready(
+        self, owner: Owner, children: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """(pods, FailedCreate Events) of both slices, read only while one of their
+        workloads is not settled: a steady-state pass reads neither."""
+        workloads = [o for o in children if o["kind"] in ("StatefulSet", "Deployment")]
+        if all(settled(w) for w in workloads):
+            return [], []
+        pods = self.kube.list("Pod", owner.namespace, pod_selector(owner, canary_owner(owner)))
+        events = self.kube.list("Event", owner.namespace, field_selector=FAILED_CREATE_SELECTOR)
+        return pods, events
+
     def _before(self, state: PassState) -> tuple[RolloutStatus | None, list[tuple[str, str, str]]]:
         """The rollout status the pass starts from: read, or rebuilt from the children when
         lost (never taken from the spec; `recover`)."""
@@ -344,52 +398,32 @@ class Reconciler:
     def _rollout(self, state: PassState) -> RolloutPass:
         before, events = self._before(state)
         desired = spec_flags(state.spec)
+        pairs = Pairs(state.spec.prefill.replicas, state.spec.decode.replicas)
+        renders = _Renders(self, state, pairs)
         if before is None:
             decision = first_status(desired, state.now)
-            return RolloutPass(None, decision, self._desired(state, decision.status, {}), events)
-        current = {role: role_flags(before, role) for role in Role}
-        rendered = {_key(current): self._render(state, current)}
-        canary = self.rollout.canary_objects(state, before) if canary_wanted(before) else []
-        if canary:
-            rendered[_key(before.canary)] = canary
+            return RolloutPass(None, decision, renders.desired(decision.status), events)
+        current = renders.desired(before)
+        canary = renders.canary(before)
         observed = self.rollout.observe(
             state,
             before,
             canary,
-            rolled=rolled_roles(rendered[_key(current)], state.stable_live),
-            canary_blocked=_blocked(canary, state.foreign),
+            rolled=rolled_roles(renders.active(before), state.stable_live),
+            settled_slots=settled_slots(current, state.stable_live),
+            routers_live=frozenset(
+                slot
+                for slot in Slot
+                if any(
+                    o["metadata"]["name"] == router_name(state.owner, slot)
+                    for o in state.stable_live
+                    if o["kind"] == "Deployment"
+                )
+            ),  # fmt: skip
+            canary_blocked=_blocked(canary, state.foreign) or _unplaceable(state),
         )
-        decision = decide(desired, before, observed, state.spec.canary, state.spec.rollout)
-        return RolloutPass(
-            before, decision, self._desired(state, decision.status, rendered), events
-        )
-
-    def _render(self, state: PassState, flags: dict[Role, FlagSet]) -> list[dict[str, Any]]:
-        """The stable children, each role with the flags the rollout lets it run."""
-        base = with_flags(state.spec, flags[Role.DECODE])
-        by_role = role_specs(state.spec, flags)
-        return render_all(state.owner, base, self.host_memory, by_role)
-
-    def _desired(
-        self,
-        state: PassState,
-        status: RolloutStatus,
-        rendered: dict[str, list[dict[str, Any]]],
-    ) -> list[dict[str, Any]]:
-        """Both slices as ``status`` wants them, each workload carrying the rollout record.
-        ``rendered``: renderings this pass already made, by flags (most passes change none)."""
-        flags = {role: role_flags(status, role) for role in Role}
-        objects = rendered.get(_key(flags)) or self._render(state, flags)
-        stable = with_record(objects, status.stable, flags, status.rejected_revision)
-        canary: list[dict[str, Any]] = []
-        if canary_wanted(status):
-            assert status.canary is not None
-            objects = rendered.get(_key(status.canary)) or self.rollout.canary_objects(
-                state, status
-            )
-            runs = dict.fromkeys(Role, status.canary)
-            canary = with_record(objects, status.stable, runs, None)
-        return [with_applied_hash(o) for o in [*stable, *canary]]
+        decision = decide(desired, before, observed, state.spec.canary, state.spec.rollout, pairs)
+        return RolloutPass(before, decision, renders.desired(decision.status), events)
 
     def _plan(
         self, state: PassState, desired: list[dict[str, Any]]
@@ -431,7 +465,10 @@ class Reconciler:
             extra={"namespace": namespace, "verb": action.verb, "reason": action.reason},
         )
         if action.verb == "delete":
-            self.kube.delete(action.kind, namespace, action.name)
+            # A router goes in the foreground: its Deployment stays listed until its pods
+            # are gone, which is what a paired promotion waits for before the engines go.
+            foreground = "Foreground" if action.kind == "Deployment" else None
+            self.kube.delete(action.kind, namespace, action.name, propagation=foreground)
             return
         assert action.obj is not None
         if action.reason == "missing":
@@ -454,7 +491,7 @@ class Reconciler:
 
     def _event(self, obj: dict[str, Any], kind: str, reason: str, message: str) -> None:
         meta = obj["metadata"]
-        stamp = now_rfc3339()
+        at = stamp(self.clock())
         self.kube.create(
             {
                 "apiVersion": "v1",
@@ -471,8 +508,8 @@ class Reconciler:
                 "reason": reason,
                 "message": message[:1024],
                 "source": {"component": "dsv4-operator"},
-                "firstTimestamp": stamp,
-                "lastTimestamp": stamp,
+                "firstTimestamp": at,
+                "lastTimestamp": at,
                 "count": 1,
             }
         )
@@ -486,6 +523,39 @@ def _blocked(canary_objects: list[dict[str, Any]], foreign: list[dict[str, Any]]
         if held is not None:
             return f"canary {obj['kind']} {obj['metadata']['name']} is held by {owner_text(held)}"
     return None
+
+
+def _unplaced(state: PassState) -> list[Blocker]:
+    """Canary pods the scheduler cannot place or their controller cannot create."""
+    return [b for b in state.blockers if b.canary and b.reason in CANNOT_PLACE]
+
+
+def _unplaceable(state: PassState) -> str | None:
+    """Why the canary cannot come up, once Kubernetes has said so for the placement timeout
+    (spec.canary.placementTimeoutSeconds): the rollout then ends at once, with its words."""
+    grace = dt.timedelta(seconds=state.spec.canary.placement_timeout_seconds)
+    for blocker in _unplaced(state):
+        # Undated (never seen from Kubernetes' own writers): left to readyTimeoutSeconds.
+        if blocker.since is not None and state.now - blocker.since >= grace:
+            return f"the canary cannot be placed: {blocker.text}"
+    return None
+
+
+def _recheck(state: PassState | None, status: DSV4DeploymentStatus) -> float | None:
+    """Seconds until the next deadline this pass waits for: the progress deadline of a
+    Progressing deployment, the placement timeout of a canary pod that cannot be placed."""
+    if state is None:
+        return None
+    waits = []
+    left = deadline_left(status, state.spec.progress_deadline_seconds, stamp(state.now))
+    if left is not None:
+        waits.append(left)
+    grace = state.spec.canary.placement_timeout_seconds
+    for blocker in _unplaced(state):
+        left = grace - (state.now - blocker.since).total_seconds() if blocker.since else 0.0
+        if left > 0:
+            waits.append(left)  # the placement timeout is still running
+    return min(waits, default=None)
 
 
 def _watch_problem(status: RolloutStatus) -> Problem | None:
@@ -515,7 +585,6 @@ def decision_events(
     actions: list[Action],
     previous: DSV4DeploymentStatus | None,
     status: DSV4DeploymentStatus,
-    problem: Problem | None,
 ) -> list[tuple[str, str, str]]:
     """(type, reason, message) of every decision this pass made; none when nothing changed."""
     events = [
@@ -528,15 +597,80 @@ def decision_events(
     ]
     before = previous.phase if previous else None
     if status.phase != before:
-        kind = "Warning" if problem is not None else "Normal"
-        reason = problem.reason if problem is not None else f"Phase{status.phase}"
-        message = problem.message if problem is not None else f"phase {before} → {status.phase}"
-        events.append((kind, reason, message))
+        if status.phase is Phase.DEGRADED:
+            degraded = _find_condition(status, ConditionType.DEGRADED)
+            assert degraded is not None
+            events.append(("Warning", degraded.reason, degraded.message))
+        else:
+            events.append(("Normal", f"Phase{status.phase}", f"phase {before} → {status.phase}"))
+    # Why replicas do not come up (a pod the scheduler cannot place, a pod that cannot be
+    # created, a container that keeps failing): said once each time it changes.
+    progressing = _find_condition(status, ConditionType.PROGRESSING)
+    was = _find_condition(previous, ConditionType.PROGRESSING)
+    if (
+        progressing is not None
+        and progressing.status == "True"
+        and progressing.reason != ROLLING
+        and (was is None or (was.reason, was.message) != (progressing.reason, progressing.message))
+    ):
+        events.append(("Warning", progressing.reason, progressing.message))
     return events
 
 
-def _key(flags: dict[Role, FlagSet] | FlagSet | None) -> str:
-    """A rendering's cache key: the flags it was made for (per role, or the canary's)."""
-    if isinstance(flags, dict):
-        return "stable:" + ",".join(f"{role}={flags[role].revision}" for role in Role)
-    return f"canary:{flags.revision if flags else ''}"
+class _Renders:
+    """What one pass renders, each thing once: a pass renders the slots its status had
+    (to observe them) and the ones its decision wants (to write them), mostly the same."""
+
+    def __init__(self, reconciler: Reconciler, state: PassState, pairs: Pairs) -> None:
+        self.reconciler, self.state, self.pairs = reconciler, state, pairs
+        self._made: dict[tuple[object, ...], list[dict[str, Any]]] = {}
+
+    def slot(self, plan: SlotPlan) -> list[dict[str, Any]]:
+        flags = tuple(plan.flags[role].revision for role in Role)
+        key = ("slot", plan.slot, flags, plan.replicas, plan.router)
+        if key not in self._made:
+            spec = self.state.spec
+            sized = spec.model_copy(
+                update={
+                    "prefill": spec.prefill.model_copy(update={"replicas": plan.prefill}),
+                    "decode": spec.decode.model_copy(update={"replicas": plan.decode}),
+                }
+            )
+            by_role = role_specs(sized, plan.flags)
+            base = with_flags(sized, plan.flags[Role.DECODE])
+            host_memory = self.reconciler.host_memory
+            objects = render_slot(
+                self.state.owner, base, plan.slot, host_memory, by_role, plan.router
+            )
+            self._made[key] = objects
+        return self._made[key]
+
+    def active(self, status: RolloutStatus) -> list[dict[str, Any]]:
+        """The active slot's engines as ``status`` has them (role-by-role promotion)."""
+        return self.slot(plan_slots(status, self.pairs)[0])
+
+    def canary(self, status: RolloutStatus) -> list[dict[str, Any]]:
+        if not canary_wanted(status):
+            return []
+        key = ("canary", status.canary.revision if status.canary else None)
+        if key not in self._made:
+            self._made[key] = self.reconciler.rollout.canary_objects(self.state, status)
+        return self._made[key]
+
+    def desired(self, status: RolloutStatus) -> list[dict[str, Any]]:
+        """Every child ``status`` wants — the stable slots and the canary slice — each
+        workload carrying the rollout record, as they are applied."""
+        objects = []
+        for slot in plan_slots(status, self.pairs):
+            objects += with_record(
+                self.slot(slot), status.stable, slot.flags, status.rejected_revision
+            )
+        objects += router_shared(self.state.owner)
+        if status.canary is not None:
+            runs = dict.fromkeys(Role, status.canary)
+            objects += with_record(self.canary(status), status.stable, runs, None)
+        return [with_applied_hash(o) for o in objects]
+
+
+def _find_condition(status: DSV4DeploymentStatus | None, ctype: ConditionType) -> Condition | None:
+    return next((c for c in status.conditions if c.type is ctype), None) if status else None

@@ -4,11 +4,12 @@ the pass is computed from (the resource, its spec, its previous status, its chil
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.api.status import DSV4DeploymentStatus
+from dsv4_operator.reconcile.blockers import Blocker, blockers
 from dsv4_operator.render.meta import Owner
 
 
@@ -22,3 +23,21 @@ class PassState:
     canary_live: list[dict[str, Any]]  # children of the canary slice (owned by this UID)
     foreign: list[dict[str, Any]]  # same labels, another owner: never adopted or touched
     now: dt.datetime
+    # Read only while a workload of either slice is not settled (`reconcile.blockers`):
+    # the pods of both slices and the namespace's FailedCreate Events.
+    pods: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def workloads(self) -> list[dict[str, Any]]:
+        """The StatefulSets and Deployments of both slices."""
+        return [
+            o
+            for o in [*self.stable_live, *self.canary_live]
+            if o["kind"] in ("StatefulSet", "Deployment")
+        ]
+
+    @property
+    def blockers(self) -> list[Blocker]:
+        """Why replicas of either slice are not coming up (empty when nothing was read)."""
+        return blockers(self.workloads, self.pods, self.events)

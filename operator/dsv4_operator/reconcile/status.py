@@ -14,7 +14,9 @@ from dsv4_operator.api.status import (
     Phase,
     RoleStatus,
 )
-from dsv4_operator.render.meta import LABEL_COMPONENT, LABEL_GROUP_ROLE
+from dsv4_operator.api.times import parse_stamp
+from dsv4_operator.reconcile.blockers import Blocker, blockers_text
+from dsv4_operator.render.meta import LABEL_COMPONENT, LABEL_GROUP_ROLE, LABEL_SLOT
 
 
 @dataclass(frozen=True)
@@ -35,20 +37,32 @@ def _set_progress(obj: dict[str, Any]) -> tuple[int, int]:
     return ready, updated
 
 
-def role_status(desired: int, nodes: int, sets: list[dict[str, Any]]) -> RoleStatus:
-    """Replicas (not pods) of a role: a multi-node replica counts once all its pods do."""
-    ready = updated = desired
+def _slot_progress(nodes: int, sets: list[dict[str, Any]]) -> tuple[int, int]:
+    """(ready, updated) replicas of one slot's sets of a role: a multi-node replica counts
+    once all its pods do."""
     leaders = [s for s in sets if s["metadata"]["labels"].get(LABEL_GROUP_ROLE) != "worker"]
     workers = [s for s in sets if s not in leaders]
-    for group, per_replica in ((leaders, 1), (workers, nodes - 1)):
-        if per_replica == 0:
-            continue
-        if not group:
-            ready = updated = 0
-            continue
-        pods_ready, pods_updated = _set_progress(group[0])
-        ready = min(ready, pods_ready // per_replica)
-        updated = min(updated, pods_updated // per_replica)
+    groups = [(leaders, 1)] + ([(workers, nodes - 1)] if nodes > 1 else [])
+    if not all(group for group, _ in groups):
+        return 0, 0
+    counts = [
+        (ready // per_replica, updated // per_replica)
+        for group, per_replica in groups
+        for ready, updated in [_set_progress(group[0])]
+    ]
+    return min(c[0] for c in counts), min(c[1] for c in counts)
+
+
+def role_status(desired: int, nodes: int, sets: list[dict[str, Any]]) -> RoleStatus:
+    """Replicas (not pods) of a role, summed over its slots: during a paired promotion both
+    slots serve, and each counts what it has."""
+    by_slot: dict[str, list[dict[str, Any]]] = {}
+    for s in sets:
+        by_slot.setdefault(s["metadata"]["labels"].get(LABEL_SLOT, ""), []).append(s)
+    ready = updated = 0
+    for slot_sets in by_slot.values():
+        slot_ready, slot_updated = _slot_progress(nodes, slot_sets)
+        ready, updated = ready + slot_ready, updated + slot_updated
     return RoleStatus(desired=desired, ready=ready, updated=updated, summary=f"{ready}/{desired}")
 
 
@@ -89,6 +103,36 @@ def _condition(
     )
 
 
+# Progressing's reason while the replicas simply are not there yet (nothing reported why).
+ROLLING = "Rollout"
+DEADLINE = "ProgressDeadlineExceeded"
+
+
+def _progressed(
+    previous: DSV4DeploymentStatus | None, generation: int, roles: dict[str, RoleStatus]
+) -> bool:
+    """Something moved since the last status: a new spec, or more ready or updated replicas
+    of some role (what resets the progress deadline, as a Deployment's new pods do)."""
+    if previous is None or previous.last_progress_time is None:
+        return True
+    if previous.observed_generation != generation:
+        return True
+    for name, now in roles.items():
+        before = getattr(previous, name, None)
+        if before is None or now.ready > before.ready or now.updated > before.updated:
+            return True
+    return False
+
+
+def deadline_left(status: DSV4DeploymentStatus, deadline_seconds: int, now: str) -> float | None:
+    """Seconds until a Progressing deployment passes its progress deadline (None: not
+    progressing); when the reconciler should look again even if nothing happens."""
+    if status.phase is not Phase.PROGRESSING or status.last_progress_time is None:
+        return None
+    waited = (parse_stamp(now) - parse_stamp(status.last_progress_time)).total_seconds()
+    return max(0.0, deadline_seconds - waited)
+
+
 def decide_status(
     *,
     generation: int,
@@ -99,21 +143,42 @@ def decide_status(
     applied: bool,
     previous: DSV4DeploymentStatus | None,
     now: str,
+    blockers: list[Blocker] | None = None,
+    progress_deadline_seconds: int | None = None,
 ) -> DSV4DeploymentStatus:
     """Phase and conditions.  `applied`: this pass changed children, so they are not
-    settled whatever their status says.  A timestamp moves only when a condition flips,
-    so an unchanged world gives an equal status (and no write)."""
+    settled whatever their status says.  `blockers`: why replicas are not coming up, in
+    Kubernetes' words (`reconcile.blockers`).  A role that has not progressed for
+    `progress_deadline_seconds` makes the deployment Degraded (`ProgressDeadlineExceeded`).
+    A timestamp moves only when a condition flips or progress is seen, so an unchanged world
+    gives an equal status (and no write)."""
+    blockers = blockers or []
     settled = not applied and all(r.ready == r.updated == r.desired for r in roles.values())
+    last_progress_time = None
+    runs_now = problem is None  # an outside problem: the children still run the old flags
+    if problem is None and not settled:
+        moved = applied or _progressed(previous, generation, roles)
+        last_progress_time = now if moved or previous is None else previous.last_progress_time
+        waiting = ", ".join(f"{n} {r.ready}/{r.desired}" for n, r in roles.items())
+        why = f"waiting for ready and updated replicas: {waiting}"
+        if blockers:
+            why += f"; {blockers_text(blockers)}"
+        waited = (parse_stamp(now) - parse_stamp(last_progress_time or now)).total_seconds()
+        if progress_deadline_seconds is not None and waited > progress_deadline_seconds:
+            problem = Problem(
+                DEADLINE,
+                f"no progress for {progress_deadline_seconds}s (spec.progressDeadlineSeconds): "
+                f"{why}",
+            )
+        else:
+            phase = Phase.PROGRESSING
+            progress = (True, blockers[0].reason if blockers else ROLLING, why)
     if problem is not None:
         phase = Phase.DEGRADED
         progress = (False, problem.reason, problem.message)
     elif settled:
         phase = Phase.READY
         progress = (False, "Settled", "every replica runs the current spec")
-    else:
-        phase = Phase.PROGRESSING
-        waiting = ", ".join(f"{n} {r.ready}/{r.desired}" for n, r in roles.items())
-        progress = (True, "Rollout", f"waiting for ready and updated replicas: {waiting}")
 
     conditions = (
         _condition(
@@ -136,8 +201,9 @@ def decide_status(
             now,
         ),
     )
-    if problem is not None:
-        # Degraded: the children still run what they ran before (nothing, the first time).
+    if not runs_now:
+        # Degraded by a problem outside the children: they still run what they ran before
+        # (nothing, the first time).
         revision = previous.feature_revision if previous else None
         features = previous.active_features if previous else None
     return DSV4DeploymentStatus(
@@ -149,5 +215,6 @@ def decide_status(
         router=roles.get("router"),
         feature_revision=revision,
         active_features=features,
+        last_progress_time=last_progress_time,
         rollout=previous.rollout if previous else None,
     )

@@ -7,12 +7,45 @@ from typing import Any
 
 from dsv4_engine.engine_config import dump_engine_yaml
 from dsv4_engine.features import Role
+from dsv4_operator.api.rollout import FlagSet
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.render.engine import config_map, engine_config, short_hash
 from dsv4_operator.render.memory import pod_memory
-from dsv4_operator.render.meta import Owner
-from dsv4_operator.render.router import router_objects
+from dsv4_operator.render.meta import Owner, Slot
+from dsv4_operator.render.router import router_deployment, router_shared
 from dsv4_operator.render.workloads import HostMemory, role_objects
+
+
+def render_slot(
+    owner: Owner,
+    spec: DSV4DeploymentSpec,
+    slot: Slot = Slot.BLUE,
+    host_memory: HostMemory = pod_memory,
+    by_role: Mapping[Role, DSV4DeploymentSpec] | None = None,
+    router: bool = True,
+) -> list[dict[str, Any]]:
+    """The engine objects of one slot, and its router when ``router``, in apply order (the
+    ConfigMap before the pods that mount it).
+
+    Each role's pod template carries the hash of that role's own `engine.yaml`, so a flag
+    change rolls exactly the roles whose engine configuration changed.  ``by_role`` gives a
+    role its own spec: during a role-by-role promotion one role already runs the new flags
+    while the other still runs the stable ones (flags of one transfer format, always).
+    """
+    role_spec = by_role or {role: spec for role in Role}
+    yamls = {
+        role: dump_engine_yaml(engine_config(owner, role_spec[role], role, slot)) for role in Role
+    }
+    transfer = transfer_revision(spec)
+    objects = [config_map(owner, yamls, slot)]
+    for role in Role:
+        config_hash = short_hash(yamls[role])
+        objects += role_objects(
+            owner, role_spec[role], role, config_hash, host_memory, slot, transfer
+        )
+    if router and spec.router.replicas:
+        objects.append(router_deployment(owner, spec, slot, transfer))
+    return objects
 
 
 def render_all(
@@ -21,16 +54,11 @@ def render_all(
     host_memory: HostMemory = pod_memory,
     by_role: Mapping[Role, DSV4DeploymentSpec] | None = None,
 ) -> list[dict[str, Any]]:
-    """Every child object, in apply order (the ConfigMap before the pods that mount it).
+    """Every child of a deployment whose engines live in one slot (`blue`): what a new
+    deployment and the canary slice consist of."""
+    return render_slot(owner, spec, Slot.BLUE, host_memory, by_role) + router_shared(owner)
 
-    Each role's pod template carries the hash of that role's own `engine.yaml`, so a flag
-    change rolls exactly the roles whose engine configuration changed.  ``by_role`` gives a
-    role its own spec: during a promotion one role already runs the new flags while the
-    other still runs the stable ones.
-    """
-    role_spec = by_role or {role: spec for role in Role}
-    yamls = {role: dump_engine_yaml(engine_config(owner, role_spec[role], role)) for role in Role}
-    objects = [config_map(owner, yamls)]
-    for role in Role:
-        objects += role_objects(owner, role_spec[role], role, short_hash(yamls[role]), host_memory)
-    return objects + router_objects(owner, spec)
+
+def transfer_revision(spec: DSV4DeploymentSpec) -> str:
+    """The transfer format the spec's flags give (see `FlagSet.transfer_revision`)."""
+    return FlagSet(features=spec.features, image=spec.image.name).transfer_revision

@@ -9,19 +9,19 @@ from typing import Any
 from dsv4_engine.engine_config import EngineConfig, MultiNode
 from dsv4_engine.features import EngineFeatures, HiCacheFeature, Role
 from dsv4_operator.api.spec import DSV4DeploymentSpec
-from dsv4_operator.render.meta import Owner, metadata
+from dsv4_operator.render.meta import Owner, Slot, metadata
 
 ENGINE_PORT = 30000
 DIST_INIT_PORT = 5000
 MODEL_MOUNT = "/models"
 
 
-def role_name(owner: Owner, role: Role) -> str:
-    return f"{owner.name}-{role.value}"
+def role_name(owner: Owner, role: Role, slot: Slot = Slot.BLUE) -> str:
+    return f"{owner.name}-{role.value}{slot.suffix}"
 
 
-def config_map_name(owner: Owner) -> str:
-    return f"{owner.name}-engine"
+def config_map_name(owner: Owner, slot: Slot = Slot.BLUE) -> str:
+    return f"{owner.name}-engine{slot.suffix}"
 
 
 def model_path(spec: DSV4DeploymentSpec) -> str:
@@ -38,14 +38,16 @@ def role_features(features: EngineFeatures, role: Role) -> EngineFeatures:
     return features
 
 
-def engine_config(owner: Owner, spec: DSV4DeploymentSpec, role: Role) -> EngineConfig:
+def engine_config(
+    owner: Owner, spec: DSV4DeploymentSpec, role: Role, slot: Slot = Slot.BLUE
+) -> EngineConfig:
     role_spec = spec.role_spec(role)
     multinode = None
     if role_spec.nodes_per_replica > 1:
         multinode = MultiNode(
             nnodes=role_spec.nodes_per_replica,
-            leader_stateful_set=role_name(owner, role),
-            headless_service=role_name(owner, role),
+            leader_stateful_set=role_name(owner, role, slot),
+            headless_service=role_name(owner, role, slot),
             namespace=owner.namespace,
             dist_init_port=DIST_INIT_PORT,
         )
@@ -77,10 +79,10 @@ def feature_revision(features: EngineFeatures) -> str:
     return short_hash(json.dumps(features.model_dump(mode="json", by_alias=True), sort_keys=True))
 
 
-def config_map(owner: Owner, yamls: dict[Role, str]) -> dict[str, Any]:
+def config_map(owner: Owner, yamls: dict[Role, str], slot: Slot = Slot.BLUE) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": metadata(owner, config_map_name(owner), "engine-config"),
+        "metadata": metadata(owner, config_map_name(owner, slot), "engine-config"),
         "data": {f"{role.value}.yaml": text for role, text in yamls.items()},
     }

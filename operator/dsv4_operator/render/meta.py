@@ -6,15 +6,25 @@ from dataclasses import dataclass
 from typing import Any
 
 from dsv4_operator.api import API_VERSION, KIND
+from dsv4_operator.api.rollout import Slot
 
 MANAGED_BY = "dsv4-operator"
+APP = "dsv4"  # the app.kubernetes.io/name of every child and every pod it runs
 LABEL_NAME = "app.kubernetes.io/name"
 LABEL_INSTANCE = "app.kubernetes.io/instance"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_GROUP_ROLE = "inference.dsv4.dev/group-role"
+LABEL_SLOT = "inference.dsv4.dev/slot"
+LABEL_TRANSFER = "inference.dsv4.dev/transfer-revision"
 ANNOTATION_CONFIG_HASH = "inference.dsv4.dev/engine-config-hash"
 ANNOTATION_APPLIED_HASH = "inference.dsv4.dev/applied-hash"
+
+
+def slot_selector(slot: Slot) -> dict[str, str]:
+    """The slot label as a workload's (immutable) selector carries it: `blue`'s selectors
+    predate slots and carry none; `green`'s do.  Both slots' pods are labelled."""
+    return {} if slot is Slot.BLUE else {LABEL_SLOT: slot.value}
 
 
 @dataclass(frozen=True)
@@ -27,13 +37,20 @@ class Owner:
 
 
 def selector_labels(owner: Owner, component: str) -> dict[str, str]:
-    return {LABEL_NAME: "dsv4", LABEL_INSTANCE: owner.name, LABEL_COMPONENT: component}
+    return {LABEL_NAME: APP, LABEL_INSTANCE: owner.name, LABEL_COMPONENT: component}
 
 
 def instance_selector(*owners: Owner) -> str:
     """Label selector of every child of these owners (one list request serves them all)."""
     names = ",".join(owner.name for owner in owners)
     return f"{LABEL_INSTANCE} in ({names}),{LABEL_MANAGED_BY}={MANAGED_BY}"
+
+
+def pod_selector(*owners: Owner) -> str:
+    """Label selector of the engine and router pods of these owners (pod templates carry the
+    selector labels, not managed-by)."""
+    names = ",".join(owner.name for owner in owners)
+    return f"{LABEL_NAME}={APP},{LABEL_INSTANCE} in ({names})"
 
 
 def metadata(owner: Owner, name: str, component: str, managed: bool = True) -> dict[str, Any]:

@@ -2,7 +2,9 @@
 
 Discovery by label selector (not a list of URLs) keeps the router's objects unchanged
 when a role's replica count changes; it needs to list pods, hence its own
-ServiceAccount, Role and RoleBinding.
+ServiceAccount, Role and RoleBinding.  Each slot has its own router Deployment, which
+selects only its slot's leaders of one transfer format (see `Slot`); one Service fronts
+them all.
 """
 
 from __future__ import annotations
@@ -13,23 +15,40 @@ from dsv4_engine.engine_config import GroupRole
 from dsv4_engine.features import Role
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.render.engine import ENGINE_PORT
-from dsv4_operator.render.meta import LABEL_GROUP_ROLE, Owner, metadata, selector_labels
+from dsv4_operator.render.meta import (
+    LABEL_GROUP_ROLE,
+    LABEL_SLOT,
+    Owner,
+    Slot,
+    metadata,
+    selector_labels,
+    slot_selector,
+)
 from dsv4_operator.render.rbac import identity
+from dsv4_operator.render.workloads import engine_pod_labels
 
 ROUTER_PORT = 8000
 COMPONENT = "router"
 
 
-def router_name(owner: Owner) -> str:
-    return f"{owner.name}-router"
+def router_name(owner: Owner, slot: Slot = Slot.BLUE) -> str:
+    """The router Deployment of ``slot``; the Service in front of every slot's routers is
+    `router_name(owner)`, the one name clients use."""
+    return f"{owner.name}-router{slot.suffix}"
 
 
-def _selector_args(owner: Owner, role: Role) -> list[str]:
-    labels = {**selector_labels(owner, role.value), LABEL_GROUP_ROLE: GroupRole.LEADER.value}
+def _selector_args(owner: Owner, role: Role, slot: Slot, transfer: str) -> list[str]:
+    labels = {
+        **engine_pod_labels(owner, role, slot, transfer),
+        LABEL_GROUP_ROLE: GroupRole.LEADER.value,
+    }
     return [f"{key}={value}" for key, value in labels.items()]
 
 
-def router_args(owner: Owner, spec: DSV4DeploymentSpec) -> list[str]:
+def router_args(owner: Owner, spec: DSV4DeploymentSpec, slot: Slot, transfer: str) -> list[str]:
+    """sglang-router in PD mode discovering its workers by label: only the leaders of its
+    own slot that speak its transfer format, so it can never pair a prefill and a decode
+    of different formats (sglang-router 0.3.2 matches every key=value given)."""
     return [
         "--pd-disaggregation",
         "--host", "0.0.0.0",
@@ -38,45 +57,55 @@ def router_args(owner: Owner, spec: DSV4DeploymentSpec) -> list[str]:
         "--service-discovery",
         "--service-discovery-namespace", owner.namespace,
         "--service-discovery-port", str(ENGINE_PORT),
-        "--prefill-selector", *_selector_args(owner, Role.PREFILL),
-        "--decode-selector", *_selector_args(owner, Role.DECODE),
+        "--prefill-selector", *_selector_args(owner, Role.PREFILL, slot, transfer),
+        "--decode-selector", *_selector_args(owner, Role.DECODE, slot, transfer),
     ]  # fmt: skip
 
 
-def router_objects(owner: Owner, spec: DSV4DeploymentSpec) -> list[dict[str, Any]]:
-    name = router_name(owner)
+def router_deployment(
+    owner: Owner, spec: DSV4DeploymentSpec, slot: Slot, transfer: str
+) -> dict[str, Any]:
+    """The routers of one slot; every slot's router pods sit behind the one Service."""
     labels = selector_labels(owner, COMPONENT)
     container = {
         "name": "router",
         "image": spec.router.image or spec.image.name,
         "imagePullPolicy": spec.image.pull_policy.value,
         "command": ["python3", "-m", "sglang_router.launch_router"],
-        "args": router_args(owner, spec),
+        "args": router_args(owner, spec, slot, transfer),
         "ports": [{"name": "http", "containerPort": ROUTER_PORT}],
         "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10},
     }
-    deployment = {
+    meta = metadata(owner, router_name(owner, slot), COMPONENT)
+    meta["labels"][LABEL_SLOT] = slot.value
+    return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": metadata(owner, name, COMPONENT),
+        "metadata": meta,
         "spec": {
             "replicas": spec.router.replicas,
-            "selector": {"matchLabels": labels},
+            "selector": {"matchLabels": {**labels, **slot_selector(slot)}},
             "template": {
-                "metadata": {"labels": labels},
-                "spec": {"serviceAccountName": name, "containers": [container]},
+                "metadata": {"labels": {**labels, LABEL_SLOT: slot.value}},
+                "spec": {"serviceAccountName": router_name(owner), "containers": [container]},
             },
         },
     }
+
+
+def router_shared(owner: Owner) -> list[dict[str, Any]]:
+    """What every slot's routers share: their identity (listing pods is how they discover
+    workers) and the Service clients call, in front of all of them."""
+    name = router_name(owner)
     service = {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": metadata(owner, name, COMPONENT),
         "spec": {
             "type": "ClusterIP",
-            "selector": labels,
+            "selector": selector_labels(owner, COMPONENT),
             "ports": [{"name": "http", "port": ROUTER_PORT, "targetPort": "http"}],
         },
     }
     pods = {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
-    return [*identity(owner, name, COMPONENT, [pods]), deployment, service]
+    return [*identity(owner, name, COMPONENT, [pods]), service]

@@ -14,6 +14,7 @@ from typing import Any
 
 from dsv4_engine.engine_config import GroupRole
 from dsv4_engine.features import Role
+from dsv4_operator.api.names import WORKERS_SUFFIX
 from dsv4_operator.api.spec import DSV4DeploymentSpec, RoleSpec
 from dsv4_operator.render.engine import (
     DIST_INIT_PORT,
@@ -25,9 +26,13 @@ from dsv4_operator.render.engine import (
 from dsv4_operator.render.meta import (
     ANNOTATION_CONFIG_HASH,
     LABEL_GROUP_ROLE,
+    LABEL_SLOT,
+    LABEL_TRANSFER,
     Owner,
+    Slot,
     metadata,
     selector_labels,
+    slot_selector,
 )
 from dsv4_operator.render.placement import GPU_RESOURCE, pod_placement
 
@@ -92,6 +97,13 @@ def _engine_container(
     return container
 
 
+def engine_pod_labels(owner: Owner, role: Role, slot: Slot, transfer: str) -> dict[str, str]:
+    """What an engine pod says about itself: role, slot, and the transfer format it speaks
+    (`FlagSet.transfer_revision`) — what a router's discovery selects on."""
+    labels = selector_labels(owner, role.value)
+    return {**labels, LABEL_SLOT: slot.value, LABEL_TRANSFER: transfer}
+
+
 def _stateful_set(
     owner: Owner,
     spec: DSV4DeploymentSpec,
@@ -99,15 +111,18 @@ def _stateful_set(
     group_role: GroupRole,
     config_hash: str,
     memory: str,
+    slot: Slot,
+    transfer: str,
 ) -> dict[str, Any]:
     role_spec = spec.role_spec(role)
-    base = role_name(owner, role)
-    name = base if group_role is GroupRole.LEADER else f"{base}-workers"
+    base = role_name(owner, role, slot)
+    name = base if group_role is GroupRole.LEADER else f"{base}{WORKERS_SUFFIX}"
     replicas = role_spec.replicas * (
         1 if group_role is GroupRole.LEADER else role_spec.nodes_per_replica - 1
     )
-    role_labels = selector_labels(owner, role.value)
-    pod_labels = {**role_labels, LABEL_GROUP_ROLE: group_role.value}
+    selector = {**selector_labels(owner, role.value), **slot_selector(slot)}
+    selector[LABEL_GROUP_ROLE] = group_role.value
+    pod_labels = {**engine_pod_labels(owner, role, slot, transfer), **selector}
     annotations = {ANNOTATION_CONFIG_HASH: config_hash}
     if role is Role.PREFILL and group_role is GroupRole.LEADER:
         annotations[BOOTSTRAP_PORT_ANNOTATION] = str(spec.disaggregation.bootstrap_port)
@@ -117,24 +132,28 @@ def _stateful_set(
             {
                 "name": "engine-config",
                 "configMap": {
-                    "name": config_map_name(owner),
+                    "name": config_map_name(owner, slot),
                     "items": [{"key": f"{role.value}.yaml", "path": "engine.yaml"}],
                 },
             },
             _model_volume(spec),
             {"name": "shm", "emptyDir": {"medium": "Memory"}},
         ],
-        **pod_placement(spec.placement, role_labels),
+        **pod_placement(spec.placement, selector_labels(owner, role.value)),
     }
+    meta = metadata(owner, name, role.value)
+    meta["labels"][LABEL_SLOT] = slot.value
+    # On the set itself too: status and rollout records tell a role's leaders from its workers.
+    meta["labels"][LABEL_GROUP_ROLE] = group_role.value
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
-        "metadata": metadata(owner, name, role.value),
+        "metadata": meta,
         "spec": {
             "replicas": replicas,
             "serviceName": base,
             "podManagementPolicy": "Parallel",
-            "selector": {"matchLabels": pod_labels},
+            "selector": {"matchLabels": selector},
             "template": {
                 "metadata": {"labels": pod_labels, "annotations": annotations},
                 "spec": pod_spec,
@@ -143,16 +162,16 @@ def _stateful_set(
     }
 
 
-def _headless_service(owner: Owner, role: Role) -> dict[str, Any]:
+def _headless_service(owner: Owner, role: Role, slot: Slot) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": metadata(owner, role_name(owner, role), role.value),
+        "metadata": metadata(owner, role_name(owner, role, slot), role.value),
         "spec": {
             "clusterIP": "None",
             # Rank 0 must be resolvable before it is Ready: the other ranks join it first.
             "publishNotReadyAddresses": True,
-            "selector": selector_labels(owner, role.value),
+            "selector": {**selector_labels(owner, role.value), **slot_selector(slot)},
             "ports": [
                 {"name": "http", "port": ENGINE_PORT},
                 {"name": "dist", "port": DIST_INIT_PORT},
@@ -161,15 +180,16 @@ def _headless_service(owner: Owner, role: Role) -> dict[str, Any]:
     }
 
 
-def _disruption_budget(owner: Owner, role: Role, role_spec: RoleSpec) -> dict[str, Any]:
+def _disruption_budget(owner: Owner, role: Role, role_spec: RoleSpec, slot: Slot) -> dict[str, Any]:
     """At most one replica (all its nodes) of a role disrupted at a time."""
+    selector = {**selector_labels(owner, role.value), **slot_selector(slot)}
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": metadata(owner, role_name(owner, role), role.value),
+        "metadata": metadata(owner, role_name(owner, role, slot), role.value),
         "spec": {
             "maxUnavailable": role_spec.nodes_per_replica,
-            "selector": {"matchLabels": selector_labels(owner, role.value)},
+            "selector": {"matchLabels": selector},
         },
     }
 
@@ -180,9 +200,17 @@ def role_objects(
     role: Role,
     config_hash: str,
     host_memory: HostMemory,
+    slot: Slot,
+    transfer: str,
 ) -> list[dict[str, Any]]:
     role_spec = spec.role_spec(role)
     memory = host_memory(spec, role)
     groups = [GroupRole.LEADER] + ([GroupRole.WORKER] if role_spec.nodes_per_replica > 1 else [])
-    sets = [_stateful_set(owner, spec, role, g, config_hash, memory) for g in groups]
-    return [*sets, _headless_service(owner, role), _disruption_budget(owner, role, role_spec)]
+    sets = [
+        _stateful_set(owner, spec, role, g, config_hash, memory, slot, transfer) for g in groups
+    ]
+    return [
+        *sets,
+        _headless_service(owner, role, slot),
+        _disruption_budget(owner, role, role_spec, slot),
+    ]

@@ -20,15 +20,18 @@ from dsv4_engine.features import Role
 from dsv4_operator.api.rollout import (
     CanarySpec,
     FlagSet,
+    PairStage,
     RolloutPhase,
     RolloutSpec,
     RolloutStatus,
     RolloutVerdict,
+    Slot,
     StableProbeStatus,
     Transfer,
     WatchVerdict,
 )
 from dsv4_operator.api.times import parse_stamp, stamp
+from dsv4_operator.rollout.pairs import Pairs, paired, serves
 
 
 class Effect(StrEnum):
@@ -84,6 +87,8 @@ class Observed:
     stable_probe: ProbeOutcome | None = None
     stable_probe_running: bool = False
     rolled: frozenset[Role] = frozenset()  # roles whose pods run their target flags, all Ready
+    settled_slots: frozenset[Slot] = frozenset()  # slots at their planned replicas, all Ready
+    routers_live: frozenset[Slot] = frozenset()  # slots whose router Deployment exists
     manual: Manual | None = None
     canary_blocked: str | None = None  # why the canary slice cannot be created (a name taken)
 
@@ -93,14 +98,6 @@ class Decision:
     status: RolloutStatus
     effects: tuple[Effect, ...] = ()
     events: tuple[tuple[str, str, str], ...] = field(default=())  # (type, reason, message)
-
-
-def role_flags(status: RolloutStatus, role: Role) -> FlagSet:
-    """The flags the stable workloads of ``role`` must run now."""
-    if status.phase is RolloutPhase.PROMOTING and role in status.promoted_roles:
-        assert status.canary is not None
-        return status.canary
-    return status.stable
 
 
 IN_PROGRESS = (RolloutPhase.CANARY_STARTING, RolloutPhase.PROBING, RolloutPhase.PROMOTING)
@@ -130,8 +127,10 @@ def decide(
     observed: Observed,
     canary: CanarySpec,
     rollout: RolloutSpec,
+    pairs: Pairs,
 ) -> Decision:
-    step = _Step(status, observed, stamp(observed.now))
+    step = _Step(status, observed, stamp(observed.now), pairs)
+    step.release_retired_slot()
     handled = step.manual_control(desired)
     phase = step.status.phase  # after a control acted (an abort ends the canary phases)
     if phase in (RolloutPhase.IDLE, RolloutPhase.ROLLED_BACK):
@@ -156,10 +155,11 @@ def decide(
 class _Step:
     """One decision's working state: the status being rewritten, effects and events."""
 
-    def __init__(self, status: RolloutStatus, observed: Observed, now: str) -> None:
+    def __init__(self, status: RolloutStatus, observed: Observed, now: str, pairs: Pairs) -> None:
         self.status = status
         self.observed = observed
         self.now = now
+        self.pairs = pairs
         self.effects: list[Effect] = []
         self.events: list[tuple[str, str, str]] = []
 
@@ -245,6 +245,7 @@ class _Step:
             bound=None,
             samples=None,
             report=None,
+            verdict_reason=None,
             rejected_revision=None,
             message=f"canary with flags {desired.revision} starting",
         )
@@ -306,7 +307,25 @@ class _Step:
 
     # -- promotion ----------------------------------------------------------------------
     def start_promotion(self, why: str) -> None:
-        self.update(phase=RolloutPhase.PROMOTING, promoted_roles=(), message=f"promoting: {why}")
+        if self.status.transfer is Transfer.INCOMPATIBLE:
+            # Another transfer format: never one role at a time (a prefill of one format
+            # would feed a decode of the other).  Pairs grow in the other slot instead.
+            self.update(
+                phase=RolloutPhase.PROMOTING,
+                promoted_roles=(),
+                pair_step=1,
+                pair_stage=PairStage.GROW,
+                retiring=None,
+                verdict_reason=why,
+                message=f"promoting in prefill+decode pairs (another transfer format): {why}",
+            )
+        else:
+            self.update(
+                phase=RolloutPhase.PROMOTING,
+                promoted_roles=(),
+                verdict_reason=why,
+                message=f"promoting: {why}",
+            )
         self.events.append(("Normal", "CanaryPassed", why))
 
     def promote(self, rollout: RolloutSpec) -> None:
@@ -314,13 +333,19 @@ class _Step:
         promoted = self.status.promoted_roles
         rolling = [role.value for role in promoted if role not in self.observed.rolled]
         if self.waited() > rollout.promotion_timeout_seconds:
-            pending = rolling or [r.value for r in order if r not in promoted]
+            if paired(self.status):
+                pending = [f"pair {self.status.pair_step}/{self.pairs.steps}"]
+            else:
+                pending = rolling or [r.value for r in order if r not in promoted]
             self.roll_back(
                 RolloutVerdict.PROMOTION_TIMEOUT,
                 f"promotion did not finish within {rollout.promotion_timeout_seconds}s "
                 f"({', '.join(pending)} not rolled); the promoted roles return to the stable "
                 "flags",
             )
+            return
+        if paired(self.status):
+            self.step_pairs()
             return
         if rolling:
             return  # the roles already promoted are still rolling
@@ -330,27 +355,68 @@ class _Step:
             self.update(promoted_roles=(*promoted, role), message=f"rolling {role.value}")
             self.events.append(("Normal", "RolePromoting", f"{role.value} → new flags"))
             return
+        self.promoted(self.status.slot)
+
+    def step_pairs(self) -> None:
+        """One stage of a paired promotion (module `pairs`): each waits for the slots to
+        settle at what the previous one asked for."""
+        status, pairs, observed = self.status, self.pairs, self.observed
+        k, new, old = status.pair_step, status.slot.other, status.slot
+        if status.pair_stage is PairStage.GROW:
+            if new not in observed.settled_slots:
+                return
+            retire = serves(pairs.left(k - 1)) and not serves(pairs.left(k))
+            stage = PairStage.RETIRE if retire else PairStage.SHRINK
+            self.update(pair_stage=stage, message=f"pair {k}/{pairs.steps} serves in {new}")
+        elif status.pair_stage is PairStage.RETIRE:
+            if old in observed.routers_live:
+                return
+            self.update(pair_stage=PairStage.SHRINK, message=f"{old} router retired")
+        elif old in observed.settled_slots:
+            if k >= pairs.steps:
+                self.promoted(new)
+                return
+            self.update(pair_step=k + 1, pair_stage=PairStage.GROW, message=f"pair {k + 1}")
+            self.events.append(
+                ("Normal", "PairPromoted", f"pair {k}/{pairs.steps} moved to slot {new}")
+            )
+
+    def promoted(self, slot: Slot) -> None:
         canary = self.status.canary
         assert canary is not None
         self.update(
             phase=RolloutPhase.IDLE,
             stable=canary,
             stable_revision=canary.revision,
+            slot=slot,
             promoted_roles=(),
+            pair_step=0,
+            pair_stage=None,
             stable_probe=None,  # a watch of the old flags says nothing about the new ones
             message=f"flags {canary.revision} promoted",
         )
         self.events.append(("Normal", "Promoted", f"stable now runs {flags_text(canary)}"))
 
     def roll_back(self, verdict: RolloutVerdict, why: str) -> None:
+        # A paired promotion leaves its new slot behind: emptied, router first.
+        retiring = self.status.slot.other if paired(self.status) else None
         self.update(
             phase=RolloutPhase.ROLLED_BACK,
             verdict=verdict,
+            verdict_reason=why,
             rejected_revision=self.status.canary_revision,
             promoted_roles=(),
+            pair_stage=None,
+            retiring=retiring,
             message=f"rolled back ({verdict.value}): {why}",
         )
         self.events.append(("Warning", "RolledBack", f"{verdict.value}: {why}"))
+
+    def release_retired_slot(self) -> None:
+        """The slot a rolled-back paired promotion left: gone once its router is."""
+        retiring = self.status.retiring
+        if retiring is not None and retiring not in self.observed.routers_live:
+            self.update(retiring=None, pair_step=0)
 
     # -- production watch ---------------------------------------------------------------
     def watch_production(self, rollout: RolloutSpec) -> None:

@@ -8,7 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 from dsv4_engine.features import Role
-from dsv4_operator.render.meta import ANNOTATION_CONFIG_HASH, LABEL_COMPONENT
+from dsv4_operator.api.rollout import Slot
+from dsv4_operator.render.meta import (
+    ANNOTATION_APPLIED_HASH,
+    ANNOTATION_CONFIG_HASH,
+    LABEL_COMPONENT,
+    LABEL_SLOT,
+)
 
 
 def _template_hash(stateful_set: dict[str, Any]) -> str | None:
@@ -65,3 +71,23 @@ def slice_ready(desired: list[dict[str, Any]], live: list[dict[str, Any]]) -> bo
         if want["kind"] == "StatefulSet" and _template_hash(current) != _template_hash(want):
             return False
     return bool(workloads)
+
+
+def settled_slots(desired: list[dict[str, Any]], live: list[dict[str, Any]]) -> frozenset[Slot]:
+    """Slots whose every workload is live exactly as rendered (its applied hash) and
+    settled: all replicas of the current template Ready — a paired promotion's step is done.
+    A slot none of whose workloads is desired is not settled (it is not there)."""
+    live_by_name = {(o["kind"], o["metadata"]["name"]): o for o in live}
+    state: dict[Slot, bool] = {}
+    for want in desired:
+        slot = (want["metadata"].get("labels") or {}).get(LABEL_SLOT)
+        if want["kind"] not in ("StatefulSet", "Deployment") or slot is None:
+            continue
+        current = live_by_name.get((want["kind"], want["metadata"]["name"]))
+        done = current is not None and _applied(current) == _applied(want) and settled(current)
+        state[Slot(slot)] = state.get(Slot(slot), True) and done
+    return frozenset(slot for slot, done in state.items() if done)
+
+
+def _applied(obj: dict[str, Any]) -> str | None:
+    return (obj["metadata"].get("annotations") or {}).get(ANNOTATION_APPLIED_HASH)

@@ -15,8 +15,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from dsv4_engine.features import Role
-from dsv4_operator.api.rollout import FlagSet
-from dsv4_operator.render.meta import LABEL_COMPONENT, LABEL_GROUP_ROLE
+from dsv4_operator.api.rollout import FlagSet, Slot
+from dsv4_operator.render.meta import LABEL_COMPONENT, LABEL_GROUP_ROLE, LABEL_SLOT
 
 ANNOTATION_STABLE = "inference.dsv4.dev/stable-flags"
 ANNOTATION_RUNS = "inference.dsv4.dev/flags"
@@ -60,6 +60,12 @@ def with_record(
         annotations = {**meta.get("annotations", {}), **record}
         out.append({**obj, "metadata": {**meta, "annotations": annotations}})
     return out
+
+
+def slot_of(workload: dict[str, Any]) -> Slot:
+    """The slot a workload is in (made before slots existed: `blue`, where it always was)."""
+    labels = workload["metadata"].get("labels") or {}
+    return Slot(labels.get(LABEL_SLOT, Slot.BLUE.value))
 
 
 @dataclass(frozen=True)

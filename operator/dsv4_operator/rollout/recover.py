@@ -16,9 +16,18 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from dsv4_operator.api.rollout import FlagSet, RolloutPhase, RolloutStatus, RolloutVerdict
+from dsv4_engine.features import Role
+from dsv4_operator.api.rollout import (
+    FlagSet,
+    PairStage,
+    RolloutPhase,
+    RolloutStatus,
+    RolloutVerdict,
+    Slot,
+    Transfer,
+)
 from dsv4_operator.api.times import stamp
-from dsv4_operator.rollout.record import Record, role_of
+from dsv4_operator.rollout.record import Record, role_of, slot_of
 from dsv4_operator.rollout.reports import FiledReport
 
 
@@ -39,10 +48,14 @@ def recover(
     now: dt.datetime,
 ) -> Recovered | None:
     """The rebuilt status; None when no stable workload exists (nothing serves users yet)."""
-    roles = {role: w for w in stable_live if (role := role_of(w)) is not None}
-    if not roles:
+    slots: dict[Slot, dict[Role, dict[str, Any]]] = {}
+    for workload in stable_live:
+        role = role_of(workload)
+        if role is not None:
+            slots.setdefault(slot_of(workload), {})[role] = workload
+    if not slots:
         return None
-    records = [Record.of(w) for w in roles.values()]
+    records = [Record.of(w) for roles in slots.values() for w in roles.values()]
     missing = [r.name for r in records if r.stable is None or r.runs is None]
     if missing:
         raise Unrecoverable(
@@ -50,17 +63,24 @@ def recover(
             "flags record (made by an older operator?); restore status.rollout, or delete the "
             "workloads to start afresh from the spec"
         )
-    runs = {role: Record.of(w).runs for role, w in roles.items()}
-    stable = _stable(records, runs)
+    stable = _stable(records)
     rejected = next((r.rejected for r in records if r.rejected), None)
     at = stamp(now)
+    active = next(
+        (slot for slot, roles in slots.items() if all(Record.of(w).runs == stable for w in roles.values())),
+        next(iter(slots)),
+    )  # fmt: skip
     base = RolloutStatus(
         stable=stable,
         stable_revision=stable.revision,
+        slot=active,
         phase_since=at,
         probe_attempt=max((r.attempt for r in reports if r.target == "canary"), default=0),
         rejected_revision=rejected,
     )
+    if len(slots) > 1:
+        return _mid_paired(base, slots[active.other], reports, at)
+    runs = {role: Record.of(w).runs for role, w in slots[active].items()}
     promoted = {role for role, flags in runs.items() if flags != stable}
     if promoted:
         return _mid_promotion(base, runs, promoted, reports, at)
@@ -93,14 +113,14 @@ def recover(
     return Recovered(base, f"stable flags {stable.revision}")
 
 
-def _stable(records: list[Record], runs: dict[Any, FlagSet | None]) -> FlagSet:
+def _stable(records: list[Record]) -> FlagSet:
     """The recorded stable flags.  Workloads disagree only when a pass died between their
-    applies; then the flags every role already runs are the newer record."""
+    applies; then the flags that every workload already runs are the newer record."""
     candidates = {r.stable.revision: r.stable for r in records if r.stable is not None}
     if len(candidates) == 1:
         return next(iter(candidates.values()))
     for flags in candidates.values():
-        if all(ran == flags for ran in runs.values()):
+        if all(r.runs == flags for r in records):
             return flags
     raise Unrecoverable(
         "status.rollout is lost and the workloads record different stable flags "
@@ -108,31 +128,70 @@ def _stable(records: list[Record], runs: dict[Any, FlagSet | None]) -> FlagSet:
     )
 
 
-def _mid_promotion(
+def _mid_paired(
     base: RolloutStatus,
-    runs: dict[Any, FlagSet | None],
-    promoted: set[Any],
+    new_slot: dict[Role, dict[str, Any]],
     reports: list[FiledReport],
     at: str,
 ) -> Recovered:
+    """Engines in both slots: a paired promotion was under way.  It resumes where the new
+    slot's replica counts say, or the new slot is emptied."""
+    runs = {Record.of(w).runs for w in new_slot.values()}
+    if len(runs) != 1 or None in runs:
+        raise Unrecoverable("status.rollout is lost and the second slot runs mixed flags")
+    flags = runs.pop()
+    assert flags is not None
+    step = max(1, *(int(w.get("spec", {}).get("replicas", 0)) for w in new_slot.values()))
+    both = {"transfer": Transfer.INCOMPATIBLE, "pair_step": step}
+    return _resume_or_reject(
+        base,
+        flags,
+        reports,
+        at,
+        "paired promotion",
+        resumed={**both, "pair_stage": PairStage.GROW},
+        rejected={**both, "retiring": base.slot.other},
+    )
+
+
+def _mid_promotion(
+    base: RolloutStatus,
+    runs: dict[Role, FlagSet | None],
+    promoted: set[Role],
+    reports: list[FiledReport],
+    at: str,
+) -> Recovered:
+    """A role runs other flags than the stable ones: a role-by-role promotion."""
     news = {flags.revision: flags for role, flags in runs.items() if role in promoted and flags}
     if len(news) != 1:
         raise Unrecoverable(
             f"status.rollout is lost and the roles run {len(news)} different new flag sets"
         )
-    revision, flags = next(iter(news.items()))
+    flags = next(iter(news.values()))
+    resumed = {"promoted_roles": tuple(sorted(promoted))}
+    return _resume_or_reject(base, flags, reports, at, "promotion", resumed, rejected={})
+
+
+def _resume_or_reject(
+    base: RolloutStatus,
+    flags: FlagSet,
+    reports: list[FiledReport],
+    at: str,
+    what: str,
+    resumed: dict[str, Any],
+    rejected: dict[str, Any],
+) -> Recovered:
+    """A promotion found half done continues only if a canary report proves its flags
+    (PASS); otherwise they are rejected and production returns to the stable flags."""
+    revision = flags.revision
+    common = {"canary": flags, "canary_revision": revision, "started_at": at}
     passed = _newest(reports, revision, RolloutVerdict.PASS)
-    common = {
-        "canary": flags,
-        "canary_revision": revision,
-        "started_at": at,
-        "promoted_roles": tuple(sorted(promoted)),
-    }
     if passed is not None and passed.outcome is not None:
         outcome = passed.outcome
         status = base.model_copy(
             update={
                 **common,
+                **resumed,
                 "phase": RolloutPhase.PROMOTING,
                 "verdict": RolloutVerdict.PASS,
                 "rate": outcome.rate,
@@ -140,19 +199,19 @@ def _mid_promotion(
                 "samples": outcome.samples,
                 "report": passed.name,
                 "rejected_revision": None,
-                "message": f"promotion of flags {revision} resumed (PASS report {passed.name})",
+                "message": f"{what} of flags {revision} resumed (PASS report {passed.name})",
             }
         )
-        return Recovered(status, f"promotion of flags {revision} resumed")
+        return Recovered(status, f"{what} of flags {revision} resumed")
     status = base.model_copy(
         update={
             **common,
+            **rejected,
             "phase": RolloutPhase.ROLLED_BACK,
             "verdict": RolloutVerdict.INCONCLUSIVE,
-            "promoted_roles": (),
             "rejected_revision": revision,
-            "message": f"rolled back (INCONCLUSIVE): status.rollout was lost while flags "
-            f"{revision} were being promoted and no PASS report proves them",
+            "message": f"rolled back (INCONCLUSIVE): status.rollout was lost during the {what} "
+            f"of flags {revision} and no PASS report proves them",
         }
     )
     return Recovered(status, f"flags {revision} had no PASS report; rolled back")

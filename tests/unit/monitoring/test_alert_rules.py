@@ -40,7 +40,7 @@ def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def test_promtool_check_rules(rules_file: Path):
     result = promtool("check", "rules", str(rules_file), cwd=rules_file.parent)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 5 rules found" in result.stdout
+    assert "SUCCESS: 6 rules found" in result.stdout
 
 
 @needs_promtool

@@ -26,7 +26,8 @@ NS = "serving"
 T0 = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
 PASS = {"verdict": "PASS", "rate": 0.0, "bound": 0.004997, "samples": 598, "message": ""}
 FAIL = {"verdict": "FAIL", "rate": 0.15, "bound": 0.31, "samples": 26, "message": "4/26 corrupt"}
-FP4 = {"features": {"indexDtype": "fp4"}}
+FP4 = {"features": {"indexDtype": "fp4"}}  # another transfer format: promoted in pairs
+HICACHE = {"features": {"hicache": {"enabled": True, "ratio": 2.0}}}  # same format: role by role
 
 
 class World:
@@ -38,6 +39,8 @@ class World:
         self.crashes = 0
         self.verdict: Callable[[dict[str, Any]], dict[str, Any]] = lambda job: PASS
         self.held: Callable[[dict[str, Any]], bool] = lambda obj: False
+        # Checked after every pass: an invariant no crash or interleaving may break.
+        self.checks: list[Callable[[World], None]] = []
         self.start()
 
     # -- the operator process -----------------------------------------------------------
@@ -105,6 +108,8 @@ class World:
             except Crashed:
                 self.crashes += 1
                 self.start()
+        for check in self.checks:
+            check(self)
         self.api.settle(self.held)
         self.api.run_probe_jobs(self.verdict, only=waiting)
         self.now += dt.timedelta(seconds=seconds)

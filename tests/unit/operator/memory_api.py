@@ -21,6 +21,7 @@ import datetime as dt
 import hashlib
 import itertools
 import json
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +56,7 @@ class MemoryApi:
     before_status_write: Callable[[MemoryApi, Key], None] | None = None
     # Writes the "server" refuses: (verb, kind) -> the error it answers (403, 422, ...).
     refuse: dict[tuple[str, str], ApiError] = field(default_factory=dict)
+    lists: Counter[str] = field(default_factory=Counter)  # list requests, by kind
     _versions: itertools.count = field(default_factory=lambda: itertools.count(1))
     _uids: itertools.count = field(default_factory=lambda: itertools.count(1))
 
@@ -81,15 +83,22 @@ class MemoryApi:
         return copy.deepcopy(found) if found is not None else None
 
     def list(
-        self, kind: str, namespace: str | None, selector: str | None = None
+        self,
+        kind: str,
+        namespace: str | None,
+        selector: str | None = None,
+        field_selector: str | None = None,
     ) -> list[dict[str, Any]]:
+        self.lists[kind] += 1
         match = parse_selector(selector or "")
+        fields = parse_selector(field_selector or "")
         return [
             copy.deepcopy(obj)
             for (k, ns, _), obj in sorted(self.objects.items(), key=lambda kv: str(kv[0]))
             if k == kind
             and (namespace is None or ns == namespace)
             and match(obj["metadata"].get("labels") or {})
+            and fields(_flat(obj))
         ]
 
     # -- writes -------------------------------------------------------------------------
@@ -221,6 +230,57 @@ class MemoryApi:
                 obj["status"] = status
                 self._bump(obj)
 
+    def _stateful_set(self, name: str) -> dict[str, Any]:
+        return next(o for (k, _, n), o in self.objects.items() if (k, n) == ("StatefulSet", name))
+
+    def unschedulable(self, stateful_set: str, message: str, since: dt.datetime) -> None:
+        """The first pod of a StatefulSet exists and the scheduler cannot place it (what the
+        kube-scheduler writes on the pod)."""
+        meta = self._stateful_set(stateful_set)["metadata"]
+        condition = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": message,
+            "lastTransitionTime": stamp(since),
+        }
+        template = self._stateful_set(stateful_set)["spec"]["template"]
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"{stateful_set}-0",
+                "namespace": meta["namespace"],
+                "labels": dict(template["metadata"]["labels"]),
+                "ownerReferences": [
+                    {
+                        "kind": "StatefulSet",
+                        "name": stateful_set,
+                        "uid": meta["uid"],
+                        "controller": True,
+                    }
+                ],
+            },
+            "status": {"phase": "Pending", "conditions": [condition]},
+        }
+        self.user_apply(pod)
+
+    def failed_create(self, stateful_set: str, message: str, since: dt.datetime) -> None:
+        """The StatefulSet controller could not create a pod (the Event it records)."""
+        meta = self._stateful_set(stateful_set)["metadata"]
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{stateful_set}.failed", "namespace": meta["namespace"]},
+            "involvedObject": {"kind": "StatefulSet", "name": stateful_set, "uid": meta["uid"]},
+            "type": "Warning",
+            "reason": "FailedCreate",
+            "message": message,
+            "firstTimestamp": stamp(since),
+            "lastTimestamp": stamp(since),
+        }
+        self.user_apply(event)
+
     def run_probe_jobs(
         self, verdict_of: Callable[[dict[str, Any]], dict[str, Any]], only: set[str] | None = None
     ) -> int:
@@ -286,6 +346,17 @@ class MemoryApi:
 def _key(obj: dict[str, Any]) -> Key:
     meta = obj["metadata"]
     return obj["kind"], meta.get("namespace"), meta["name"]
+
+
+def _flat(obj: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    """An object's scalar fields by dotted path (what a field selector names)."""
+    out: dict[str, str] = {}
+    for key, value in obj.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        elif not isinstance(value, list):
+            out[f"{prefix}{key}"] = str(value)
+    return out
 
 
 def _digest(value: Any) -> str:

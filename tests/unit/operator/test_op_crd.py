@@ -38,6 +38,7 @@ def test_schema_is_structural():
                 or node.get("x-kubernetes-preserve-unknown-fields")
             ), path
         assert node.get("exclusiveMinimum", True) is True, path
+        assert node.get("exclusiveMaximum", True) is True, path
 
 
 def test_api_identity_printer_columns_and_status():
@@ -77,6 +78,8 @@ def test_sample_validates_against_the_openapi_schema():
         {"features": {"indexDtype": "fp16"}},
         {"features": {"hicache": {"ratio": 1}}},
         {"placement": {"gpuProducts": []}},
+        {"canary": {"maxCorruptionRate": 1.0}},  # lt=1 in the model: exclusive in the CRD
+        {"canary": {"confidence": 1.0}},
     ],
 )
 def test_schema_refuses_values_outside_the_types(patch):

@@ -41,6 +41,13 @@ def test_missing_changed_drifted_and_orphaned():
     ]
 
 
+def test_an_orphan_already_being_deleted_is_not_deleted_again():
+    """A router goes in the foreground: it stays listed while its pods finish; one DELETE."""
+    going = as_live(with_applied_hash(cm("router", {})))
+    going["metadata"]["deletionTimestamp"] = "2026-11-30T12:00:00Z"
+    assert plan([], [going]) == []
+
+
 def test_a_field_the_operator_stops_setting_is_a_change():
     with_env = with_applied_hash(cm("a", {"k": "v", "extra": "1"}))
     without = with_applied_hash(cm("a", {"k": "v"}))

@@ -86,11 +86,14 @@ def test_flag_change_rolls_only_the_roles_it_affects():
     after = render({"features": {"hicache": {"enabled": True, "ratio": 2.0, "roles": ["decode"]}}})
     changed = {k for k in before if before[k] != after[k]}
     assert changed == {("ConfigMap", "flash-engine"), ("StatefulSet", "flash-decode")}
+    # Another index-K dtype is another transfer format: both roles, and the router, which
+    # discovers only engines of its own format (a paired promotion never mixes them).
     both = render({"features": {"indexDtype": "fp4"}})
     assert {k for k in before if before[k] != both[k]} == {
         ("ConfigMap", "flash-engine"),
         ("StatefulSet", "flash-decode"),
         ("StatefulSet", "flash-prefill"),
+        ("Deployment", "flash-router"),
     }
 
 

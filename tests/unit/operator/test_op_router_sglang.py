@@ -6,8 +6,9 @@ import pytest
 
 from dsv4_operator.api.samples import load_sample, merge_patch
 from dsv4_operator.api.spec import DSV4DeploymentSpec
-from dsv4_operator.render.meta import Owner
+from dsv4_operator.render.meta import Owner, Slot
 from dsv4_operator.render.router import ROUTER_PORT, router_args
+from dsv4_operator.render.workloads import BOOTSTRAP_PORT_ANNOTATION
 
 pytestmark = pytest.mark.sglang
 
@@ -20,9 +21,8 @@ def test_router_args_parse_to_pd_mode_with_label_discovery():
     spec = DSV4DeploymentSpec.model_validate(
         merge_patch(load_sample()["spec"], {"router": {"policy": "power_of_two"}})
     )
-    parsed = RouterArgs.from_cli_args(
-        parser.parse_args(router_args(Owner("flash", "ns", "u"), spec))
-    )
+    args = router_args(Owner("flash", "ns", "u"), spec, Slot.GREEN, "0123456789")
+    parsed = RouterArgs.from_cli_args(parser.parse_args(args))
     assert parsed.pd_disaggregation and parsed.service_discovery
     assert parsed.policy == "power_of_two"
     assert (parsed.host, parsed.port) == ("0.0.0.0", ROUTER_PORT)
@@ -34,3 +34,8 @@ def test_router_args_parse_to_pd_mode_with_label_discovery():
         assert selector["app.kubernetes.io/instance"] == "flash"
         assert selector["app.kubernetes.io/component"] == role
         assert selector["inference.dsv4.dev/group-role"] == "leader"
+        # Only its own slot's engines of its own transfer format: never a mixed pair.
+        assert selector["inference.dsv4.dev/slot"] == "green"
+        assert selector["inference.dsv4.dev/transfer-revision"] == "0123456789"
+    # The prefill pods' bootstrap port is read from the annotation the engine pods carry.
+    assert parsed.bootstrap_port_annotation == BOOTSTRAP_PORT_ANNOTATION

@@ -5,10 +5,11 @@ from dsv4_operator.api.status import Phase, RoleStatus
 from dsv4_operator.reconcile.status import Problem, decide_status, role_status
 
 
-def sts(ready, updated, generation=2, observed=2, group="leader"):
+def sts(ready, updated, generation=2, observed=2, group="leader", slot="blue"):
+    labels = {"inference.dsv4.dev/group-role": group, "inference.dsv4.dev/slot": slot}
     return {
         "kind": "StatefulSet",
-        "metadata": {"generation": generation, "labels": {"inference.dsv4.dev/group-role": group}},
+        "metadata": {"generation": generation, "labels": labels},
         "status": {
             "readyReplicas": ready,
             "updatedReplicas": updated,
@@ -85,6 +86,40 @@ def test_role_status_counts_replicas_not_pods():
     assert role_status(1, 1, []).ready == 0
 
 
+def test_role_status_sums_both_slots_of_a_paired_promotion():
+    """Mid-pairing the old slot and the new one both serve: each counts what it has, a
+    multi-node slot only its complete replicas."""
+    both = role_status(2, 1, [sts(1, 1), sts(1, 1, slot="green")])
+    assert (both.ready, both.summary) == (2, "2/2")
+    multi = [sts(2, 2), sts(2, 2, group="worker"), sts(1, 1, slot="green")]
+    # green has its leader but no workers' set yet: none of its replicas is complete.
+    assert role_status(2, 2, multi).ready == 2
+
+
 def test_degraded_before_anything_ran_claims_no_flags():
     status = decide(problem=Problem("PVCNotFound", "spec.model.pvc.claimName: …"))
     assert status.active_features is None and status.feature_revision is None
+
+
+def test_a_rendered_multinode_role_is_ready_once_leaders_and_workers_are():
+    """The StatefulSets as rendered (not hand-built): the workers' set is told apart."""
+    from dsv4_operator.api.samples import shipped_sample
+    from dsv4_operator.api.spec import DSV4DeploymentSpec
+    from dsv4_operator.reconcile.status import observe_roles
+    from dsv4_operator.render import render_all
+    from dsv4_operator.render.meta import Owner
+
+    spec = DSV4DeploymentSpec.model_validate(shipped_sample("pro-gb200-nvl72")["spec"])
+    workloads = [
+        {**o, "status": {"readyReplicas": o["spec"]["replicas"], "observedGeneration": 1,
+                         "updatedReplicas": o["spec"]["replicas"]}}
+        for o in render_all(Owner("pro", "ns", "uid"), spec)
+        if o["kind"] in ("StatefulSet", "Deployment")
+    ]  # fmt: skip
+    for o in workloads:
+        o["metadata"]["generation"] = 1
+    roles = observe_roles(spec, workloads)
+    assert roles["prefill"].summary == "2/2" and roles["decode"].summary == "1/1"
+    workers = next(o for o in workloads if o["metadata"]["name"] == "pro-decode-workers")
+    workers["status"]["readyReplicas"] = 6  # one of decode's 7 worker pods is not ready
+    assert observe_roles(spec, workloads)["decode"].summary == "0/1"

@@ -99,3 +99,14 @@ def test_an_impossible_sizing_names_the_field(monkeypatch):
     monkeypatch.setattr(memory, "DEFAULT_GPU_MEMORY_BYTES", 1 * GIB)  # too small for one page
     with pytest.raises(MemorySizingError, match=r"spec\.features\.hicache \(decode\)"):
         pod_memory(s.model_copy(update={"placement": unknown_gpu}), Role.DECODE)
+
+
+def test_hicache_ratio_4_makes_a_decode_pod_too_big_for_a_2_tib_node():
+    """What tests/e2e/test_stuck.py and docs/rollout.md rely on: at ratio 4 the B200 sample's
+    decode pod asks for 2.06 TiB, more than the local cluster's 2 TiB nodes; at 2 it fits."""
+
+    def decode(ratio: float) -> float:
+        hicache = {"hicache": {"enabled": True, "ratio": ratio, "roles": ["decode"]}}
+        return int(parse_quantity(pod_memory(spec(hicache), Role.DECODE))) / (1 << 40)
+
+    assert round(decode(4), 2) == 2.06 and decode(2) < 2

@@ -19,11 +19,12 @@ from dsv4_operator.api.rollout import FlagSet
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.reconcile.handlers import owning_deployment
 from dsv4_operator.reconcile.kube import ApiError
+from dsv4_operator.render.meta import LABEL_SLOT, LABEL_TRANSFER
 from dsv4_operator.rollout import manual
 from dsv4_operator.rollout.decide import ManualAction
 from dsv4_operator.rollout.record import ANNOTATION_RUNS
 from dsv4_operator.rollout.slices import spec_flags
-from tests.unit.operator.harness import FAIL, FP4, NS, PASS, World
+from tests.unit.operator.harness import FAIL, FP4, HICACHE, NS, PASS, World
 from tests.unit.operator.memory_api import MemoryApi
 
 pytestmark = pytest.mark.slow
@@ -77,34 +78,55 @@ def promotions(world: World) -> int:
     return count
 
 
-def rollout_writes(verdict: dict) -> int:
+def mixed_slots(world: World) -> dict[str, set[str]]:
+    """Slots whose engines speak more than one transfer format: a router of that slot
+    could pair a prefill with a decode of another format.  Must always be empty."""
+    formats: dict[str, set[str]] = {}
+    for (kind, _, _), obj in world.api.objects.items():
+        labels = obj.get("spec", {}).get("template", {}).get("metadata", {}).get("labels", {})
+        if kind == "StatefulSet" and labels.get("app.kubernetes.io/instance") == "flash":
+            formats.setdefault(labels[LABEL_SLOT], set()).add(labels[LABEL_TRANSFER])
+    return {slot: found for slot, found in formats.items() if len(found) > 1}
+
+
+def no_mixed_slots(world: World) -> None:
+    assert not mixed_slots(world), mixed_slots(world)
+
+
+def rollout_writes(change: dict, verdict: dict) -> int:
     """How many writes a whole rollout makes without faults (the crash points to try)."""
     world = ready_world()
     world.verdict = lambda job: verdict
-    before = len([w for w in world.api.log if w.verb != "user"])
-    world.patch_spec("flash", FP4)
+    before = len(world.api.log)
+    world.patch_spec("flash", change)
     final = "Idle" if verdict is PASS else "RolledBack"
     world.until("done", lambda: world.phase() == final and world.rollout().get("verdict"))
     world.until("canary gone", lambda: not world.children("flash--canary"))
     return len(world.api.log) - before
 
 
-PASS_WRITES = rollout_writes(PASS)
-FAIL_WRITES = rollout_writes(FAIL)
+# A change of the transfer format (promoted in pairs) and one that keeps it (role by role).
+CHANGES = {"paired": FP4, "role-by-role": HICACHE}
+PASS_WRITES = {kind: rollout_writes(change, PASS) for kind, change in CHANGES.items()}
+FAIL_WRITES = rollout_writes(FP4, FAIL)
 
 
-def test_the_sweep_covers_a_whole_rollout():
+def test_the_sweep_covers_whole_rollouts():
     # Status, canary slice (12 objects), probe report + identity + Job, promotions, Events.
-    assert PASS_WRITES > 40 and FAIL_WRITES > 30
+    assert min(PASS_WRITES.values()) > 40 and FAIL_WRITES > 30
 
 
-@pytest.mark.parametrize("crash_at", range(1, PASS_WRITES + 1))
-def test_a_crash_before_any_write_of_a_passing_rollout_still_promotes_exactly_once(crash_at):
+@pytest.mark.parametrize(
+    ("kind", "crash_at"),
+    [(kind, n) for kind, writes in PASS_WRITES.items() for n in range(1, writes + 1)],
+)
+def test_a_crash_before_any_write_of_a_passing_rollout_still_promotes_exactly_once(kind, crash_at):
     world = ready_world()
     tested = flags_of(world)
-    world.patch_spec("flash", FP4)
+    world.patch_spec("flash", CHANGES[kind])
     new = flags_of(world)
     start = len(world.api.log)
+    world.checks.append(no_mixed_slots)
     world.crash_before_write(crash_at)
     world.until(
         "promoted",
@@ -241,7 +263,7 @@ def test_status_wiped_after_promotion_rebuilds_the_promoted_flags():
 def test_status_wiped_mid_promotion_resumes_it_only_with_a_pass_report():
     world = ready_world()
     world.held = lambda obj: obj["metadata"]["name"] == "flash-decode"  # decode keeps rolling
-    world.patch_spec("flash", FP4)
+    world.patch_spec("flash", HICACHE)
     world.until("decode promoting", lambda: world.rollout().get("promotedRoles") == ["decode"])
     world.wipe_status("flash")
     world.step("flash")
@@ -322,7 +344,7 @@ def test_an_object_another_owner_holds_is_never_adopted():
 
 def test_a_promotion_that_cannot_finish_is_rolled_back_at_its_deadline():
     world = ready_world()
-    world.patch_spec("flash", {**FP4, "rollout": {"promotionTimeoutSeconds": 120}})
+    world.patch_spec("flash", {**HICACHE, "rollout": {"promotionTimeoutSeconds": 120}})
     world.held = lambda obj: obj["metadata"]["name"] == "flash-decode"  # its pods never start
     world.until("decode promoting", lambda: world.rollout().get("promotedRoles") == ["decode"])
     world.until("rolled back", lambda: world.phase() == "RolledBack", seconds=30)
@@ -358,7 +380,7 @@ def test_a_concurrent_abort_refuses_the_status_write_and_no_role_is_promoted():
     write is refused (resourceVersion precondition), so nothing it decided was acted on,
     and the pass runs again on what is there now — the abort."""
     world = ready_world()
-    world.patch_spec("flash", FP4)
+    world.patch_spec("flash", HICACHE)
     world.until("promotion started", lambda: world.phase() == "Promoting")
     assert world.rollout()["promotedRoles"] == []
     passed = world.rollout()["canaryRevision"]
@@ -430,3 +452,93 @@ def test_a_refused_write_is_a_condition_and_an_event_naming_the_object(status, r
     world.until("Ready", lambda: world.obj()["status"]["phase"] == "Ready")
     degraded = next(c for c in world.obj()["status"]["conditions"] if c["type"] == "Degraded")
     assert degraded["status"] == "False"
+
+
+def replicas(world: World, name: str) -> int | None:
+    found = world.api.get("StatefulSet", NS, name)
+    return None if found is None else found["spec"]["replicas"]
+
+
+def test_a_paired_promotion_never_drops_capacity_and_moves_production_to_the_other_slot():
+    """fp8 → fp4 index-K with 2 prefill and 3 decode replicas, checked after every pass:
+    each slot's engines speak one format, and the slots whose router serves hold at least
+    the spec's replicas between them."""
+    world = World()
+    world.create("flash", {"prefill": {"replicas": 2}, "decode": {"replicas": 3}})
+    world.until("Ready", lambda: (world.obj().get("status") or {}).get("phase") == "Ready")
+
+    suffixes = {"blue": "", "green": "-green"}
+    extra: list[dict[str, int]] = []
+
+    def capacity(w: World) -> None:
+        no_mixed_slots(w)
+        serving = [
+            s for s, x in suffixes.items() if w.api.get("Deployment", NS, f"flash-router{x}")
+        ]
+        over = {}
+        for role, want in (("prefill", 2), ("decode", 3)):
+            have = sum(replicas(w, f"flash-{role}{suffixes[s]}") or 0 for s in serving)
+            assert have >= want, (role, have, serving)
+            running = sum(replicas(w, f"flash-{role}{x}") or 0 for x in suffixes.values())
+            over[role] = running - want
+        extra.append(over)
+
+    world.checks.append(capacity)
+    world.patch_spec("flash", FP4)
+    world.until("promoted", lambda: world.phase() == "Idle" and world.rollout().get("verdict"))
+    assert world.rollout()["slot"] == "green"
+    assert (
+        replicas(world, "flash-prefill-green") == 2 and replicas(world, "flash-decode-green") == 3
+    )
+    assert replicas(world, "flash-decode") is None  # the old slot is gone
+    steps = [e["message"] for e in world.events("PairPromoted")]
+    assert steps == ["pair 1/3 moved to slot green", "pair 2/3 moved to slot green"]
+    # Never more than one extra prefill and one extra decode replica at a time.
+    assert max(e["prefill"] for e in extra) == max(e["decode"] for e in extra) == 1
+    assert len(world.events("Promoted")) == 1
+
+
+def test_a_paired_promotion_that_cannot_finish_returns_to_the_old_format_cleanly():
+    world = ready_world()
+    world.checks.append(no_mixed_slots)
+    world.patch_spec("flash", {**FP4, "rollout": {"promotionTimeoutSeconds": 120}})
+    world.held = lambda obj: obj["metadata"]["name"].endswith("-green")  # never Ready
+    world.until("rolled back", lambda: world.phase() == "RolledBack", seconds=30)
+    assert world.rollout()["verdict"] == "PROMOTION_TIMEOUT"
+    world.until(
+        "the green slot gone",
+        lambda: (
+            not any(
+                name.endswith("-green")
+                for (kind, _, name) in world.api.objects
+                if kind == "StatefulSet"
+            )
+        ),
+    )
+    assert world.rollout()["slot"] == "blue" and world.rollout().get("retiring") is None
+    assert replicas(world, "flash-decode") == 1 and replicas(world, "flash-prefill") == 1
+
+
+@pytest.mark.parametrize("report_kept", [True, False])
+def test_status_wiped_mid_paired_promotion_resumes_only_with_a_pass_report(report_kept):
+    world = World()
+    world.create("flash", {"prefill": {"replicas": 2}, "decode": {"replicas": 2}})
+    world.until("Ready", lambda: (world.obj().get("status") or {}).get("phase") == "Ready")
+    world.checks.append(no_mixed_slots)
+    world.patch_spec("flash", FP4)
+    world.until("the first pair moved", lambda: world.rollout().get("pairStep") == 2)
+    if not report_kept:
+        for name in [k[2] for k in world.api.objects if k[0] == "ConfigMap" and "-canary-" in k[2]]:
+            world.api.objects.pop(("ConfigMap", NS, name))
+    world.wipe_status("flash")
+    world.step("flash")
+    rebuilt = world.rollout()
+    assert world.events("RolloutStateRebuilt")
+    if report_kept:
+        assert rebuilt["phase"] == "Promoting" and rebuilt["pairStep"] == 2
+        world.until("promoted", lambda: world.phase() == "Idle")
+        assert world.rollout()["slot"] == "green"
+    else:
+        assert rebuilt["phase"] == "RolledBack" and rebuilt["retiring"] == "green"
+        world.until("the green slot gone", lambda: replicas(world, "flash-decode-green") is None)
+        assert replicas(world, "flash-decode") == 2 and world.rollout()["slot"] == "blue"

@@ -12,10 +12,13 @@ from dsv4_engine.probe.stats import minimum_samples, upper_bound
 from dsv4_operator.api.rollout import (
     CanarySpec,
     FlagSet,
+    PairStage,
     RolloutPhase,
     RolloutSpec,
     RolloutStatus,
     RolloutVerdict,
+    Slot,
+    Transfer,
     WatchVerdict,
 )
 from dsv4_operator.rollout.decide import (
@@ -28,8 +31,8 @@ from dsv4_operator.rollout.decide import (
     canary_wanted,
     decide,
     first_status,
-    role_flags,
 )
+from dsv4_operator.rollout.pairs import Pairs, plan_slots, role_flags
 
 T0 = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)
 STABLE = FlagSet(features=EngineFeatures(), image="engine:1")
@@ -38,6 +41,9 @@ BF16_HICACHE = FlagSet(
         hicache=HiCacheFeature(enabled=True, ratio=2.0), index_dtype=IndexDtype.BF16
     ),
     image="engine:1",
+)
+HICACHE = FlagSet(
+    features=EngineFeatures(hicache=HiCacheFeature(enabled=True, ratio=2.0)), image="engine:1"
 )
 CANARY = CanarySpec()
 ROLLOUT = RolloutSpec(stable_probe_interval_seconds=0)
@@ -53,7 +59,7 @@ def step(
     desired: FlagSet, status: RolloutStatus, rollout: RolloutSpec = ROLLOUT, **observed
 ) -> Decision:
     observed.setdefault("now", T0)
-    return decide(desired, status, Observed(**observed), CANARY, rollout)
+    return decide(desired, status, Observed(**observed), CANARY, rollout, Pairs(1, 1))
 
 
 def idle() -> RolloutStatus:
@@ -155,40 +161,134 @@ def test_other_flags_after_a_reject_start_a_new_canary():
     assert decision.status.canary_revision == fp8_hicache.revision
 
 
-def test_pass_promotes_decode_first_then_prefill_and_frees_the_canary():
-    passed = step(BF16_HICACHE, probing(), probe=PASS)
+def test_a_compatible_change_promotes_decode_first_then_prefill_and_frees_the_canary():
+    """HiCache keeps the transfer format: roles roll one after the other in the one slot."""
+    at_start = step(HICACHE, idle()).status
+    assert at_start.transfer is Transfer.COMPATIBLE
+    passed = step(HICACHE, probing(HICACHE), probe=PASS)
     assert passed.status.phase is RolloutPhase.PROMOTING
     assert passed.status.verdict is RolloutVerdict.PASS
     assert not canary_wanted(passed.status), "the promotion gets the canary's GPUs back"
-    first = step(BF16_HICACHE, passed.status)
+    first = step(HICACHE, passed.status)
     assert first.status.promoted_roles == (Role.DECODE,)
-    assert role_flags(first.status, Role.DECODE) == BF16_HICACHE
+    assert role_flags(first.status, Role.DECODE) == HICACHE
     assert role_flags(first.status, Role.PREFILL) == STABLE
-    still_rolling = step(BF16_HICACHE, first.status, rolled=frozenset())
+    still_rolling = step(HICACHE, first.status, rolled=frozenset())
     assert still_rolling.status.promoted_roles == (Role.DECODE,)
-    second = step(BF16_HICACHE, first.status, rolled=frozenset({Role.DECODE}))
+    second = step(HICACHE, first.status, rolled=frozenset({Role.DECODE}))
     assert second.status.promoted_roles == (Role.DECODE, Role.PREFILL)
-    done = step(BF16_HICACHE, second.status, rolled=frozenset(Role))
+    done = step(HICACHE, second.status, rolled=frozenset(Role))
     assert done.status.phase is RolloutPhase.IDLE
-    assert done.status.stable == BF16_HICACHE
+    assert done.status.stable == HICACHE and done.status.slot is Slot.BLUE
     assert done.status.verdict is RolloutVerdict.PASS  # the evidence stays visible
 
 
 def test_a_promotion_past_its_deadline_rolls_back_the_promoted_roles():
     rollout = RolloutSpec(stable_probe_interval_seconds=0, promotion_timeout_seconds=600)
-    passed = step(BF16_HICACHE, probing(), rollout, probe=PASS).status
-    first = step(BF16_HICACHE, passed, rollout, now=at(10)).status
-    assert role_flags(first, Role.DECODE) == BF16_HICACHE
-    in_time = step(BF16_HICACHE, first, rollout, now=at(590))
+    passed = step(HICACHE, probing(HICACHE), rollout, probe=PASS).status
+    first = step(HICACHE, passed, rollout, now=at(10)).status
+    assert role_flags(first, Role.DECODE) == HICACHE
+    in_time = step(HICACHE, first, rollout, now=at(590))
     assert in_time.status.phase is RolloutPhase.PROMOTING
-    late = step(BF16_HICACHE, first, rollout, now=at(601))
+    late = step(HICACHE, first, rollout, now=at(601))
     assert late.status.phase is RolloutPhase.ROLLED_BACK
     assert late.status.verdict is RolloutVerdict.PROMOTION_TIMEOUT
     assert "decode not rolled" in late.status.message
-    assert late.status.rejected_revision == BF16_HICACHE.revision
+    assert late.status.rejected_revision == HICACHE.revision
     for role in Role:
         assert role_flags(late.status, role) == STABLE
     assert [e[1] for e in late.events] == ["RolledBack"]
+
+
+def plans(status: RolloutStatus, pairs: Pairs) -> dict[Slot, tuple[str, tuple[int, int], bool]]:
+    """Each slot: (the flags it runs, its replicas, whether its router serves)."""
+    out = {}
+    for plan in plan_slots(status, pairs):
+        revisions = {plan.flags[role].revision for role in Role}
+        assert len(revisions) == 1, "a slot runs one flag set during a paired promotion"
+        out[plan.slot] = (revisions.pop(), plan.replicas, plan.router)
+    return out
+
+
+def test_another_transfer_format_is_promoted_in_pairs_never_mixed():
+    """fp8 → bf16 index-K: the new flags grow in the other slot, one prefill+decode pair
+    at a time, each slot routing only its own engines; the old slot's router leaves before
+    its last pair; capacity never drops below the spec's."""
+    pairs = Pairs(prefill=1, decode=2)
+    started = step(BF16_HICACHE, idle()).status
+    assert started.transfer is Transfer.INCOMPATIBLE
+    status = step(BF16_HICACHE, probing(), probe=PASS).status
+    assert (status.pair_step, status.pair_stage) == (1, PairStage.GROW)
+    old, new = STABLE.revision, BF16_HICACHE.revision
+    seen = []
+    for _ in range(12):
+        layout = plans(status, pairs)
+        seen.append((status.pair_step, status.pair_stage, layout))
+        serving = [v for v in layout.values() if v[2]]
+        assert serving, "some slot always serves"
+        assert sum(v[1][0] for v in serving) >= 1 and sum(v[1][1] for v in serving) >= 1
+        if status.phase is RolloutPhase.IDLE:
+            break
+        everything = frozenset(Slot)
+        status = decide(
+            BF16_HICACHE,
+            status,
+            Observed(now=T0, settled_slots=everything, routers_live=frozenset()),
+            CANARY,
+            ROLLOUT,
+            pairs,
+        ).status
+    assert [(k, stage) for k, stage, _ in seen] == [
+        (1, PairStage.GROW),
+        (1, PairStage.SHRINK),
+        (2, PairStage.GROW),
+        (2, PairStage.RETIRE),  # blue's last pair: its router leaves before its engines
+        (2, PairStage.SHRINK),
+        (0, None),
+    ]
+    assert seen[0][2] == {Slot.BLUE: (old, (1, 2), True), Slot.GREEN: (new, (1, 1), True)}
+    assert seen[1][2][Slot.BLUE] == (old, (1, 1), True)  # keeps a pair: still serves
+    assert seen[2][2][Slot.GREEN] == (new, (1, 2), True)
+    assert seen[3][2][Slot.BLUE] == (old, (1, 1), False)
+    assert seen[4][2][Slot.BLUE] == (old, (0, 0), False)
+    assert seen[-1][2] == {Slot.GREEN: (new, (1, 2), True)}
+    assert status.slot is Slot.GREEN and status.stable == BF16_HICACHE
+
+
+def test_a_paired_promotion_rolled_back_empties_its_slot_router_first():
+    pairs = Pairs(prefill=2, decode=2)
+    status = step(BF16_HICACHE, probing(), probe=PASS).status
+    aborted = decide(
+        BF16_HICACHE,
+        status,
+        Observed(now=T0, manual=control(ManualAction.ABORT), routers_live=frozenset(Slot)),
+        CANARY,
+        ROLLOUT,
+        pairs,
+    ).status
+    assert aborted.phase is RolloutPhase.ROLLED_BACK and aborted.retiring is Slot.GREEN
+    layout = plans(aborted, pairs)
+    assert layout[Slot.BLUE] == (STABLE.revision, (2, 2), True)
+    assert layout[Slot.GREEN] == (BF16_HICACHE.revision, (1, 1), False)  # stops serving now
+    # Its engines stay until its router has gone (in-flight requests finish), then go.
+    still = decide(
+        BF16_HICACHE,
+        aborted,
+        Observed(now=T0, routers_live=frozenset(Slot)),
+        CANARY,
+        ROLLOUT,
+        pairs,
+    ).status
+    assert still.retiring is Slot.GREEN
+    gone = decide(
+        BF16_HICACHE,
+        aborted,
+        Observed(now=T0, routers_live=frozenset({Slot.BLUE})),
+        CANARY,
+        ROLLOUT,
+        pairs,
+    ).status
+    assert gone.retiring is None and set(plans(gone, pairs)) == {Slot.BLUE}
 
 
 def test_canary_never_ready_is_inconclusive_and_rolled_back():
