@@ -42,7 +42,7 @@ NAME = "flash"
 SAMPLE = "flash-echo"
 HICACHE_BF16 = {"hicache": {"enabled": True, "ratio": 2.0}, "indexDtype": "bf16"}
 # The share of host-tier loads whose index-K reads skip the gate: on this engine and probe
-# set it garbles about 15% of answers (`make bench-probe` measures the rate per share).
+# set it garbles about 15% of answers (`make bench-echo` measures the rate per share).
 INCIDENT_SHARE = 0.25
 STEP_TIMEOUT_S = 900.0
 
