@@ -113,12 +113,15 @@ def measured_rate(share: float) -> float:
 
 
 def until_fail(share: float) -> list[tuple[int, float, str]]:
-    """(judged samples, seconds, verdict) of runs at the production defaults."""
+    """(judged samples, seconds, verdict) of runs at the production defaults; a run that
+    does not FAIL prints why (a loaded machine times requests out: INCONCLUSIVE)."""
     runs = []
     with pd_slice(share) as url:
         for seed in range(FAIL_RUNS):
             result, seconds = probe(url, THRESHOLD, None, seed)
-            runs.append((result.judged, seconds, result.verdict.value))
+            runs.append((result.judged, round(seconds, 1), result.verdict.value))
+            if result.verdict is not Verdict.FAIL:
+                print(f"    share {share:.3f}, seed {seed}: {'; '.join(result.reasons)}")
     return runs
 
 
