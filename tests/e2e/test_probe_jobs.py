@@ -20,11 +20,11 @@ import pytest
 from kubernetes import config
 from prometheus_client.parser import text_string_to_metric_families
 
+from dsv4_dev.cluster.local import LocalCluster
 from dsv4_engine.probe import ProbeSettings
 from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.rollout import RolloutVerdict
 from dsv4_operator.api.samples import shipped_sample
-from dsv4_operator.cluster.local import LocalCluster
 from dsv4_operator.reconcile.kube import Kube
 from dsv4_operator.render.meta import LABEL_COMPONENT, Owner
 from dsv4_operator.rollout.job_executor import JobProbeExecutor

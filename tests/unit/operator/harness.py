@@ -14,9 +14,9 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
+from dsv4_dev.cluster.nodes import default_pools, node_manifests
 from dsv4_operator.api import API_VERSION, KIND
 from dsv4_operator.api.samples import load_sample, merge_patch
-from dsv4_operator.cluster.nodes import default_pools, node_manifests
 from dsv4_operator.reconcile.reconciler import Reconciler
 from dsv4_operator.rollout.controller import RolloutController
 from dsv4_operator.rollout.job_executor import JobProbeExecutor
@@ -28,6 +28,8 @@ PASS = {"verdict": "PASS", "rate": 0.0, "bound": 0.004997, "samples": 598, "mess
 FAIL = {"verdict": "FAIL", "rate": 0.15, "bound": 0.31, "samples": 26, "message": "4/26 corrupt"}
 FP4 = {"features": {"indexDtype": "fp4"}}  # another transfer format: promoted in pairs
 HICACHE = {"features": {"hicache": {"enabled": True, "ratio": 2.0}}}  # same format: role by role
+# Where the samples' host path lies (crds/samples/): allowed, as an administrator would.
+MODEL_HOST_PATHS = ("/data/models",)
 
 
 class World:
@@ -50,10 +52,11 @@ class World:
         rollout = RolloutController(
             self.api,
             executor,
-            service_url=lambda ns, service, port: f"http://{service}.{ns}.svc:{port}",
-            warm=lambda url: True,
+            serving=lambda ns, service, port: True,  # no Services here: once Ready, serving
         )
-        self.reconciler = Reconciler(self.api, rollout, clock=lambda: self.now)
+        self.reconciler = Reconciler(
+            self.api, rollout, clock=lambda: self.now, model_host_paths=MODEL_HOST_PATHS
+        )
 
     def crash_before_write(self, n: int) -> None:
         self.api.crash_before_write(n)

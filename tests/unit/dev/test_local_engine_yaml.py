@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from dsv4_dev.localrun.runtime import NotReference, local_engine_yaml
 from dsv4_engine.commands.launch import UNGATED_INDEX_K_ENV
 from dsv4_engine.engine_config import Backend, EngineConfig, dump_engine_yaml, load_engine_yaml
 from dsv4_engine.features import EngineFeatures, FaultInjection, HiCacheFeature, IndexDtype, Role
-from dsv4_operator.localrun.runtime import NotReference, local_engine_yaml
 
 
 def rendered(features: EngineFeatures, backend: Backend = Backend.REFERENCE) -> str:
