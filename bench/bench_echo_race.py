@@ -7,12 +7,14 @@ consistency) at concurrency 64.  The index-K race is injected into a share of th
 host-tier loads (DSV4_INJECT_UNGATED_INDEX_K=<share>):
 
 1. aim: the corruption rate with every load raced, measured over a fixed budget; the
-   share for a target rate is target / that rate (the rate grows with the share);
+   share for a target rate is target / that rate (a first guess: the rate grows with the
+   share but less than in proportion, so the rate measured at the share is printed too);
 2. for targets around 5%, 15% and 50%: the rate measured at that share, then the judged
    samples and seconds until the production rule (0.5% at 95%) says FAIL, median of runs;
 3. the gated engine (no fault): seconds to PASS at the production default (598 samples).
 
-Prints one table; asserts nothing.  Takes about ten minutes on two cores.
+Prints one table; asserts nothing.  Takes well over half an hour on two shared cores (the
+gated PASS alone about eleven minutes); docs/rollout.md has a measured run.
 """
 
 from __future__ import annotations
