@@ -1,18 +1,20 @@
 """`make demo`: the mission's loop on the embedded default, start to finish.
 
 Brings up the local control plane (fake B200 nodes), the operator and the local runtime
-(which runs the CPU reference engine for every engine pod), applies the shipped
-reference-engine sample unchanged (manifests/samples/flash-reference.yaml: production canary
-defaults, 598 clean samples at most 0.5% corruption with 95% confidence), then changes its
-engine flags twice:
+(which runs the CPU reference engine for every engine pod), applies the shipped echo-model
+sample unchanged (manifests/samples/flash-echo.yaml: the reference engine with constructed
+weights that answer tool-call echo prompts, and the production canary defaults — 598 clean
+samples at most 0.5% corruption with 95% confidence), then changes its engine flags twice:
 
-1. HiCache + bf16 index-K **with the index-K gate fault injected** (`faultInjection`, a
-   demo-only flag that re-creates the seed incident): the canary FAILs, the rollout is
-   rolled back, production never sees the flags.
+1. HiCache + bf16 index-K **with the index-K gate fault injected** at an incident-like rate
+   (`faultInjection`, a demo-only flag that re-creates the seed incident; `ungatedShare`
+   aims it near the 12-18% of tool calls the incident garbled): the canary's
+   tool-call probes FAIL, the report shows garbled calls beside the calls asked for, the
+   rollout is rolled back, production never sees the flags.
 2. The same flags without the fault: the canary PASSes and the flags are promoted.
 
-Both reports are printed and saved as JSON.  Everything started is stopped at the end or
-on Ctrl-C.
+Both reports are printed and saved as JSON and as HTML pages.  Everything started is
+stopped at the end or on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -31,12 +33,18 @@ from typing import Any
 from dsv4_dev.cluster.binaries import MissingBinaryError, cache_dir
 from dsv4_dev.cluster.local import ClusterError, LocalCluster
 from dsv4_dev.localrun.runtime import free_port
+from dsv4_engine.probe.html_report import render_html
 from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.samples import shipped_sample
 
 NAMESPACE = "demo"
 NAME = "flash"
+SAMPLE = "flash-echo"
 HICACHE_BF16 = {"hicache": {"enabled": True, "ratio": 2.0}, "indexDtype": "bf16"}
+# The share of host-tier loads whose index-K reads skip the gate: on this engine and probe
+# set it garbled about 10% of answers (docs/rollout.md, measured by this demo and by
+# `make bench-echo`), near the incident's 12-18%.
+INCIDENT_SHARE = 0.25
 STEP_TIMEOUT_S = 900.0
 
 
@@ -91,16 +99,22 @@ def show_report(cluster: LocalCluster, out_dir: Path, label: str) -> None:
     path = out_dir / f"{label}-{rollout.get('report', 'report')}.json"
     path.write_text(report)
     say(f"report JSON saved to {path}")
+    body = json.loads(report) if report.strip() else {}
+    if "samples" in body:  # a probe ran: its page, with each damaged call beside the clean one
+        page = path.with_suffix(".html")
+        page.write_text(render_html(body))
+        say(f"report page saved to {page}")
 
 
-def apply_sample(cluster: LocalCluster) -> None:
+def apply_sample(cluster: LocalCluster, name: str) -> None:
     cluster.kubectl("apply", "--server-side", "-f", str(CRD_PATH))
     cluster.kubectl("wait", "--for=condition=Established", "crd/dsv4deployments.inference.dsv4.dev")
-    sample = shipped_sample("flash-reference")
+    sample = shipped_sample(name)
     cluster.kubectl("apply", "-n", NAMESPACE, "-f", "-", input=json.dumps(sample))
+    model = sample["spec"]["model"].get("referenceModel", "random")
     say(
-        f"applied manifests/samples/flash-reference.yaml as {NAMESPACE}/{NAME}: 1 prefill + "
-        "1 decode on B200 nodes, the CPU reference engine, the default canary settings"
+        f"applied manifests/samples/{name}.yaml as {NAMESPACE}/{NAME}: 1 prefill + 1 decode on "
+        f"B200 nodes, the CPU reference engine ({model} model), the default canary settings"
     )
     wait("the deployment to be Ready", lambda: _phase(cluster) == "Ready")
     print(cluster.kubectl("get", "dsv4", "-n", NAMESPACE).stdout)
@@ -108,15 +122,20 @@ def apply_sample(cluster: LocalCluster) -> None:
 
 def run_story(cluster: LocalCluster, out_dir: Path) -> None:
 
-    say("step 1: HiCache + bf16 index-K WITH the index-K gate fault injected (demo-only flag)")
-    patch_features(cluster, {**HICACHE_BF16, "faultInjection": {"ungatedIndexK": True}})
+    say(
+        "step 1: HiCache + bf16 index-K WITH the index-K gate fault injected (demo-only flag): "
+        f"{INCIDENT_SHARE:.0%} of host-tier loads race their indexer, as in the incident"
+    )
+    fault = {"ungatedIndexK": True, "ungatedShare": INCIDENT_SHARE}
+    patch_features(cluster, {**HICACHE_BF16, "faultInjection": fault})
     started = time.monotonic()
     wait("the canary verdict", lambda: rollout_of(cluster).get("phase") == "RolledBack")
     say(f"verdict after {time.monotonic() - started:.0f}s: rolled back; production kept its flags")
     show_report(cluster, out_dir, "1-fault-injected")
 
     say("step 2: the same flags without the fault")
-    patch_features(cluster, {**HICACHE_BF16, "faultInjection": {"ungatedIndexK": False}})
+    gated = {"ungatedIndexK": False, "ungatedShare": None}  # null: back to the default
+    patch_features(cluster, {**HICACHE_BF16, "faultInjection": gated})
     started = time.monotonic()
 
     def promoted() -> bool:
@@ -141,9 +160,11 @@ def _interrupt(*_: object) -> None:
 
 
 @contextlib.contextmanager
-def local_world(out_dir: Path, cluster_name: str = "demo") -> Iterator[tuple[LocalCluster, int]]:
+def local_world(
+    out_dir: Path, cluster_name: str = "demo", sample: str = "flash-reference"
+) -> Iterator[tuple[LocalCluster, int]]:
     """The local cluster, the operator (its health port returned) and the local runtime,
-    with the sample applied and Ready; everything is stopped on the way out."""
+    with the shipped sample applied and Ready; everything is stopped on the way out."""
     cluster = LocalCluster(name=cluster_name)
     env = {**cluster.env, "DSV4_LOCALRUN_DIR": str(out_dir / "localrun")}
     (out_dir / "localrun").mkdir(parents=True, exist_ok=True)
@@ -164,7 +185,7 @@ def local_world(out_dir: Path, cluster_name: str = "demo") -> Iterator[tuple[Loc
             background(runtime, out_dir / "localrun.log", env),
         ):
             say(f"operator and local runtime started; logs in {out_dir}")
-            apply_sample(cluster)
+            apply_sample(cluster, sample)
             yield cluster, health_port
     finally:
         if os.environ.get("DSV4_DEMO_KEEP_CLUSTER") != "1":
@@ -175,7 +196,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, _interrupt)  # `kill` cleans up like Ctrl-C does
     out_dir = cache_dir() / "demo"
     try:
-        with local_world(out_dir) as (cluster, _):
+        with local_world(out_dir, sample=SAMPLE) as (cluster, _):
             run_story(cluster, out_dir)
     except (ClusterError, MissingBinaryError) as err:
         print(f"demo: error: {err}", file=sys.stderr)

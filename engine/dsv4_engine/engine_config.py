@@ -25,6 +25,19 @@ class Backend(StrEnum):
     REFERENCE = "reference"
 
 
+class ReferenceModelKind(StrEnum):
+    """Which model the CPU reference engine (`backend: reference`) loads.
+
+    `random`: seeded random weights — answers are noise, so only warm-vs-cold consistency
+    can judge them.  `echo`: constructed weights that follow the tool-call echo prompt
+    (`dsv4_engine.reference.echo`), so the tool-call echo probes judge it as they judge a
+    real model.  SGLang ignores the choice: it serves the weights at `model_path`.
+    """
+
+    RANDOM = "random"
+    ECHO = "echo"
+
+
 class TransferBackend(StrEnum):
     MOONCAKE = "mooncake"
     NIXL = "nixl"
@@ -153,6 +166,7 @@ class EngineConfig(CamelModel):
 
     role: Role
     backend: Backend = Backend.SGLANG
+    reference_model: ReferenceModelKind = ReferenceModelKind.RANDOM
     model_path: str
     served_model_name: str
     tool_call_parser: str = "deepseekv4"

@@ -80,6 +80,7 @@ def reference_args(config: EngineConfig) -> list[str]:
         "--port", str(config.port),
         "--model-path", config.model_path,
         "--served-model-name", config.served_model_name,
+        "--reference-model", config.reference_model.value,
         "--index-dtype", config.features.index_dtype.value,
         "--disaggregation-mode", config.role.value,
         "--disaggregation-bootstrap-port", str(config.disaggregation.bootstrap_port),
@@ -98,6 +99,12 @@ def _hicache_args(sglang_args: list[str]) -> list[str]:
     return out
 
 
+def fault_env(config: EngineConfig) -> dict[str, str]:
+    """The environment that injects the configured fault into a reference engine."""
+    share = config.features.fault_injection.env_value()
+    return {} if share is None else {UNGATED_INDEX_K_ENV: share}
+
+
 def sglang_placement(config: EngineConfig) -> tuple[int, str | None]:
     if config.multinode is None:
         return 0, None
@@ -113,11 +120,9 @@ def sglang_placement(config: EngineConfig) -> tuple[int, str | None]:
 
 def command(config: EngineConfig) -> tuple[list[str], dict[str, str]]:
     """(argv, extra environment) of the engine process."""
-    injected = config.features.fault_injection.ungated_index_k
     if config.backend is Backend.REFERENCE:
-        env = {UNGATED_INDEX_K_ENV: "1"} if injected else {}
-        return [sys.executable, "-m", "dsv4_engine.cli", *reference_args(config)], env
-    if injected:
+        return [sys.executable, "-m", "dsv4_engine.cli", *reference_args(config)], fault_env(config)
+    if config.features.fault_injection.ungated_index_k:
         raise CommandError(
             "features.faultInjection.ungatedIndexK: only backend: reference can inject "
             "the seed's race; refusing to start SGLang with it"

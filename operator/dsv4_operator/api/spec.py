@@ -20,6 +20,7 @@ from dsv4_engine.engine_config import (
     TRANSFER_FORMAT_FLAGS,
     Backend,
     Disaggregation,
+    ReferenceModelKind,
     owned_flag_in,
     transfer_flag_in,
 )
@@ -73,6 +74,14 @@ class ModelSpec(CamelModel):
         default=ModelPreset.V4_FLASH,
         description="Which published DeepSeek-V4 config the weights are: sizes the KV pools "
         "and the HiCache host memory the operator adds to engine pods.",
+    )
+    reference_model: ReferenceModelKind = Field(
+        default=ReferenceModelKind.RANDOM,
+        description="With `engine: reference`, the model the CPU reference engine builds "
+        "instead of loading weights: `random` (seeded random weights; the canary judges it "
+        "by warm-vs-cold consistency) or `echo` (constructed weights that answer the "
+        "tool-call echo prompt; the canary runs the real model's probe set, tool-call echo "
+        "included).  SGLang ignores it.",
     )
 
     @model_validator(mode="after")

@@ -54,6 +54,7 @@ def engine_config(
     return EngineConfig(
         role=role,
         backend=spec.engine,
+        reference_model=spec.model.reference_model,
         model_path=model_path(spec),
         served_model_name=spec.model.served_model_name,
         tool_call_parser=spec.model.tool_call_parser,

@@ -140,3 +140,15 @@ def test_model_from_a_pvc_and_the_host_memory_seam():
     assert spec["containers"][0]["resources"]["requests"]["memory"] == "300Gi"
     data = yaml.safe_load(objs[("ConfigMap", "flash-engine")]["data"]["decode.yaml"])
     assert data["modelPath"] == "/models/v4/flash"
+
+
+def test_the_reference_model_reaches_each_roles_engine_yaml():
+    """spec.model.referenceModel is what the reference engine of every role builds."""
+    data = render({"engine": "reference", "model": {"referenceModel": "echo"}})[
+        ("ConfigMap", "flash-engine")
+    ]["data"]
+    assert {load_engine_yaml(data[f"{r.value}.yaml"]).reference_model.value for r in Role} == {
+        "echo"
+    }
+    default = render({"engine": "reference"})[("ConfigMap", "flash-engine")]["data"]
+    assert load_engine_yaml(default["decode.yaml"]).reference_model.value == "random"
