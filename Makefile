@@ -21,7 +21,7 @@ control-plane: ## Build kube-apiserver, controller-manager, scheduler, etcd and 
 	@hack/build-control-plane.sh
 
 test: venv system-deps control-plane lint ## Run every test: unit, real SGLang, end-to-end on a real control plane
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests -n 2 --dist loadgroup
 
 test-unit: venv system-deps ## Unit tests only (no cluster)
 	$(PY) -m pytest tests -m "not e2e"
