@@ -4,7 +4,9 @@ The same process as the image's `dsv4-operator run` (`dsv4_operator.runtime.serv
 what only development needs, none of which the image carries:
 
 * `--local-endpoints`: Services are reached through the local runtime's endpoint map
-  (`dsv4_dev.localrun.endpoints`), since nothing on KWOK's fake nodes has a cluster IP;
+  (`dsv4_dev.localrun.endpoints`), since nothing on KWOK's fake nodes has a cluster IP, and
+  a canary counts as serving once its router answers there, where the in-process probes
+  will reach it (not once its Service has a ready endpoint, which they never use);
 * `--probe-mode local` (the default with `--local-endpoints`): canary probes run inside
   this process instead of as Jobs, since only it can reach the local runtime's engines;
 * `--crash-after-writes N`: exit abruptly (like SIGKILL) before the write after the Nth,
@@ -18,8 +20,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import logging
 import os
 import sys
+import urllib.request
 from collections.abc import Sequence
 from enum import Enum
 
@@ -28,7 +32,10 @@ from aiohttp import web
 from dsv4_dev.localrun import endpoints
 from dsv4_operator import runtime
 from dsv4_operator.reconcile.kube import Kube
+from dsv4_operator.rollout.controller import ServiceUrl, Serving
 from dsv4_operator.rollout.executor import LocalProbeExecutor
+
+log = logging.getLogger("dsv4_dev.operator")
 
 
 class ProbeMode(Enum):
@@ -69,6 +76,21 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+def answering(service_url: ServiceUrl) -> Serving:
+    """A Service serves once its published endpoint answers `/health`."""
+
+    def serving(namespace: str, service: str, port: int) -> bool:
+        try:
+            url = service_url(namespace, service, port)
+            with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
+                return response.status == 200
+        except (ValueError, OSError) as err:
+            log.info("%s.%s not answering yet: %s", service, namespace, err)
+            return False
+
+    return serving
+
+
 def crash_after(kube: Kube, writes: int) -> None:
     """Die like SIGKILL before the write after the ``writes``th is sent."""
 
@@ -100,7 +122,10 @@ def dev_wiring(kube: Kube, args: argparse.Namespace) -> runtime.Wiring:
             watch_probe_jobs=False,
         )
     if args.local_endpoints:
-        wiring = dataclasses.replace(wiring, service_url=endpoints.resolver(kube))
+        local = endpoints.resolver(kube)
+        wiring = dataclasses.replace(wiring, serving=answering(local))
+        if args.probe_mode == ProbeMode.LOCAL.value:
+            wiring = dataclasses.replace(wiring, probe_url=local)
     return dataclasses.replace(wiring, routes=[*wiring.routes, debug_requests(kube)])
 
 

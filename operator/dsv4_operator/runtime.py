@@ -36,7 +36,12 @@ from dsv4_operator.reconcile.handlers import register, resync_forever
 from dsv4_operator.reconcile.kube import ApiError, Kube
 from dsv4_operator.reconcile.reconciler import Reconciler
 from dsv4_operator.render.meta import Owner
-from dsv4_operator.rollout.controller import RolloutController, ServiceUrl, cluster_service_url
+from dsv4_operator.rollout.controller import (
+    RolloutController,
+    ServiceUrl,
+    Serving,
+    cluster_service_url,
+)
 from dsv4_operator.rollout.executor import ProbeExecutor
 from dsv4_operator.rollout.job_executor import JobProbeExecutor
 
@@ -161,8 +166,8 @@ class Wiring:
     port serves.  `job_wiring` is the image's; a development launcher brings its own."""
 
     executor: Callable[[ProbeDone], ProbeExecutor]
-    service_url: ServiceUrl = cluster_service_url
-    probe_url: ServiceUrl | None = None  # where the probes reach a Service, if elsewhere
+    probe_url: ServiceUrl = cluster_service_url  # where the probes reach a Service
+    serving: Serving | None = None  # whether a Service serves; None: its EndpointSlices
     watch_probe_jobs: bool = True
     routes: list[Route] = field(default_factory=list)
 
@@ -171,7 +176,7 @@ def job_wiring(kube: Kube, args: argparse.Namespace) -> Wiring:
     """Probes run as Jobs of the probe image, in the cluster, reaching Services by DNS."""
     image = probe_image(kube, args.probe_image)
     log.info("probes run as Jobs", extra={"probe_image": image})
-    return Wiring(executor=lambda _: JobProbeExecutor(kube, image), probe_url=cluster_service_url)
+    return Wiring(executor=lambda _: JobProbeExecutor(kube, image))
 
 
 class Health:
@@ -260,8 +265,8 @@ async def _lead(
     rollout = RolloutController(
         kube,
         wiring.executor(probe_done),
-        service_url=wiring.service_url,
         probe_url=wiring.probe_url,
+        serving=wiring.serving,
     )
     reconciler = Reconciler(kube, rollout, model_host_paths=args.allowed_model_host_paths)
     registry = kopf.OperatorRegistry()
@@ -270,6 +275,10 @@ async def _lead(
     settings.posting.enabled = False  # Events are the reconciler's, one per decision.
     stop_kopf = asyncio.Event()
     namespaces = list(args.namespace)
+    # Limited to namespaces, kopf's scanning would list all namespaces and watch CRDs (both
+    # cluster-wide): without it, it serves the CRD it finds at start, which the namespaced
+    # install applies first, and the operator needs no cluster-wide read but nodes'.
+    settings.scanning.disabled = bool(namespaces)
     tasks = [
         asyncio.create_task(leader.keep(kube, leadership, lost)),
         asyncio.create_task(resync_forever(reconciler, namespaces, args.resync_seconds)),

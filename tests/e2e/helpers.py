@@ -5,18 +5,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import yaml
 
+from dsv4_dev.cluster.binaries import kubectl
 from dsv4_dev.cluster.local import LocalCluster
 from dsv4_dev.localrun.runtime import free_port
 from tests.unit.operator.harness import MODEL_HOST_PATHS
@@ -188,3 +193,185 @@ class RouterLoad:
             except (aiohttp.ClientError, ValueError, KeyError, TimeoutError) as err:
                 self.failed.append(f"{type(err).__name__}: {err}")
             await asyncio.sleep(0.5)
+
+
+def model_claim(cluster: LocalCluster, namespace: str, claim: str) -> None:
+    """A bound, read-only PersistentVolumeClaim named ``claim`` (a shipped sample's model
+    source): a PersistentVolume made for it and pre-bound, so the scheduler places the
+    engine pods that mount it (KWOK mounts nothing)."""
+    volume = f"{namespace}-{claim}"
+    common = {"accessModes": ["ReadOnlyMany"], "storageClassName": "dsv4-e2e-models"}
+    pv = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": volume},
+        "spec": {
+            **common,
+            "capacity": {"storage": "1Gi"},
+            "hostPath": {"path": f"/models/{volume}"},
+            "claimRef": {"namespace": namespace, "name": claim},
+        },
+    }
+    pvc = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": claim, "namespace": namespace},
+        "spec": {**common, "volumeName": volume, "resources": {"requests": {"storage": "1Gi"}}},
+    }
+    for obj in (pv, pvc):
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(obj))
+    wait_for(
+        f"PersistentVolumeClaim {namespace}/{claim} bound",
+        lambda: get_json(cluster, "pvc", claim, "-n", namespace)["status"].get("phase") == "Bound",
+        60,
+    )
+
+
+def kustomize(cluster: LocalCluster, folder: Path) -> list[dict[str, Any]]:
+    out = cluster.kubectl("kustomize", str(folder)).stdout
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+def as_list(objects: list[dict[str, Any]]) -> str:
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
+
+
+def responses(cluster: LocalCluster, offset: int) -> list[dict[str, Any]]:
+    """Audit events after byte ``offset`` with the status the request got.  A watch is
+    logged when its response starts; it completes only when it ends."""
+    return [
+        e
+        for e in audit_events(cluster, offset)
+        if e.get("stage") in ("ResponseStarted", "ResponseComplete")
+    ]
+
+
+MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
+OPERATOR_NS = "dsv4-system"
+OPERATOR_SA = f"system:serviceaccount:{OPERATOR_NS}:dsv4-operator"
+OPERATOR_POD = "app.kubernetes.io/name=dsv4-operator"
+
+
+def deployed_args(installed: list[dict[str, Any]]) -> list[str]:
+    """The operator's arguments exactly as the installed Deployment runs them."""
+    deployment = next(o for o in installed if o["kind"] == "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return container["args"]
+
+
+def with_port(args: list[str], port: int) -> list[str]:
+    at = args.index("--health-port")
+    return [*args[: at + 1], str(port), *args[at + 2 :]]
+
+
+@dataclass
+class Installed:
+    proc: subprocess.Popen
+    log: Path
+    offset: int  # of the audit log when the operator started
+    kubeconfig: Path  # the operator's ServiceAccount token, alone
+    objects: list[dict[str, Any]]  # what the overlay installed
+
+
+@contextlib.contextmanager
+def installed_operator(cluster: LocalCluster, overlay: Path, workdir: Path) -> Iterator[Installed]:
+    """Installs ``overlay`` for real and runs the image's `dsv4-operator` with the installed
+    Deployment's arguments and nothing but its ServiceAccount's token.  The local process
+    stands in for the Deployment's pod (KWOK runs nothing): it gets that pod's name, as the
+    downward API gives it, and so finds its probe image the same way."""
+    objects = kustomize(cluster, overlay)
+    cluster.kubectl(
+        "apply", "--server-side", "--force-conflicts", "-f", "-", input=as_list(objects)
+    )
+    kubeconfig = account_kubeconfig(
+        cluster, OPERATOR_NS, "dsv4-operator", workdir / "sa-kubeconfig.yaml"
+    )
+    (pod,) = wait_for(
+        "the operator Deployment's pod",
+        lambda: [
+            p
+            for p in get_json(cluster, "pods", "-n", OPERATOR_NS, "-l", OPERATOR_POD)["items"]
+            if not p["metadata"].get("deletionTimestamp")
+        ],
+        60,
+    )
+    log = workdir / "operator.log"
+    offset = cluster.audit_log.stat().st_size
+    command = [
+        str(Path(sys.executable).with_name("dsv4-operator")),
+        *with_port(deployed_args(objects), free_port()),
+        "--resync-seconds", "5",
+    ]  # fmt: skip
+    env = {
+        **cluster.env,
+        "KUBECONFIG": str(kubeconfig),
+        "POD_NAMESPACE": OPERATOR_NS,
+        "POD_NAME": pod["metadata"]["name"],
+    }
+    with log.open("w") as out:
+        proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        yield Installed(proc, log, offset, kubeconfig, objects)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+def as_account(
+    kubeconfig: Path,
+    *args: str,
+    input: str | None = None,  # noqa: A002 - as subprocess.run
+) -> subprocess.CompletedProcess[str]:
+    """kubectl with only ``kubeconfig``'s credential (never the admin's)."""
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    return subprocess.run(
+        [str(kubectl()), "--kubeconfig", str(kubeconfig), *args],
+        capture_output=True, text=True, input=input, timeout=60, check=False, env=env,
+    )  # fmt: skip
+
+
+class EngineCounterWatch:
+    """Samples one counter on every engine pod of ``namespace`` the local runtime serves
+    (each pod's own `/metrics`, as a Prometheus scrape reaches it), every ``interval`` s until
+    stopped, keeping each pod's highest value: pods retired mid-promotion are seen while
+    they live."""
+
+    def __init__(self, cluster: LocalCluster, namespace: str, counter: str) -> None:
+        from kubernetes import config as kube_config
+
+        from dsv4_dev.localrun import endpoints
+        from dsv4_operator.reconcile.kube import Kube
+
+        self._kube = Kube(kube_config.new_client_from_config(config_file=cluster.kubeconfig))
+        self._map = (endpoints.NAMESPACE, endpoints.NAME)
+        self._pod_prefix, self._pod_suffix = "_pod.", f".{namespace}"
+        self._line = re.compile(rf"^{re.escape(counter)}(?:{{[^}}]*}})? (\S+)$", re.M)
+        self.highest: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            published = (self._kube.get("ConfigMap", *self._map) or {}).get("data") or {}
+            for key, url in published.items():
+                if not (key.startswith(self._pod_prefix) and key.endswith(self._pod_suffix)):
+                    continue
+                pod = key[len(self._pod_prefix) : -len(self._pod_suffix)]
+                try:
+                    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
+                        text = response.read().decode()
+                except OSError:
+                    continue  # a pod stopping between the map and the scrape
+                values = [float(v) for v in self._line.findall(text)]
+                self.highest[pod] = max([self.highest.get(pod, 0.0), *values])

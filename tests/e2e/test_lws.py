@@ -83,7 +83,15 @@ def world(cluster: LocalCluster, tmp_path_factory):
         "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes})
     )
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_PATH))
-    cluster.kubectl("wait", "--for=condition=Established", "crd/dsv4deployments.inference.dsv4.dev")
+    wait_for(
+        "the DSV4Deployment CRD Established",
+        lambda: cluster.kubectl(
+            "wait", "--for=condition=Established", "crd/dsv4deployments.inference.dsv4.dev",
+            check=False,
+        ).returncode
+        == 0,
+        30,
+    )  # fmt: skip
     cluster.kubectl("create", "namespace", NS, check=False)
     sample = shipped_sample("pro-gb200-nvl72")
     claim = sample["spec"]["model"]["pvc"]["claimName"]
@@ -336,3 +344,66 @@ def test_a_flag_rollout_rolls_group_by_group_and_no_group_mixes_revisions(world)
     assert switched[("pro-decode", "0")] < switched[first]
     then = [seen for t, g, seen in watch.history if g == second and t <= switched[first]]
     assert then and then[-1] == before[second], then[-1:]
+
+
+def test_the_admission_fence_holds_for_leaderworkersets(world):
+    """The fence (manifests/base/fence.yaml) checks both pod templates of an LWS the
+    operator's account writes: a rendered one passes, a worker template under another
+    account, a leader template mounting a token, or an unmanaged one is refused."""
+    cluster, _ = world
+    operator = "system:serviceaccount:dsv4-system:dsv4-operator"
+    base = ROOT / "manifests" / "base"
+    present = cluster.kubectl(
+        "get", "validatingadmissionpolicy", "dsv4-operator-fence", check=False
+    )
+    applied = [base / "rbac.yaml", base / "fence.yaml"]
+    had_namespace = cluster.kubectl("get", "namespace", "dsv4-system", check=False).returncode == 0
+    cluster.kubectl("create", "namespace", "dsv4-system", check=False)
+    for path in applied:
+        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
+    try:
+        rendered = get_json(cluster, "leaderworkerset", "pro-decode", "-n", NS)
+        lws = {
+            "apiVersion": rendered["apiVersion"],
+            "kind": rendered["kind"],
+            "metadata": {
+                "name": "fenced",
+                "namespace": NS,
+                "labels": rendered["metadata"]["labels"],
+            },
+            "spec": rendered["spec"],
+        }
+
+        def dry_run(obj: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+            return cluster.kubectl(
+                "create", "--dry-run=server", f"--as={operator}", "-f", "-",
+                input=json.dumps(obj), check=False,
+            )  # fmt: skip
+
+        # The policy takes effect a moment after it is applied.
+        wait_for(
+            "the fence refusing an unmanaged LWS",
+            lambda: dry_run({**lws, "metadata": {**lws["metadata"], "labels": {}}}).returncode != 0,
+            30,
+        )
+        assert dry_run(lws).returncode == 0, dry_run(lws).stderr
+        group = lws["spec"]["leaderWorkerTemplate"]
+        other_account = json.loads(json.dumps(lws))
+        other_account["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"][
+            "serviceAccountName"
+        ] = "admin"
+        token = json.loads(json.dumps(lws))
+        token["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"][
+            "automountServiceAccountToken"
+        ] = True
+        for refused in (other_account, token):
+            result = dry_run(refused)
+            assert result.returncode != 0 and "dsv4-operator-fence" in result.stderr
+            assert "mount no" in result.stderr and "ServiceAccount token" in result.stderr
+        assert group["leaderTemplate"]["spec"]["automountServiceAccountToken"] is False
+    finally:
+        if present.returncode != 0:
+            for path in reversed(applied):
+                cluster.kubectl("delete", "-f", str(path), "--wait=false", check=False)
+        if not had_namespace:
+            cluster.kubectl("delete", "namespace", "dsv4-system", "--wait=false", check=False)

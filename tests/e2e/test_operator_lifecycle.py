@@ -29,7 +29,7 @@ from tests.unit.operator.harness import MODEL_HOST_PATHS
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 NS = "dsv4-e2e"
-CHILD_KINDS = "configmaps,statefulsets,services,poddisruptionbudgets,deployments,serviceaccounts,roles,rolebindings"
+CHILD_KINDS = "configmaps,statefulsets,services,poddisruptionbudgets,deployments,serviceaccounts,roles,rolebindings,networkpolicies"
 WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE")
 AUDIT_WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
 
@@ -47,6 +47,7 @@ def expected_children(name):
         ("Service", f"{name}-router"),
         ("ServiceAccount", f"{name}-router"),
         ("RoleBinding", f"{name}-router-discovery"),
+        ("NetworkPolicy", f"{name}-engines"),
     }
 
 

@@ -13,9 +13,8 @@ from dsv4_engine.features import Role
 from dsv4_operator.api.rollout import RolloutStatus
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.reconcile.plan import with_applied_hash
-from dsv4_operator.render import render_slot
+from dsv4_operator.render import render_slot, shared
 from dsv4_operator.render.meta import Owner
-from dsv4_operator.render.router import router_shared
 from dsv4_operator.render.workloads import HostMemory
 from dsv4_operator.rollout.decide import canary_wanted
 from dsv4_operator.rollout.pairs import Pairs, SlotPlan, plan_slots
@@ -70,7 +69,7 @@ class Desired:
             objects += with_record(
                 self.slot(slot), status.stable, slot.flags, status.rejected_revision
             )
-        objects += router_shared(self.owner)
+        objects += shared(self.owner)
         if status.canary is not None:
             runs = dict.fromkeys(Role, status.canary)
             objects += with_record(self.canary(status), status.stable, runs, None)

@@ -84,9 +84,10 @@ CHILD_KINDS = (
     "Service",
     "PodDisruptionBudget",
     "ServiceAccount",
-    "Role",
+    "Role",  # none rendered now: listed so the router Roles of earlier versions are pruned
     "RoleBinding",
     "Deployment",
+    "NetworkPolicy",
 )
 # A status write refused because the resource changed is redone on what is there now; a
 # resource changing this often under every pass is left to the next event.

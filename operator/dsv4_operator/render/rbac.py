@@ -11,38 +11,40 @@ RBAC_GROUP = "rbac.authorization.k8s.io"
 
 
 def _binding(
-    owner: Owner, name: str, component: str, account: str, role_ref: dict[str, str], managed: bool
+    owner: Owner, name: str, component: str, account: str, role_ref: dict[str, str]
 ) -> dict[str, Any]:
     return {
         "apiVersion": RBAC_API,
         "kind": "RoleBinding",
-        "metadata": metadata(owner, name, component, managed),
+        "metadata": metadata(owner, name, component),
         "roleRef": {"apiGroup": RBAC_GROUP, **role_ref},
         "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": owner.namespace}],
     }
 
 
-def service_account(
-    owner: Owner, name: str, component: str, managed: bool = True
-) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": metadata(owner, name, component, managed)}  # fmt: skip
+def service_account(owner: Owner, name: str, component: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": metadata(owner, name, component),
+    }
 
 
 def identity(
-    owner: Owner, name: str, component: str, rules: list[dict[str, Any]], managed: bool = True
+    owner: Owner, name: str, component: str, rules: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
     """ServiceAccount, Role and RoleBinding, all called ``name``, in ``owner``'s namespace."""
     role = {
         "apiVersion": RBAC_API,
         "kind": "Role",
-        "metadata": metadata(owner, name, component, managed),
+        "metadata": metadata(owner, name, component),
         "rules": rules,
     }
     ref = {"kind": "Role", "name": name}
     return [
-        service_account(owner, name, component, managed),
+        service_account(owner, name, component),
         role,
-        _binding(owner, name, component, name, ref, managed),
+        _binding(owner, name, component, name, ref),
     ]
 
 
@@ -54,5 +56,5 @@ def cluster_role_identity(
     ref = {"kind": "ClusterRole", "name": cluster_role}
     return [
         service_account(owner, account, component),
-        _binding(owner, binding, component, account, ref, True),
+        _binding(owner, binding, component, account, ref),
     ]

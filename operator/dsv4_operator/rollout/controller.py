@@ -10,7 +10,6 @@ child or the status; everything here is idempotent.
 from __future__ import annotations
 
 import logging
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -38,23 +37,15 @@ from dsv4_operator.rollout.slices import canary_url
 
 log = logging.getLogger("dsv4_operator.rollout")
 
-# (namespace, service, port) → base URL the operator can reach.
+# (namespace, service, port) → base URL a probe reaches the Service at.
 ServiceUrl = Callable[[str, str, int], str]
+# (namespace, service, port) → whether the Service serves: a ready endpoint behind it.
+Serving = Callable[[str, str, int], bool]
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"  # on a Service's EndpointSlices
 
 
 def cluster_service_url(namespace: str, service: str, port: int) -> str:
     return f"http://{service}.{namespace}.svc:{port}"
-
-
-def answers_health(url: str) -> bool:
-    """A canary is Ready only once its router answers: the probes' first request must not
-    be the one that finds out the endpoint is not there yet."""
-    try:
-        with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
-            return response.status == 200
-    except OSError as err:
-        log.info("canary at %s not answering yet: %s", url, err)
-        return False
 
 
 def canary_report(status: RolloutStatus) -> ReportRef | None:
@@ -73,16 +64,16 @@ def watch_report(status: RolloutStatus) -> ReportRef | None:
 
 @dataclass
 class RolloutController:
-    """Holds what outlives a pass: the probe executor and how to reach a Service.
+    """Holds what outlives a pass: the probe executor and how probes reach a Service.
 
-    ``service_url`` is how the operator reaches a Service (the canary's warm-up check);
-    ``probe_url`` how the probes do, when they run elsewhere (a Job in the cluster)."""
+    ``probe_url`` is where the probes reach a Service; ``serving`` whether it serves (by
+    default the Kubernetes API's word: the operator itself never calls an engine or a
+    router, so a NetworkPolicy need not let it in)."""
 
     kube: Any
     executor: ProbeExecutor
-    service_url: ServiceUrl = cluster_service_url
-    probe_url: ServiceUrl | None = None
-    warm: Callable[[str], bool] = answers_health
+    probe_url: ServiceUrl = cluster_service_url
+    serving: Serving | None = None
 
     # -- before the decision ------------------------------------------------------------
     def observe(
@@ -94,7 +85,7 @@ class RolloutController:
     ) -> Observed:
         """What `decide` needs to know; ``known``: what the reconciler observed itself
         (rolled roles, a blocked canary).  Readiness decides anything only while the canary
-        starts, and its warm-up request is a network call: made only then."""
+        starts: its Service's endpoints are read only then."""
         owner = state.owner
         starting = before.phase is RolloutPhase.CANARY_STARTING
         probing = before.phase is RolloutPhase.PROBING
@@ -105,7 +96,7 @@ class RolloutController:
             now=state.now,
             canary_ready=starting
             and slice_ready(canary_objects, state.canary_live)
-            and self._answers(owner.namespace, *canary_url(owner)),
+            and (self.serving or self._endpoint_ready)(owner.namespace, *canary_url(owner)),
             probe=self._canary_outcome(state, canary) if canary else None,
             probe_running=canary is not None and self.executor.running(owner, canary.name(owner)),
             stable_probe=self._outcome(state, watch) if watch else None,
@@ -115,13 +106,21 @@ class RolloutController:
             **known,
         )
 
-    def _answers(self, namespace: str, service: str, port: int) -> bool:
-        try:
-            url = self.service_url(namespace, service, port)
-        except ValueError as err:
-            log.info("canary %s.%s not reachable yet: %s", service, namespace, err)
-            return False
-        return self.warm(url)
+    def _endpoint_ready(self, namespace: str, service: str, port: int) -> bool:
+        """A canary is Ready only once its router Service has a ready endpoint (an
+        EndpointSlice the API keeps from the router pods' readiness): the probes' first
+        request must not be the one that finds out the endpoint is not there yet."""
+        selector = f"{SERVICE_NAME_LABEL}={service}"
+        slices = self.kube.list("EndpointSlice", namespace, selector)
+        ready = any(
+            (endpoint.get("conditions") or {}).get("ready")
+            for found in slices
+            if any(p.get("port") == port for p in found.get("ports") or [])
+            for endpoint in found.get("endpoints") or []
+        )
+        if not ready:
+            log.info("canary %s.%s has no ready endpoint yet", service, namespace)
+        return ready
 
     def _outcome(self, state: PassState, ref: ReportRef) -> ProbeOutcome | None:
         config_map = self.kube.get("ConfigMap", state.owner.namespace, ref.name(state.owner))
@@ -216,7 +215,7 @@ class RolloutController:
             self.kube.delete("ConfigMap", owner.namespace, name)
 
     def _probe_url(self, namespace: str, service: str, port: int) -> str:
-        return (self.probe_url or self.service_url)(namespace, service, port)
+        return self.probe_url(namespace, service, port)
 
 
 def canary_settings(spec: DSV4DeploymentSpec, url: str) -> ProbeSettings:

@@ -15,12 +15,12 @@ from typing import Any
 from dsv4_engine.probe import ProbeSettings
 from dsv4_engine.probe.verdict import Verdict
 from dsv4_operator.cli.probe import probe_args
-from dsv4_operator.render.meta import Owner, metadata
+from dsv4_operator.render.meta import PROBE_COMPONENT, Owner, metadata
 from dsv4_operator.render.rbac import identity
 from dsv4_operator.render.security import container_security, pod_security
 from dsv4_operator.rollout.reports import LABEL_TARGET
 
-COMPONENT = "probe"
+COMPONENT = PROBE_COMPONENT
 CONTAINER = "probe"
 ANNOTATION_REPORT = "inference.dsv4.dev/report"
 MAX_NAME = 63  # a Job's name is also a label value on its pods
@@ -61,7 +61,7 @@ def probe_identity(owner: Owner, report: dict[str, Any]) -> list[dict[str, Any]]
             "verbs": ["get", "patch"],
         }
     ]
-    objects = identity(owner, account, COMPONENT, rules, managed=False)
+    objects = identity(owner, account, COMPONENT, rules)
     grant = job_name(name)
     for obj in objects[1:]:  # the Role and its RoleBinding
         obj["metadata"].update(name=grant, ownerReferences=_owned_by(report))
@@ -95,7 +95,7 @@ def probe_job(
 ) -> dict[str, Any]:
     """The Job for one attempt; ``report`` is the applied report ConfigMap (its owner)."""
     name = report["metadata"]["name"]
-    meta = metadata(owner, job_name(name), COMPONENT, managed=False)
+    meta = metadata(owner, job_name(name), COMPONENT)
     meta["labels"][LABEL_TARGET] = target
     meta["annotations"] = {ANNOTATION_REPORT: name}
     meta["ownerReferences"] = _owned_by(report)

@@ -5,6 +5,7 @@ launcher keeps its switches to itself."""
 from __future__ import annotations
 
 import ast
+import socket
 import tomllib
 from pathlib import Path
 
@@ -75,10 +76,14 @@ def wiring(*argv: str):
 
 def test_the_local_wiring_probes_in_process_through_the_endpoint_map(monkeypatch):
     kube, local = wiring("--local-endpoints")
-    assert not local.watch_probe_jobs and local.probe_url is None
-    published = {"data": {endpoints.key("svc", "ns", 8000): "http://127.0.0.1:4321"}}
-    monkeypatch.setattr(kube, "get", lambda kind, ns, name: published)  # the API's answer
-    assert local.service_url("ns", "svc", 8000) == "http://127.0.0.1:4321"
+    assert not local.watch_probe_jobs
+    with socket.socket() as closed:  # bound, never listening: nothing answers there
+        closed.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{closed.getsockname()[1]}"
+        published = {"data": {endpoints.key("svc", "ns", 8000): url}}
+        monkeypatch.setattr(kube, "get", lambda kind, ns, name: published)  # the API's answer
+        assert local.probe_url("ns", "svc", 8000) == url
+        assert local.serving("ns", "svc", 8000) is False
     assert [path for path, _ in local.routes] == ["/debug/requests"]
 
 

@@ -52,8 +52,7 @@ class World:
         rollout = RolloutController(
             self.api,
             executor,
-            service_url=lambda ns, service, port: f"http://{service}.{ns}.svc:{port}",
-            warm=lambda url: True,
+            serving=lambda ns, service, port: True,  # no Services here: once Ready, serving
         )
         self.reconciler = Reconciler(
             self.api, rollout, clock=lambda: self.now, model_host_paths=MODEL_HOST_PATHS

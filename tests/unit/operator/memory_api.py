@@ -382,6 +382,10 @@ def _own_data(config_map: dict[str, Any], manager: str) -> None:
 
 
 def _term(term: str) -> Callable[[dict[str, str]], bool]:
+    if " notin (" in term:
+        key, values = (part.strip() for part in term.split(" notin (", 1))
+        refused = {v.strip() for v in values.rstrip(")").split(",")}
+        return lambda labels: labels.get(key) not in refused
     if " in (" in term:
         key, values = (part.strip() for part in term.split(" in (", 1))
         allowed = {v.strip() for v in values.rstrip(")").split(",")}
@@ -393,7 +397,8 @@ def _term(term: str) -> Callable[[dict[str, str]], bool]:
 
 
 def parse_selector(selector: str) -> Callable[[dict[str, str]], bool]:
-    """`key=value`, `key in (a,b)` and `key` terms, comma-joined (what the operator sends)."""
+    """`key=value`, `key in (a,b)`, `key notin (a,b)` and `key` terms, comma-joined (what
+    the operator sends)."""
     terms: list[str] = []
     depth, start = 0, 0
     for i, char in enumerate(selector):

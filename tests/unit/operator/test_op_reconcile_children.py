@@ -48,7 +48,8 @@ def test_stable_and_canary_children_come_from_one_list_per_kind():
     assert [(kind, ns) for kind, ns, _ in kube.lists] == [(k, "serving") for k in CHILD_KINDS]
     assert {selector for _, _, selector in kube.lists} == {
         "app.kubernetes.io/instance in (flash,flash--canary),"
-        "app.kubernetes.io/managed-by=dsv4-operator"
+        "app.kubernetes.io/managed-by=dsv4-operator,"
+        "app.kubernetes.io/component notin (probe,rollout-report)"
     }
 
 

@@ -37,6 +37,7 @@ def test_sample_renders_every_child_owned_by_the_deployment():
         ("Service", "flash-router"),
         ("ServiceAccount", "flash-router"),
         ("RoleBinding", "flash-router-discovery"),
+        ("NetworkPolicy", "flash-engines"),
     }
     for obj in objs.values():
         (ref,) = obj["metadata"]["ownerReferences"]
