@@ -17,8 +17,9 @@ venv: ## Create the cached project venv (pinned requirements/*.txt) and install 
 system-deps: ## Install the Debian packages tests need (chromium ...), skipped when present
 	@hack/system-deps.sh
 
-control-plane: ## Build kube-apiserver, controller-manager, scheduler, etcd and KWOK once per machine
+control-plane: ## Build kube-apiserver, controller-manager, scheduler, etcd, KWOK and the LWS controller once per machine
 	@hack/build-control-plane.sh
+	@hack/build-lws.sh
 
 test: venv system-deps control-plane lint ## Run every test: unit, real SGLang, end-to-end on a real control plane
 	$(PY) -m pytest tests -n 2 --dist loadgroup

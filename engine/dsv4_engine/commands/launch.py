@@ -3,7 +3,7 @@
 Reads the configuration the operator renders (`dsv4_engine.engine_config`), validates it
 and replaces itself (exec) with the engine: real SGLang with this project's plugin, or
 with `backend: reference` the CPU reference engine.  A multi-node pod finds its node rank
-from `DSV4_POD_NAME` and `DSV4_GROUP_ROLE`, which the operator's pod template sets.
+and its leader from the environment LeaderWorkerSet gives every pod of a group.
 """
 
 from __future__ import annotations
@@ -21,11 +21,9 @@ from dsv4_engine.cliutil import CommandError
 from dsv4_engine.engine_config import (
     Backend,
     EngineConfig,
-    GroupRole,
     load_engine_yaml,
     place_pod,
     plugin_env,
-    pod_ordinal,
     to_sglang_args,
 )
 from dsv4_engine.index_k import sglang_index_dtype_error
@@ -108,11 +106,8 @@ def fault_env(config: EngineConfig) -> dict[str, str]:
 def sglang_placement(config: EngineConfig) -> tuple[int, str | None]:
     if config.multinode is None:
         return 0, None
-    pod, role = os.environ.get("DSV4_POD_NAME"), os.environ.get("DSV4_GROUP_ROLE")
-    if not pod or not role:
-        raise CommandError("multinode: DSV4_POD_NAME and DSV4_GROUP_ROLE must be set")
     try:
-        placement = place_pod(config.multinode, GroupRole(role), pod_ordinal(pod))
+        placement = place_pod(config.multinode, os.environ)
     except ValueError as err:
         raise CommandError(f"multinode: {err}") from None
     return placement.node_rank, placement.dist_init_addr

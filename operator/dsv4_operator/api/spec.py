@@ -26,6 +26,7 @@ from dsv4_engine.engine_config import (
 )
 from dsv4_engine.features import CamelModel, EngineFeatures, IndexDtype, Role
 from dsv4_engine.index_k import SGLANG_INDEX_DTYPES, sglang_index_dtype_error
+from dsv4_operator.api.names import MAX_ROLE_REPLICAS
 from dsv4_operator.api.rollout import CanarySpec, RolloutSpec
 from dsv4_operator.api.schema import cel, validations
 
@@ -160,7 +161,7 @@ class RoleSpec(CamelModel):
         ),
     )
 
-    replicas: int = Field(default=1, ge=0, le=1024)
+    replicas: int = Field(default=1, ge=0, le=MAX_ROLE_REPLICAS)
     nodes_per_replica: int = Field(default=1, ge=1, le=64)
     gpus_per_node: int = Field(default=8, ge=1, le=8)
     tp: int = Field(default=8, ge=1, le=512)

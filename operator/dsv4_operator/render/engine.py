@@ -44,13 +44,7 @@ def engine_config(
     role_spec = spec.role_spec(role)
     multinode = None
     if role_spec.nodes_per_replica > 1:
-        multinode = MultiNode(
-            nnodes=role_spec.nodes_per_replica,
-            leader_stateful_set=role_name(owner, role, slot),
-            headless_service=role_name(owner, role, slot),
-            namespace=owner.namespace,
-            dist_init_port=DIST_INIT_PORT,
-        )
+        multinode = MultiNode(nnodes=role_spec.nodes_per_replica, dist_init_port=DIST_INIT_PORT)
     return EngineConfig(
         role=role,
         backend=spec.engine,
