@@ -14,7 +14,6 @@ import pytest
 
 from dsv4_dev.cluster.local import LocalCluster
 
-
 # The files whose tests run reference engines under probe load: under pytest-xdist
 # (`make test` runs two workers) they share one worker and its control plane, every other
 # e2e file the other worker and a second control plane, so the two halves wait side by side.
