@@ -27,10 +27,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from dsv4_operator import leader, metrics
 from dsv4_operator.localrun import endpoints
-from dsv4_operator.reconcile.handlers import register, resync_forever
+from dsv4_operator.reconcile import watches
+from dsv4_operator.reconcile.cache import Cache
+from dsv4_operator.reconcile.controller import Controller
+from dsv4_operator.reconcile.handlers import register
 from dsv4_operator.reconcile.kube import ApiError, Kube
 from dsv4_operator.reconcile.reconciler import Reconciler
-from dsv4_operator.render.meta import Owner
 from dsv4_operator.rollout.controller import RolloutController, cluster_service_url
 from dsv4_operator.rollout.executor import LocalProbeExecutor, ProbeExecutor
 from dsv4_operator.rollout.job_executor import JobProbeExecutor
@@ -80,7 +82,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="Watch only this namespace (repeatable); without it, every namespace.",
     )
     run.add_argument("--health-port", type=int, default=8080)
-    run.add_argument("--resync-seconds", type=float, default=60.0)
+    run.add_argument(
+        "--resync-seconds",
+        type=float,
+        default=60.0,
+        help="Each deployment gets a pass at least this often (from the cache: no requests).",
+    )
+    run.add_argument(
+        "--workers",
+        type=int,
+        default=4,
+        help="Passes run at once (different deployments; one deployment never runs two).",
+    )
     run.add_argument("--lease-name", default="dsv4-operator")
     run.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "default"))
     run.add_argument("--identity", default=f"{socket.gethostname()}-{os.getpid()}")
@@ -160,15 +173,18 @@ class Health:
     def __init__(self, kube: Kube, leadership: leader.Leadership) -> None:
         self.kube = kube
         self.leadership = leadership
-        self.watching = asyncio.Event()
+        self.watching = asyncio.Event()  # kopf watches the DSV4Deployments
+        self.synced = asyncio.Event()  # the informers' caches are filled
+        self.controller: Controller | None = None
 
     async def healthz(self, _: web.Request) -> web.Response:
         return web.json_response({"ok": True})
 
     async def readyz(self, _: web.Request) -> web.Response:
         leading = self.leadership.held()
-        ready = leading and self.watching.is_set()
-        body = {"leader": leading, "watching": self.watching.is_set()}
+        watching, synced = self.watching.is_set(), self.synced.is_set()
+        ready = leading and watching and synced
+        body = {"leader": leading, "watching": watching, "synced": synced}
         return web.json_response(body, status=200 if ready else 503)
 
     async def requests(self, _: web.Request) -> web.Response:
@@ -180,6 +196,10 @@ class Health:
         ]
         return web.json_response({"writes": self.kube.writes(), "requests": counts})
 
+    async def passes(self, _: web.Request) -> web.Response:
+        """The reconcile passes run so far and how long each took (for the benchmarks)."""
+        return web.json_response(self.controller.stats() if self.controller else {})
+
     async def metrics(self, _: web.Request) -> web.Response:
         body = generate_latest(metrics.REGISTRY)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -190,6 +210,7 @@ class Health:
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)
         app.router.add_get("/debug/requests", self.requests)
+        app.router.add_get("/debug/passes", self.passes)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         await web.TCPSite(runner, "0.0.0.0", port).start()
@@ -198,7 +219,10 @@ class Health:
 
 async def serve(args: argparse.Namespace) -> int:
     load_kube_config()
-    api = client.ApiClient()
+    configuration = client.Configuration.get_default_copy()
+    # One connection per informer's watch, and more for the passes' requests.
+    configuration.connection_pool_maxsize = 64
+    api = client.ApiClient(configuration)
     api.user_agent = USER_AGENT  # so the API server's audit log tells the operator's requests
     kube = Kube(api, crash_after_writes=args.crash_after_writes)
     image = None
@@ -239,35 +263,35 @@ async def _lead(
     image: str | None,
 ) -> int:
     loop = asyncio.get_running_loop()
-    background: set[asyncio.Task] = set()
-
-    def probe_done(owner: Owner) -> None:
-        # A verdict was filed: act on it now rather than at the next resync.
-        task = loop.create_task(reconciler.reconcile(owner.namespace, owner.name))
-        background.add(task)
-        task.add_done_callback(background.discard)
-
+    cache = Cache(watches.stores())
     executor: ProbeExecutor
     if image is None:
-        executor = LocalProbeExecutor(kube.apply, loop, probe_done)
+        # A verdict was filed: act on it now rather than at the next resync.
+        executor = LocalProbeExecutor(kube.apply, loop, lambda owner: controller.wake(owner))
     else:
-        executor = JobProbeExecutor(kube, image)
+        executor = JobProbeExecutor(kube, cache, image)
     rollout = RolloutController(
         kube,
+        cache,
         executor,
         service_url=endpoints.resolver(kube) if args.local_endpoints else cluster_service_url,
         probe_url=None if image is None else cluster_service_url,  # Jobs run in the cluster
     )
-    reconciler = Reconciler(kube, rollout)
+    reconciler = Reconciler(kube, cache, rollout)
+    controller = Controller(
+        reconciler, cache, loop, workers=args.workers, resync_s=args.resync_seconds
+    )
+    health.controller = controller
     registry = kopf.OperatorRegistry()
-    register(registry, reconciler, watch_probe_jobs=image is not None)
+    register(registry, controller)
     settings = kopf.OperatorSettings()
     settings.posting.enabled = False  # Events are the reconciler's, one per decision.
     stop_kopf = asyncio.Event()
     namespaces = list(args.namespace)
+    controller.start_informers(kube, namespaces)
     tasks = [
         asyncio.create_task(leader.keep(kube, leadership, lost)),
-        asyncio.create_task(resync_forever(reconciler, namespaces, args.resync_seconds)),
+        asyncio.create_task(controller.run(health.synced)),
         asyncio.create_task(_stop_when(stop_kopf, stop, lost)),
     ]
     log.info("operator starting", extra={"namespaces": namespaces or "all"})

@@ -19,6 +19,7 @@ from dsv4_engine.probe import ProbeSettings
 from dsv4_operator.api import KIND
 from dsv4_operator.api.rollout import CanarySpec, RolloutPhase, RolloutStatus, RolloutVerdict
 from dsv4_operator.api.spec import DSV4DeploymentSpec
+from dsv4_operator.reconcile.cache import Reader
 from dsv4_operator.reconcile.kube import ApiError
 from dsv4_operator.reconcile.state import PassState
 from dsv4_operator.render import render_all
@@ -78,10 +79,12 @@ def watch_report(status: RolloutStatus) -> ReportRef | None:
 class RolloutController:
     """Holds what outlives a pass: the probe executor and how to reach a Service.
 
-    ``service_url`` is how the operator reaches a Service (the canary's warm-up check);
-    ``probe_url`` how the probes do, when they run elsewhere (a Job in the cluster)."""
+    Reads go to ``cache`` (the reconciler's), writes to ``kube``.  ``service_url`` is how
+    the operator reaches a Service (the canary's warm-up check); ``probe_url`` how the
+    probes do, when they run elsewhere (a Job in the cluster)."""
 
     kube: Any
+    cache: Reader
     executor: ProbeExecutor
     service_url: ServiceUrl = cluster_service_url
     probe_url: ServiceUrl | None = None
@@ -139,13 +142,13 @@ class RolloutController:
         return self.warm(url)
 
     def _outcome(self, state: PassState, ref: ReportRef) -> ProbeOutcome | None:
-        config_map = self.kube.get("ConfigMap", state.owner.namespace, ref.name(state.owner))
+        config_map = self.cache.get("ConfigMap", state.owner.namespace, ref.name(state.owner))
         return outcome_from_config_map(config_map) if config_map else None
 
     def _canary_outcome(self, state: PassState, ref: ReportRef) -> ProbeOutcome | None:
         """The attempt's verdict; a PASS only if the report survives `distrust_pass`."""
         name = ref.name(state.owner)
-        config_map = self.kube.get("ConfigMap", state.owner.namespace, name)
+        config_map = self.cache.get("ConfigMap", state.owner.namespace, name)
         outcome = outcome_from_config_map(config_map) if config_map else None
         if outcome is None or config_map is None or outcome.verdict is not RolloutVerdict.PASS:
             return outcome
@@ -226,7 +229,7 @@ class RolloutController:
 
     def _prune_reports(self, state: PassState) -> None:
         owner = state.owner
-        listed = self.kube.list("ConfigMap", owner.namespace, report_selector(owner))
+        listed = self.cache.list("ConfigMap", owner.namespace, report_selector(owner))
         for name in stale_canary_reports([FiledReport.of(cm) for cm in listed]):
             self.kube.delete("ConfigMap", owner.namespace, name)
 

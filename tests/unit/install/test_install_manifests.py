@@ -70,6 +70,7 @@ async def probe_answers(container):
         before = [await asyncio.to_thread(get, port, p) for p in (live, ready)]
         leadership.renewed_at = time.monotonic()  # renewed just now: it leads
         health.watching.set()
+        health.synced.set()
         after = [await asyncio.to_thread(get, port, p) for p in (live, ready)]
     finally:
         await runner.cleanup()
@@ -78,7 +79,7 @@ async def probe_answers(container):
 
 def test_the_probes_hit_the_endpoints_the_runtime_serves(container):
     before, after = asyncio.run(probe_answers(container))
-    assert before == [200, 503]  # alive at once, ready only once leading and watching
+    assert before == [200, 503]  # alive at once, ready once leading, watching and synced
     assert after == [200, 200]
 
 
