@@ -184,6 +184,3 @@ class Cache:
         field_selector: str | None = None,
     ) -> list[Obj]:
         return self.store(kind).select(namespace, selector, field_selector)
-
-    def synced(self) -> bool:
-        return all(store.synced.is_set() for store in self.stores.values())

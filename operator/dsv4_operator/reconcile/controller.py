@@ -121,7 +121,7 @@ class Controller:
     # -- running passes -----------------------------------------------------------------
     async def run(self, synced: asyncio.Event | None = None) -> None:
         """Wait for the caches, then run passes for ever (cancel to stop)."""
-        while not self.cache.synced():
+        while not all(self.cache.store(w.kind).synced.is_set() for w in WATCHES):
             await asyncio.sleep(0.1)
         log.info(
             "caches synced", extra={"objects": {k: len(s) for k, s in self.cache.stores.items()}}

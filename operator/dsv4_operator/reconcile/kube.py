@@ -247,7 +247,7 @@ class Kube:
         while True:
             page = query + ([("continue", token)] if token else [])
             listed = self.request("GET", path(kind, namespace), query=page, accept=accept)
-            items += listed["items"]
+            items += listed.get("items") or []  # a metadata list of nothing says null
             token = listed["metadata"].get("continue") or ""
             if not token:
                 break

@@ -16,7 +16,8 @@ from typing import Any
 
 from dsv4_operator.api import API_VERSION, KIND
 from dsv4_operator.api.status import DSV4DeploymentStatus, Phase
-from dsv4_operator.reconcile.cache import Cache, Store
+from dsv4_operator.reconcile import watches
+from dsv4_operator.reconcile.cache import Cache
 from dsv4_operator.reconcile.controller import Controller
 from dsv4_operator.reconcile.expectations import Expectations, Write
 from dsv4_operator.render.meta import Owner, metadata
@@ -92,7 +93,7 @@ async def until(what: str, done: Callable[[], bool]) -> None:
 
 
 def world(passes: RecordingPasses, workers: int = 2) -> tuple[Controller, Cache]:
-    cache = Cache([Store(KIND), Store("StatefulSet")])
+    cache = Cache(watches.stores())
     for store in cache.stores.values():
         store.replace([])  # listed: the caches are synced
     controller = Controller(
