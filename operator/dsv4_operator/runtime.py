@@ -29,7 +29,7 @@ from dsv4_operator import leader, metrics
 from dsv4_operator.localrun import endpoints
 from dsv4_operator.reconcile import watches
 from dsv4_operator.reconcile.cache import Cache
-from dsv4_operator.reconcile.controller import Controller
+from dsv4_operator.reconcile.controller import WORKERS, Controller
 from dsv4_operator.reconcile.handlers import register
 from dsv4_operator.reconcile.kube import ApiError, Kube
 from dsv4_operator.reconcile.reconciler import Reconciler
@@ -91,7 +91,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     run.add_argument(
         "--workers",
         type=int,
-        default=4,
+        default=WORKERS,
         help="Passes run at once (different deployments; one deployment never runs two).",
     )
     run.add_argument("--lease-name", default="dsv4-operator")
@@ -131,6 +131,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         # In a real cluster the operator's own network may not reach every canary, and a
         # probe inside it dies with it; refuse rather than probe from the wrong place.
         parser.error("--probe-mode local needs --local-endpoints (the local cluster)")
+    if args.workers < 1:
+        parser.error(f"--workers: at least 1 (got {args.workers})")
+    if args.resync_seconds <= 0:
+        parser.error(f"--resync-seconds: more than 0 (got {args.resync_seconds:g})")
     return args
 
 

@@ -131,6 +131,20 @@ def test_probes_run_inside_the_operator_only_on_the_local_cluster(capsys):
     assert "--probe-mode local needs --local-endpoints" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--workers", "0"], "--workers: at least 1 (got 0)"),
+        (["--resync-seconds", "0"], "--resync-seconds: more than 0 (got 0)"),
+    ],
+)
+def test_a_loop_that_could_never_run_a_pass_is_refused_naming_its_flag(flags, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(["run", *flags])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
 def test_metrics_service_and_service_monitor_line_up(container):
     (service,) = load("base", "service.yaml")
     (monitor,) = load("monitoring", "servicemonitor.yaml")
