@@ -53,7 +53,7 @@ OPERATOR_AGENTS = (USER_AGENT, "kopf")
 ALL_CLIENTS = "all clients"
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1000, help="fake GPU nodes (8 B200 each)")
     parser.add_argument("--deployments", type=int, default=500)
@@ -62,7 +62,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--steady-seconds", type=float, default=60.0)
     parser.add_argument("--workers", type=int, default=WORKERS, help="the operator's --workers")
     parser.add_argument("--keep", action="store_true", help="leave the cluster running")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.changed > args.deployments:
         parser.error("--changed: at most --deployments")
     return args
@@ -281,6 +281,7 @@ def run(
     out["canary_s"] = time.monotonic() - t0
     out["canary_requests"] = audited(cluster, offset, cluster.audit_log.stat().st_size)
     out["final_rss_mb"] = operator.memory_mb()
+    out["load"] = os.getloadavg()[2]  # the machine is shared: how busy it was meanwhile
     return out
 
 
@@ -301,6 +302,7 @@ def report(args: argparse.Namespace, r: dict[str, Any]) -> None:
     }
     print(f"\nScale: {n} DSV4Deployments (1 prefill + 2 decode) in {args.namespaces} namespaces,")
     print(f"{args.nodes} fake B200 nodes (8 GPUs each) + {CPU_NODES} CPU nodes; one operator")
+    print(f"on {os.cpu_count()} CPUs, load average {r['load']:.1f} over the last 15 minutes")
     rows = [
         ("created (API requests of the bench)", f"{r['created_s']:.1f} s"),
         ("time to all Ready", f"{r['ready_s']:.1f} s"),
