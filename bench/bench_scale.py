@@ -84,8 +84,16 @@ class Operator:
         self.log = log
 
     def get(self, path: str) -> Any:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=10) as r:
-            return json.loads(r.read())
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=10) as r:
+                return json.loads(r.read())
+        except OSError:
+            if self.proc.poll() is not None:  # e.g. it lost its Lease: say so, not a traceback
+                raise SystemExit(
+                    f"bench-scale: the operator exited (code {self.proc.returncode}); "
+                    f"its log: {self.log}"
+                ) from None
+            raise
 
     def ready(self) -> bool:
         try:
