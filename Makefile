@@ -34,7 +34,7 @@ lint: venv ## ruff, over every Python file of the project
 	$(VENV)/bin/ruff format --check .
 
 demo: venv control-plane ## The main job on the embedded default (see README)
-	$(PY) -m dsv4_operator.demo
+	$(PY) -m dsv4_dev.demo
 
 cluster-up: venv control-plane ## Start the local cluster with fake Blackwell nodes
 	$(VENV)/bin/dsv4ctl cluster up

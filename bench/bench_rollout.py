@@ -17,9 +17,9 @@ import time
 import urllib.request
 from typing import Any
 
-from dsv4_operator.cluster.binaries import cache_dir
-from dsv4_operator.cluster.local import LocalCluster
-from dsv4_operator.demo import (
+from dsv4_dev.cluster.binaries import cache_dir
+from dsv4_dev.cluster.local import LocalCluster
+from dsv4_dev.demo import (
     HICACHE_BF16,
     NAMESPACE,
     local_world,

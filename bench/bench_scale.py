@@ -33,13 +33,13 @@ from typing import Any
 
 from kubernetes import config as kube_config
 
+from dsv4_dev.cluster.binaries import cache_dir
+from dsv4_dev.cluster.local import LocalCluster
+from dsv4_dev.cluster.nodes import default_pools
+from dsv4_dev.localrun.runtime import free_port
 from dsv4_operator.api import KIND
 from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.samples import load_sample, merge_patch
-from dsv4_operator.cluster.binaries import cache_dir
-from dsv4_operator.cluster.local import LocalCluster
-from dsv4_operator.cluster.nodes import default_pools
-from dsv4_operator.localrun.runtime import free_port
 from dsv4_operator.reconcile.controller import WORKERS
 from dsv4_operator.reconcile.kube import Kube
 from dsv4_operator.runtime import USER_AGENT

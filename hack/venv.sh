@@ -4,8 +4,10 @@
 # Why outside the checkout: torch with its CUDA libraries is ~5 GiB.  The venv lives in
 # $DSV4_CACHE_DIR/venv/<hash of requirements/*.txt>, so a clean clone (CI included) reuses
 # it, and a change of any pin builds a fresh one (bump LAYOUT when this script changes how
-# a venv is built).  The two project distributions are installed editable into it whenever
-# the checkout path or their pyproject.toml changes (a few seconds); older venvs are pruned.
+# a venv is built).  The project distributions (dsv4-engine, dsv4-operator, and the
+# development tooling dsv4-dev, which no image installs) are installed editable into it
+# whenever the checkout path or their pyproject.toml changes (a few seconds); older venvs
+# are pruned.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 CACHE_DIR="${DSV4_CACHE_DIR:-$HOME/.cache/dsv4-operator}"
@@ -43,11 +45,12 @@ if [[ ! -x "$venv/bin/python" || ! -f "$venv/.complete" ]]; then
 fi
 
 stamp="$venv/.project-root"
-want="$root $(cat "$root/engine/pyproject.toml" "$root/operator/pyproject.toml" | sha256sum | cut -c1-12)"
+want="$root $(cat "$root"/{engine,operator,dev}/pyproject.toml | sha256sum | cut -c1-12)"
 if [[ "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
-  log "installing dsv4-operator and dsv4-engine (editable) from $root"
+  log "installing dsv4-engine, dsv4-operator and dsv4-dev (editable) from $root"
   if ! "$venv/bin/python" -m pip install --disable-pip-version-check -q --no-deps \
-      --no-build-isolation -e "$root/engine" -e "$root/operator" >"$venv/.install.log" 2>&1; then
+      --no-build-isolation -e "$root/engine" -e "$root/operator" -e "$root/dev" \
+      >"$venv/.install.log" 2>&1; then
     cat "$venv/.install.log" >&2
     exit 1
   fi

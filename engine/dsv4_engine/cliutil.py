@@ -2,7 +2,9 @@
 
 Subcommands are discovered, not listed: every module of a commands package that defines
 ``register(subparsers)`` adds its parser and sets ``func``; ``func(args)`` returns the exit
-code.  A ``CommandError`` ends the command with one line on stderr, never a traceback, and
+code.  Other installed distributions add subcommands the same way through an entry-point
+group (``dsv4ctl.commands``: the development tooling's `dsv4ctl cluster`, absent from the
+images).  A ``CommandError`` ends the command with one line on stderr, never a traceback, and
 so does a usage error (`OneLineParser`).
 """
 
@@ -14,6 +16,7 @@ import pkgutil
 import shlex
 import sys
 from collections.abc import Sequence
+from importlib.metadata import entry_points
 from types import ModuleType
 from typing import NoReturn
 
@@ -46,16 +49,26 @@ class CommandError(Exception):
 
 
 def build_parser(
-    prog: str, description: str, package: ModuleType, argv: Sequence[str] | None = None
+    prog: str,
+    description: str,
+    package: ModuleType,
+    argv: Sequence[str] | None = None,
+    plugins: str | None = None,
 ) -> argparse.ArgumentParser:
-    """With ``argv`` naming a subcommand module first, only that module is imported, so a
-    light command (``dsv4ctl plan``) does not pay for the imports of heavy ones."""
+    """The modules of ``package``, then those the entry points of group ``plugins`` name.
+    With ``argv`` naming a subcommand first, only that module is imported, so a light
+    command (``dsv4ctl plan``) does not pay for the imports of heavy ones."""
     parser = OneLineParser(prog=prog, description=description)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    infos = sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name)
-    requested = [m for m in infos if argv and m.name == argv[0]]
-    for info in requested or infos:
-        module = importlib.import_module(f"{package.__name__}.{info.name}")
+    modules = {
+        m.name: f"{package.__name__}.{m.name}" for m in pkgutil.iter_modules(package.__path__)
+    }
+    if plugins is not None:
+        for point in entry_points(group=plugins):
+            modules.setdefault(point.name, point.value)
+    requested = [name for name in modules if argv and name == argv[0]]
+    for name in requested or sorted(modules):
+        module = importlib.import_module(modules[name])
         register = getattr(module, "register", None)
         if register is not None:
             register(subparsers)

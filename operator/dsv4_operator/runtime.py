@@ -3,6 +3,11 @@
 Order matters: the health server answers first (liveness is true as soon as the process
 runs; readiness only once this replica leads and kopf has started watching), then the
 Lease is acquired, then kopf runs until leadership is lost or a signal arrives.
+
+This is the operator the image runs: probes run as Jobs and Services are reached by their
+cluster DNS names.  The development launcher (`dsv4_dev.operator`, not in the image) runs
+the same `serve` with its own `Wiring`: the local runtime's endpoints, in-process probes,
+crash injection and a debug endpoint.
 """
 
 from __future__ import annotations
@@ -16,8 +21,8 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Sequence
-from enum import Enum
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
@@ -26,15 +31,21 @@ from kubernetes import client, config
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from dsv4_operator import leader, metrics
-from dsv4_operator.localrun import endpoints
+from dsv4_operator.api import host_paths
 from dsv4_operator.reconcile import watches
-from dsv4_operator.reconcile.cache import Cache
+from dsv4_operator.reconcile.cache import Cache, Reader
 from dsv4_operator.reconcile.controller import WORKERS, Controller
 from dsv4_operator.reconcile.handlers import register
 from dsv4_operator.reconcile.kube import ApiError, Kube
 from dsv4_operator.reconcile.reconciler import Reconciler
-from dsv4_operator.rollout.controller import RolloutController, cluster_service_url
-from dsv4_operator.rollout.executor import LocalProbeExecutor, ProbeExecutor
+from dsv4_operator.render.meta import Owner
+from dsv4_operator.rollout.controller import (
+    RolloutController,
+    ServiceUrl,
+    Serving,
+    cluster_service_url,
+)
+from dsv4_operator.rollout.executor import ProbeExecutor
 from dsv4_operator.rollout.job_executor import JobProbeExecutor
 
 log = logging.getLogger("dsv4_operator.runtime")
@@ -65,12 +76,8 @@ def _jsonable(value: Any) -> bool:
     return isinstance(value, (str, int, float, bool, type(None), list, dict))
 
 
-class ProbeMode(Enum):
-    JOB = "job"
-    LOCAL = "local"
-
-
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """The command line and its `run` subcommand (the development launcher adds to it)."""
     parser = argparse.ArgumentParser(prog="dsv4-operator", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="Run the operator (leader-elected).")
@@ -99,24 +106,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     run.add_argument("--identity", default=f"{socket.gethostname()}-{os.getpid()}")
     run.add_argument("--lease-seconds", type=int, default=15)
     run.add_argument(
-        "--crash-after-writes",
-        type=int,
-        default=None,
-        help="Fault injection for tests: exit abruptly (like SIGKILL) after N writes.",
-    )
-    run.add_argument(
-        "--local-endpoints",
-        action="store_true",
-        help="Local cluster: reach Services through the local runtime's endpoint map, not DNS.",
-    )
-    run.add_argument(
-        "--probe-mode",
-        choices=[m.value for m in ProbeMode],
-        default=None,
-        help=(
-            "Where canary probes run: 'job' (a Job per attempt with the operator image, "
-            "the default) or 'local' (inside this process, the default with --local-endpoints)."
-        ),
+        host_paths.FLAG,
+        dest="allowed_model_host_paths",
+        type=_host_prefixes,
+        default=(),
+        metavar="PREFIX[,PREFIX...]",
+        help="Host directories a DSV4Deployment may read its model from (spec.model.hostPath); "
+        "none by default: the recommended source is a read-only PVC.",
     )
     run.add_argument(
         "--probe-image",
@@ -124,13 +120,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="Image of the probe Jobs (default: this operator pod's own image, via $POD_NAME).",
     )
     run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    return parser, run
+
+
+def _host_prefixes(text: str) -> tuple[str, ...]:
+    try:
+        return host_paths.parse_prefixes(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = build_parser()[0]
     args = parser.parse_args(argv)
-    if args.probe_mode is None:
-        args.probe_mode = (ProbeMode.LOCAL if args.local_endpoints else ProbeMode.JOB).value
-    if args.probe_mode == ProbeMode.LOCAL.value and not args.local_endpoints:
-        # In a real cluster the operator's own network may not reach every canary, and a
-        # probe inside it dies with it; refuse rather than probe from the wrong place.
-        parser.error("--probe-mode local needs --local-endpoints (the local cluster)")
     if args.workers < 1:
         parser.error(f"--workers: at least 1 (got {args.workers})")
     if args.resync_seconds <= 0:
@@ -173,6 +175,30 @@ def load_kube_config() -> None:
         config.load_kube_config()
 
 
+Route = tuple[str, Callable[[web.Request], Awaitable[web.Response]]]
+# Called when a probe filed its verdict, with the DSV4Deployment it is about.
+ProbeDone = Callable[[Owner], None]
+
+
+@dataclass
+class Wiring:
+    """How this process probes canaries and reaches Services, and what more its health
+    port serves.  `job_wiring` is the image's; a development launcher brings its own."""
+
+    # Made once the cache exists: (who to tell of a filed verdict, where passes read).
+    executor: Callable[[ProbeDone, Reader], ProbeExecutor]
+    probe_url: ServiceUrl = cluster_service_url  # where the probes reach a Service
+    serving: Serving | None = None  # whether a Service serves; None: its EndpointSlices
+    routes: list[Route] = field(default_factory=list)
+
+
+def job_wiring(kube: Kube, args: argparse.Namespace) -> Wiring:
+    """Probes run as Jobs of the probe image, in the cluster, reaching Services by DNS."""
+    image = probe_image(kube, args.probe_image)
+    log.info("probes run as Jobs", extra={"probe_image": image})
+    return Wiring(executor=lambda _, cache: JobProbeExecutor(kube, cache, image))
+
+
 class Health:
     def __init__(self, kube: Kube, leadership: leader.Leadership) -> None:
         self.kube = kube
@@ -191,15 +217,6 @@ class Health:
         body = {"leader": leading, "watching": watching, "synced": synced}
         return web.json_response(body, status=200 if ready else 503)
 
-    async def requests(self, _: web.Request) -> web.Response:
-        """Requests this process sent to the API server, by verb and path (for the tests
-        that show a steady-state reconcile writes nothing)."""
-        counts = [
-            {"verb": verb, "path": path, "count": n}
-            for (verb, path), n in self.kube.requests.items()
-        ]
-        return web.json_response({"writes": self.kube.writes(), "requests": counts})
-
     async def passes(self, _: web.Request) -> web.Response:
         """The reconcile passes run so far and how long each took (for the benchmarks)."""
         return web.json_response(self.controller.stats() if self.controller else {})
@@ -208,38 +225,39 @@ class Health:
         body = generate_latest(metrics.REGISTRY)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    async def start(self, port: int) -> web.AppRunner:
+    async def start(self, port: int, routes: Sequence[Route] = ()) -> web.AppRunner:
         app = web.Application()
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)
-        app.router.add_get("/debug/requests", self.requests)
         app.router.add_get("/debug/passes", self.passes)
+        for path, handler in routes:
+            app.router.add_get(path, handler)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         await web.TCPSite(runner, "0.0.0.0", port).start()
         return runner
 
 
-async def serve(args: argparse.Namespace) -> int:
+async def serve(
+    args: argparse.Namespace,
+    wire: Callable[[Kube, argparse.Namespace], Wiring] = job_wiring,
+) -> int:
     load_kube_config()
     configuration = client.Configuration.get_default_copy()
     # One connection per informer's watch, and more for the passes' requests.
     configuration.connection_pool_maxsize = 64
     api = client.ApiClient(configuration)
     api.user_agent = USER_AGENT  # so the API server's audit log tells the operator's requests
-    kube = Kube(api, crash_after_writes=args.crash_after_writes)
-    image = None
-    if args.probe_mode == ProbeMode.JOB.value:
-        image = await asyncio.to_thread(probe_image, kube, args.probe_image)
-        log.info("probes run as Jobs", extra={"probe_image": image})
+    kube = Kube(api)
+    wiring = await asyncio.to_thread(wire, kube, args)
     lease = leader.LeaseConfig.scaled(
         args.lease_name, args.lease_namespace, args.identity, args.lease_seconds
     )
     leadership = leader.Leadership(lease)
     kube.fence = leadership.held  # no write leaves this process once it may not lead
     health = Health(kube, leadership)
-    runner = await health.start(args.health_port)
+    runner = await health.start(args.health_port, wiring.routes)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -252,7 +270,7 @@ async def serve(args: argparse.Namespace) -> int:
             acquiring.cancel()
             return 0
         lost = asyncio.Event()
-        return await _lead(args, kube, health, leadership, stop, lost, image)
+        return await _lead(args, kube, wiring, health, leadership, stop, lost)
     finally:
         await runner.cleanup()
 
@@ -260,28 +278,27 @@ async def serve(args: argparse.Namespace) -> int:
 async def _lead(
     args: argparse.Namespace,
     kube: Kube,
+    wiring: Wiring,
     health: Health,
     leadership: leader.Leadership,
     stop: asyncio.Event,
     lost: asyncio.Event,
-    image: str | None,
 ) -> int:
     loop = asyncio.get_running_loop()
     cache = Cache(watches.stores())
-    executor: ProbeExecutor
-    if image is None:
+
+    def probe_done(owner: Owner) -> None:
         # A verdict was filed: act on it now rather than at the next resync.
-        executor = LocalProbeExecutor(kube.apply, loop, lambda owner: controller.wake(owner))
-    else:
-        executor = JobProbeExecutor(kube, cache, image)
+        controller.wake(owner)
+
     rollout = RolloutController(
         kube,
         cache,
-        executor,
-        service_url=endpoints.resolver(kube) if args.local_endpoints else cluster_service_url,
-        probe_url=None if image is None else cluster_service_url,  # Jobs run in the cluster
+        wiring.executor(probe_done, cache),
+        probe_url=wiring.probe_url,
+        serving=wiring.serving,
     )
-    reconciler = Reconciler(kube, cache, rollout)
+    reconciler = Reconciler(kube, cache, rollout, model_host_paths=args.allowed_model_host_paths)
     controller = Controller(
         reconciler, cache, loop, workers=args.workers, resync_s=args.resync_seconds
     )
@@ -292,6 +309,10 @@ async def _lead(
     settings.posting.enabled = False  # Events are the reconciler's, one per decision.
     stop_kopf = asyncio.Event()
     namespaces = list(args.namespace)
+    # Limited to namespaces, kopf's scanning would list all namespaces and watch CRDs (both
+    # cluster-wide): without it, it serves the CRD it finds at start, which the namespaced
+    # install applies first, and the operator needs no cluster-wide read but nodes'.
+    settings.scanning.disabled = bool(namespaces)
     controller.start_informers(kube, namespaces)
     tasks = [
         asyncio.create_task(leader.keep(kube, leadership, lost)),
@@ -323,11 +344,15 @@ async def _stop_when(stop_kopf: asyncio.Event, *events: asyncio.Event) -> None:
     stop_kopf.set()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+def setup_logging(level: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
-    logging.basicConfig(level=args.log_level.upper(), handlers=[handler], force=True)
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    setup_logging(args.log_level)
     return asyncio.run(serve(args))
 
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from dsv4_operator.cluster.local import LocalCluster
+from dsv4_dev.cluster.local import LocalCluster
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

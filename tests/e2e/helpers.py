@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import re
 import signal
 import subprocess
@@ -12,15 +13,18 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import yaml
 
-from dsv4_operator.cluster.local import LocalCluster
-from dsv4_operator.localrun.runtime import free_port
+from dsv4_dev.cluster.binaries import kubectl
+from dsv4_dev.cluster.local import LocalCluster
+from dsv4_dev.localrun.runtime import free_port
+from tests.unit.operator.harness import MODEL_HOST_PATHS
 
 
 def wait_for(
@@ -92,9 +96,9 @@ def operator_and_runtime(
     env = {**cluster.env, "DSV4_LOCALRUN_DIR": str(logs)}
     operator = Background(
         [
-            str(Path(sys.executable).with_name("dsv4-operator")), "run",
+            sys.executable, "-m", "dsv4_dev.operator", "run",
             "--namespace", namespace, "--lease-namespace", namespace, "--lease-seconds", "6",
-            "--local-endpoints",
+            "--local-endpoints", "--allowed-model-host-paths", ",".join(MODEL_HOST_PATHS),
             "--resync-seconds", "2", "--health-port", str(free_port()),
             *extra,
         ],
@@ -102,7 +106,7 @@ def operator_and_runtime(
         env,
     )  # fmt: skip
     runtime = Background(
-        [sys.executable, "-m", "dsv4_operator.localrun.runtime"], logs / "localrun.log", env
+        [sys.executable, "-m", "dsv4_dev.localrun.runtime"], logs / "localrun.log", env
     )
     return operator, runtime
 
@@ -141,7 +145,7 @@ class RouterLoad:
     ) -> None:
         from kubernetes import config as kube_config
 
-        from dsv4_operator.localrun import endpoints
+        from dsv4_dev.localrun import endpoints
         from dsv4_operator.reconcile.kube import Kube
 
         kube = Kube(kube_config.new_client_from_config(config_file=cluster.kubeconfig))
@@ -191,6 +195,145 @@ class RouterLoad:
             await asyncio.sleep(0.5)
 
 
+def model_claim(cluster: LocalCluster, namespace: str, claim: str) -> None:
+    """A bound, read-only PersistentVolumeClaim named ``claim`` (a shipped sample's model
+    source): a PersistentVolume made for it and pre-bound, so the scheduler places the
+    engine pods that mount it (KWOK mounts nothing)."""
+    volume = f"{namespace}-{claim}"
+    common = {"accessModes": ["ReadOnlyMany"], "storageClassName": "dsv4-e2e-models"}
+    pv = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": volume},
+        "spec": {
+            **common,
+            "capacity": {"storage": "1Gi"},
+            "hostPath": {"path": f"/models/{volume}"},
+            "claimRef": {"namespace": namespace, "name": claim},
+        },
+    }
+    pvc = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": claim, "namespace": namespace},
+        "spec": {**common, "volumeName": volume, "resources": {"requests": {"storage": "1Gi"}}},
+    }
+    for obj in (pv, pvc):
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(obj))
+    wait_for(
+        f"PersistentVolumeClaim {namespace}/{claim} bound",
+        lambda: get_json(cluster, "pvc", claim, "-n", namespace)["status"].get("phase") == "Bound",
+        60,
+    )
+
+
+def kustomize(cluster: LocalCluster, folder: Path) -> list[dict[str, Any]]:
+    out = cluster.kubectl("kustomize", str(folder)).stdout
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+def as_list(objects: list[dict[str, Any]]) -> str:
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
+
+
+def responses(cluster: LocalCluster, offset: int) -> list[dict[str, Any]]:
+    """Audit events after byte ``offset`` with the status the request got.  A watch is
+    logged when its response starts; it completes only when it ends."""
+    return [
+        e
+        for e in audit_events(cluster, offset)
+        if e.get("stage") in ("ResponseStarted", "ResponseComplete")
+    ]
+
+
+MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
+OPERATOR_NS = "dsv4-system"
+OPERATOR_SA = f"system:serviceaccount:{OPERATOR_NS}:dsv4-operator"
+OPERATOR_POD = "app.kubernetes.io/name=dsv4-operator"
+
+
+def deployed_args(installed: list[dict[str, Any]]) -> list[str]:
+    """The operator's arguments exactly as the installed Deployment runs them."""
+    deployment = next(o for o in installed if o["kind"] == "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return container["args"]
+
+
+def with_port(args: list[str], port: int) -> list[str]:
+    at = args.index("--health-port")
+    return [*args[: at + 1], str(port), *args[at + 2 :]]
+
+
+@dataclass
+class Installed:
+    proc: subprocess.Popen
+    log: Path
+    offset: int  # of the audit log when the operator started
+    kubeconfig: Path  # the operator's ServiceAccount token, alone
+    objects: list[dict[str, Any]]  # what the overlay installed
+
+
+@contextlib.contextmanager
+def installed_operator(cluster: LocalCluster, overlay: Path, workdir: Path) -> Iterator[Installed]:
+    """Installs ``overlay`` for real and runs the image's `dsv4-operator` with the installed
+    Deployment's arguments and nothing but its ServiceAccount's token.  The local process
+    stands in for the Deployment's pod (KWOK runs nothing): it gets that pod's name, as the
+    downward API gives it, and so finds its probe image the same way."""
+    objects = kustomize(cluster, overlay)
+    cluster.kubectl(
+        "apply", "--server-side", "--force-conflicts", "-f", "-", input=as_list(objects)
+    )
+    kubeconfig = account_kubeconfig(
+        cluster, OPERATOR_NS, "dsv4-operator", workdir / "sa-kubeconfig.yaml"
+    )
+    (pod,) = wait_for(
+        "the operator Deployment's pod",
+        lambda: [
+            p
+            for p in get_json(cluster, "pods", "-n", OPERATOR_NS, "-l", OPERATOR_POD)["items"]
+            if not p["metadata"].get("deletionTimestamp")
+        ],
+        60,
+    )
+    log = workdir / "operator.log"
+    offset = cluster.audit_log.stat().st_size
+    command = [
+        str(Path(sys.executable).with_name("dsv4-operator")),
+        *with_port(deployed_args(objects), free_port()),
+        "--resync-seconds", "5",
+    ]  # fmt: skip
+    env = {
+        **cluster.env,
+        "KUBECONFIG": str(kubeconfig),
+        "POD_NAMESPACE": OPERATOR_NS,
+        "POD_NAME": pod["metadata"]["name"],
+    }
+    with log.open("w") as out:
+        proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        yield Installed(proc, log, offset, kubeconfig, objects)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+def as_account(
+    kubeconfig: Path,
+    *args: str,
+    input: str | None = None,  # noqa: A002 - as subprocess.run
+) -> subprocess.CompletedProcess[str]:
+    """kubectl with only ``kubeconfig``'s credential (never the admin's)."""
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    return subprocess.run(
+        [str(kubectl()), "--kubeconfig", str(kubeconfig), *args],
+        capture_output=True, text=True, input=input, timeout=60, check=False, env=env,
+    )  # fmt: skip
+
+
 class EngineCounterWatch:
     """Samples one counter on every engine pod of ``namespace`` the local runtime serves
     (each pod's own `/metrics`, as a Prometheus scrape reaches it), every ``interval`` s until
@@ -200,7 +343,7 @@ class EngineCounterWatch:
     def __init__(self, cluster: LocalCluster, namespace: str, counter: str) -> None:
         from kubernetes import config as kube_config
 
-        from dsv4_operator.localrun import endpoints
+        from dsv4_dev.localrun import endpoints
         from dsv4_operator.reconcile.kube import Kube
 
         self._kube = Kube(kube_config.new_client_from_config(config_file=cluster.kubeconfig))

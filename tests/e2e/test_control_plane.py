@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 
-from dsv4_operator.cluster.local import LocalCluster
+from dsv4_dev.cluster.local import LocalCluster
 from tests.e2e.helpers import apply, get_json, wait_for
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}

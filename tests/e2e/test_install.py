@@ -10,46 +10,45 @@ request with the user who made it and the status it got).
 from __future__ import annotations
 
 import json
-import signal
-import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import config
 
+from dsv4_dev.cluster.local import LocalCluster
 from dsv4_engine.probe import ProbeSettings
-from dsv4_operator.cluster.local import LocalCluster
 from dsv4_operator.reconcile.kube import Kube
 from dsv4_operator.render.meta import Owner
 from dsv4_operator.rollout.job_executor import JobProbeExecutor
 from dsv4_operator.rollout.probe_job import probe_account
 from dsv4_operator.rollout.reports import ReportRef
-from tests.e2e.helpers import account_kubeconfig, audit_events, get_json, wait_for
+from tests.e2e.helpers import (
+    MANIFESTS,
+    OPERATOR_NS,
+    OPERATOR_POD,
+    OPERATOR_SA,
+    as_list,
+    get_json,
+    installed_operator,
+    kustomize,
+    model_claim,
+    responses,
+    wait_for,
+)
 from tests.unit.install import rbac_from_code
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-MANIFESTS = ROOT / "manifests"
-OVERLAYS = ("base", "monitoring", "samples")
+OVERLAYS = ("base", "namespaced", "monitoring", "samples")
 MONITORING_CRDS = ROOT / "tests" / "data" / "monitoring-crds.yaml"
-OPERATOR_NS = "dsv4-system"
-OPERATOR_SA = f"system:serviceaccount:{OPERATOR_NS}:dsv4-operator"
 SAMPLE_NS = "dsv4-install-e2e"
 
 
 def render(cluster: LocalCluster, overlay: str) -> list[dict[str, Any]]:
-    out = cluster.kubectl("kustomize", str(MANIFESTS / overlay)).stdout
-    return [doc for doc in yaml.safe_load_all(out) if doc]
-
-
-def as_list(objects: list[dict[str, Any]]) -> str:
-    return json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
+    return kustomize(cluster, MANIFESTS / overlay)
 
 
 def dry_run(cluster: LocalCluster, objects: list[dict[str, Any]], *args: str) -> str:
@@ -58,6 +57,11 @@ def dry_run(cluster: LocalCluster, objects: list[dict[str, Any]], *args: str) ->
     )
     assert result.returncode == 0, result.stderr
     return result.stdout
+
+
+def flash(cluster: LocalCluster) -> dict[str, Any]:
+    """The shipped flash sample (its model on a PVC)."""
+    return next(o for o in render(cluster, "samples") if o["metadata"]["name"] == "flash")
 
 
 def establish(cluster: LocalCluster, *crds: str) -> None:
@@ -69,8 +73,8 @@ def establish(cluster: LocalCluster, *crds: str) -> None:
 def prepared(cluster: LocalCluster) -> LocalCluster:
     """The cluster before a dry-run install: the namespaces and CRDs the dry run of the
     namespaced objects needs (a dry run creates nothing, so it cannot provide them)."""
-    base = render(cluster, "base")
-    firsts = [o for o in base if o["kind"] in ("Namespace", "CustomResourceDefinition")]
+    installs = render(cluster, "base") + render(cluster, "namespaced")
+    firsts = [o for o in installs if o["kind"] in ("Namespace", "CustomResourceDefinition")]
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=as_list(firsts))
     cluster.kubectl("apply", "--server-side", "-f", str(MONITORING_CRDS))
     cluster.kubectl("create", "namespace", SAMPLE_NS)
@@ -112,11 +116,11 @@ def test_monitoring_adds_only_prometheus_objects_to_base(prepared):
 
 def test_a_bad_sample_is_refused_in_the_dry_run(prepared):
     """The dry run is a real check: the API server applies the CRD's rules to samples."""
-    flash = next(o for o in render(prepared, "samples") if o["metadata"]["name"] == "flash")
-    flash["spec"]["decode"]["tp"] = 3
+    bad = flash(prepared)
+    bad["spec"]["decode"]["tp"] = 3
     result = prepared.kubectl(
         "apply", "--dry-run=server", "-n", SAMPLE_NS, "-f", "-",
-        input=json.dumps(flash), check=False,
+        input=json.dumps(bad), check=False,
     )  # fmt: skip
     assert result.returncode != 0
     assert "tp must divide" in result.stderr
@@ -125,84 +129,21 @@ def test_a_bad_sample_is_refused_in_the_dry_run(prepared):
 # -- the operator, installed from base, with its ServiceAccount's token -------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-OPERATOR_POD = "app.kubernetes.io/name=dsv4-operator"
-
-
-def deployed_args(base: list[dict[str, Any]]) -> list[str]:
-    """The operator's arguments exactly as the base Deployment runs them."""
-    deployment = next(o for o in base if o["kind"] == "Deployment")
-    (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    return container["args"]
-
-
-def with_port(args: list[str], port: int) -> list[str]:
-    at = args.index("--health-port")
-    return [*args[: at + 1], str(port), *args[at + 2 :]]
-
-
-def responses(cluster: LocalCluster, offset: int) -> list[dict[str, Any]]:
-    # A watch is logged when its response starts; it completes only when it ends.
-    return [
-        e
-        for e in audit_events(cluster, offset)
-        if e.get("stage") in ("ResponseStarted", "ResponseComplete")
-    ]
-
-
 @pytest.fixture(scope="module")
 def installed(prepared: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    base = render(prepared, "base")
-    prepared.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=as_list(base))
     workdir = tmp_path_factory.mktemp("install")
-    kubeconfig = account_kubeconfig(
-        prepared, OPERATOR_NS, "dsv4-operator", workdir / "sa-kubeconfig.yaml"
-    )
-    # The local process stands in for the Deployment's pod (KWOK runs nothing): it gets that
-    # pod's name, as the downward API gives it, and so finds its probe image the same way.
-    (pod,) = wait_for(
-        "the operator Deployment's pod",
-        lambda: get_json(prepared, "pods", "-n", OPERATOR_NS, "-l", OPERATOR_POD)["items"],
-        60,
-    )
-    port = free_port()
-    log = workdir / "operator.log"
-    offset = prepared.audit_log.stat().st_size
-    command = [
-        str(Path(sys.executable).with_name("dsv4-operator")),
-        *with_port(deployed_args(base), port),
-        "--resync-seconds", "5",
-    ]  # fmt: skip
-    env = {
-        **prepared.env,
-        "KUBECONFIG": str(kubeconfig),
-        "POD_NAMESPACE": OPERATOR_NS,
-        "POD_NAME": pod["metadata"]["name"],
-    }
-    with log.open("w") as out:
-        proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+    model_claim(prepared, SAMPLE_NS, flash(prepared)["spec"]["model"]["pvc"]["claimName"])
     try:
-        yield prepared, proc, log, offset, kubeconfig
+        with installed_operator(prepared, MANIFESTS / "base", workdir) as running:
+            yield prepared, running.proc, running.log, running.offset, running.kubeconfig
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
         # Give the GPUs of the fake nodes back to the tests that run after this module.
         prepared.kubectl("delete", "namespace", SAMPLE_NS, "--wait=true", "--timeout=120s")
 
 
 def test_the_operator_reconciles_a_sample_with_only_its_own_rbac(installed):
     cluster, proc, log, offset, _ = installed
-    flash = next(o for o in render(cluster, "samples") if o["metadata"]["name"] == "flash")
-    cluster.kubectl("apply", "-n", SAMPLE_NS, "-f", "-", input=json.dumps(flash))
+    cluster.kubectl("apply", "-n", SAMPLE_NS, "-f", "-", input=json.dumps(flash(cluster)))
 
     def ready() -> dict[str, Any] | None:
         assert proc.poll() is None, f"operator exited: {log.read_text()[-3000:]}"
@@ -250,7 +191,7 @@ def test_the_operator_reconciles_a_sample_with_only_its_own_rbac(installed):
         ("watch", "dsv4deployments"),
         ("create", "leases"),
         ("update", "leases"),
-        ("patch", "roles"),  # the router Role: allowed only to a holder of its rules
+        ("patch", "rolebindings"),  # binds dsv4-router: only a holder of its rules may
     ]:
         assert needed in verbs, f"{needed} not among the operator's requests: {sorted(verbs)}"
     text = log.read_text()

@@ -1,7 +1,8 @@
 """The operator end to end on the real local cluster (API server, controllers, KWOK B200 nodes).
 
-`dsv4-operator run` runs as a real subprocess with the cluster's KUBECONFIG; every wait is
-bounded.  Tests run in file order on one namespace: the sample is created, changed, then
+The operator runs as a real subprocess with the cluster's KUBECONFIG (the development
+launcher, `dsv4-operator-dev run`: the image's operator plus its request counter and crash
+injection); every wait is bounded.  Tests run in file order on one namespace: the sample is created, changed, then
 deleted, as a user would.
 """
 
@@ -14,7 +15,6 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -24,11 +24,12 @@ from dsv4_operator.rollout import manual
 from dsv4_operator.rollout.decide import ManualAction
 from dsv4_operator.runtime import USER_AGENT
 from tests.e2e.helpers import apply, audit_events, get_json, wait_for
+from tests.unit.operator.harness import MODEL_HOST_PATHS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 NS = "dsv4-e2e"
-CHILD_KINDS = "configmaps,statefulsets,services,poddisruptionbudgets,deployments,serviceaccounts,roles,rolebindings"
+CHILD_KINDS = "configmaps,statefulsets,services,poddisruptionbudgets,deployments,serviceaccounts,roles,rolebindings,networkpolicies"
 WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE")
 
 
@@ -44,8 +45,8 @@ def expected_children(name):
         ("Deployment", f"{name}-router"),
         ("Service", f"{name}-router"),
         ("ServiceAccount", f"{name}-router"),
-        ("Role", f"{name}-router"),
-        ("RoleBinding", f"{name}-router"),
+        ("RoleBinding", f"{name}-router-discovery"),
+        ("NetworkPolicy", f"{name}-engines"),
     }
 
 
@@ -56,14 +57,13 @@ def free_port():
 
 
 class Operator:
-    """`dsv4-operator run` as a subprocess, with its health and request-count endpoints."""
+    """`dsv4-operator-dev run` as a subprocess, with its health and request-count endpoints."""
 
     def __init__(self, cluster, identity, log_dir, *extra):
         self.port = free_port()
         self.log = log_dir / f"operator-{identity}-{self.port}.log"
         command = [
-            str(Path(sys.executable).with_name("dsv4-operator")),
-            "run",
+            sys.executable, "-m", "dsv4_dev.operator", "run",
             "--namespace", NS,
             "--lease-namespace", NS,
             "--lease-seconds", "6",
@@ -71,6 +71,7 @@ class Operator:
             "--health-port", str(self.port),
             "--identity", identity,
             "--probe-image", "ghcr.io/dsv4/operator:test",  # probe Jobs: none run here
+            "--allowed-model-host-paths", ",".join(MODEL_HOST_PATHS),
             *extra,
         ]  # fmt: skip
         with self.log.open("w") as out:
@@ -380,9 +381,12 @@ def test_missing_prerequisites_set_degraded_without_crashing(ns, operator):
             "nopvc", {"model": {"hostPath": None, "pvc": {"claimName": "no-such-claim"}}}
         ),
     )
+    # The operator allows /data/models (MODEL_HOST_PATHS) and nothing else of the node's.
+    apply(ns, namespace=NS, manifest=sample("hostetc", {"model": {"hostPath": "/etc"}}))
     for name, reason, field in (
         ("nogpu", "NoAllowedGPUNodes", "spec.placement.gpuProducts"),
         ("nopvc", "PVCNotFound", "spec.model.pvc.claimName"),
+        ("hostetc", "HostPathNotAllowed", "spec.model.hostPath: /etc is not under"),
     ):
         st = wait_phase(ns, name, "Degraded", timeout=60)
         degraded = next(c for c in st["conditions"] if c["type"] == "Degraded")
@@ -390,7 +394,7 @@ def test_missing_prerequisites_set_degraded_without_crashing(ns, operator):
         assert field in degraded["message"]
         assert children(ns, name) == {}
     assert operator["op"].proc.poll() is None and operator["op"].ready()
-    ns.kubectl("delete", "dsv4", "nogpu", "nopvc", "-n", NS)
+    ns.kubectl("delete", "dsv4", "nogpu", "nopvc", "hostetc", "-n", NS)
 
 
 def test_a_standby_replica_never_acts(ns, operator):

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from dsv4_dev.cluster.local import LocalCluster
 from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.samples import shipped_sample
-from dsv4_operator.cluster.local import LocalCluster
 from tests.e2e.helpers import (
     EngineCounterWatch,
     RouterLoad,

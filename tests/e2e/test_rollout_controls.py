@@ -8,13 +8,13 @@ import json
 import pytest
 from kubernetes import config
 
+from dsv4_dev.cluster.local import LocalCluster
 from dsv4_engine.probe import ProbeSettings
 from dsv4_engine.probe.scripted_server import ScriptedCompletionServer
 from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.rollout import RolloutVerdict
 from dsv4_operator.api.samples import load_sample
 from dsv4_operator.cli.main import main
-from dsv4_operator.cluster.local import LocalCluster
 from dsv4_operator.reconcile.kube import Kube
 from dsv4_operator.render.meta import Owner
 from dsv4_operator.rollout import manual

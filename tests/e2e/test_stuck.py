@@ -15,12 +15,12 @@ import urllib.request
 
 import pytest
 
+from dsv4_dev.cluster.local import LocalCluster
+from dsv4_dev.localrun.runtime import free_port
 from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.names import MULTINODE_MAX, SINGLE_NODE_MAX
 from dsv4_operator.api.samples import load_sample, merge_patch
 from dsv4_operator.cli.main import main
-from dsv4_operator.cluster.local import LocalCluster
-from dsv4_operator.localrun.runtime import free_port
 from tests.e2e.helpers import get_json, operator_and_runtime, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

@@ -13,7 +13,6 @@ the caller re-reads and decides again.
 from __future__ import annotations
 
 import json
-import os
 import random
 import threading
 import time
@@ -55,11 +54,13 @@ RESOURCES: dict[str, Resource] = {
     "ServiceAccount": Resource("/api/v1", "serviceaccounts"),
     "PersistentVolumeClaim": Resource("/api/v1", "persistentvolumeclaims"),
     "Event": Resource("/api/v1", "events"),
+    "EndpointSlice": Resource("/apis/discovery.k8s.io/v1", "endpointslices"),
     "Node": Resource("/api/v1", "nodes", namespaced=False),
     "Pod": Resource("/api/v1", "pods"),
     "StatefulSet": Resource("/apis/apps/v1", "statefulsets"),
     "Deployment": Resource("/apis/apps/v1", "deployments"),
     "PodDisruptionBudget": Resource("/apis/policy/v1", "poddisruptionbudgets"),
+    "NetworkPolicy": Resource("/apis/networking.k8s.io/v1", "networkpolicies"),
     "Job": Resource("/apis/batch/v1", "jobs"),
     "Role": Resource("/apis/rbac.authorization.k8s.io/v1", "roles"),
     "RoleBinding": Resource("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
@@ -127,14 +128,15 @@ class Kube:
         api: client.ApiClient,
         backoff: Backoff = Backoff(),
         rng: random.Random | None = None,
-        crash_after_writes: int | None = None,
     ) -> None:
         self._api = api
         self._backoff = backoff
         self._rng = rng or random.Random()
         self._lock = threading.Lock()
         self.requests: Counter[tuple[str, str]] = Counter()
-        self.crash_after_writes = crash_after_writes
+        # Called (lock held) once a request is counted, before it is sent: the development
+        # launcher's crash injection (dsv4_dev.operator); None in the image.
+        self.counted: Callable[[], None] | None = None
         # Leader check before every write but the Lease's own (see `leader`); None: no fence.
         self.fence: Callable[[], bool] | None = None
 
@@ -155,9 +157,8 @@ class Kube:
             raise NotLeader(f"{method} {url_path}: this operator no longer holds the lease")
         with self._lock:
             self.requests[(counted_as or method, url_path)] += 1
-            if self.crash_after_writes is not None and self.writes() > self.crash_after_writes:
-                # Fault injection (tests): die like SIGKILL before the next write is sent.
-                os._exit(137)
+            if self.counted is not None:
+                self.counted()
         serialized = self._api.param_serialize(
             method=method,
             resource_path=url_path,

@@ -28,10 +28,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from dsv4_engine.features import Role
 from dsv4_operator import metrics
 from dsv4_operator.api import API_VERSION, KIND
 from dsv4_operator.api.errors import first_error
+from dsv4_operator.api.host_paths import host_path_problem
 from dsv4_operator.api.names import name_problem
 from dsv4_operator.api.rollout import RolloutStatus, Slot, WatchVerdict
 from dsv4_operator.api.spec import DSV4DeploymentSpec
@@ -43,10 +43,11 @@ from dsv4_operator.reconcile.blockers import (
     Blocker,
 )
 from dsv4_operator.reconcile.cache import Reader
+from dsv4_operator.reconcile.desired import Desired
 from dsv4_operator.reconcile.events import EventRecorder
 from dsv4_operator.reconcile.expectations import Expectations, Write
 from dsv4_operator.reconcile.kube import ApiError, Kube
-from dsv4_operator.reconcile.plan import Action, plan, with_applied_hash
+from dsv4_operator.reconcile.plan import Action, plan
 from dsv4_operator.reconcile.state import PassState
 from dsv4_operator.reconcile.status import (
     DEADLINE,
@@ -57,21 +58,18 @@ from dsv4_operator.reconcile.status import (
     observe_roles,
 )
 from dsv4_operator.reconcile.watches import CHILD_KINDS
-from dsv4_operator.render import render_slot
 from dsv4_operator.render.engine import feature_revision
 from dsv4_operator.render.memory import MemorySizingError, pod_memory
 from dsv4_operator.render.meta import LABEL_INSTANCE, Owner, instance_selector, pod_selector
 from dsv4_operator.render.placement import GPU_PRODUCT_LABEL
-from dsv4_operator.render.router import router_name, router_shared
+from dsv4_operator.render.router import router_name
 from dsv4_operator.render.workloads import HostMemory
 from dsv4_operator.rollout.controller import RolloutController
-from dsv4_operator.rollout.decide import Decision, canary_wanted, decide, first_status
+from dsv4_operator.rollout.decide import Decision, decide, first_status
 from dsv4_operator.rollout.observe import rolled_roles, settled, settled_slots
-from dsv4_operator.rollout.pairs import Pairs, SlotPlan, plan_slots
-from dsv4_operator.rollout.record import with_record
 from dsv4_operator.rollout.recover import Unrecoverable, recover
 from dsv4_operator.rollout.reports import FiledReport, report_selector
-from dsv4_operator.rollout.slices import canary_owner, role_specs, spec_flags, with_flags
+from dsv4_operator.rollout.slices import canary_owner, spec_flags
 from dsv4_operator.spread import phase
 
 log = logging.getLogger("dsv4_operator.reconcile")
@@ -107,7 +105,16 @@ def parse_rollout(status: DSV4DeploymentStatus | None) -> RolloutStatus | None:
         return None
 
 
-def check_prerequisites(cache: Reader, namespace: str, spec: DSV4DeploymentSpec) -> Problem | None:
+def check_prerequisites(
+    cache: Reader, namespace: str, spec: DSV4DeploymentSpec, host_paths: tuple[str, ...] = ()
+) -> Problem | None:
+    """What must hold before any child is written: the model's source is allowed and
+    exists, and some node has an allowed GPU (``host_paths``: the allowed host path
+    prefixes, `api.host_paths`)."""
+    if spec.model.host_path is not None:
+        refused = host_path_problem(spec.model.host_path, host_paths)
+        if refused is not None:
+            return Problem("HostPathNotAllowed", refused)
     products = ",".join(spec.placement.gpu_products)
     if not cache.list("Node", None, f"{GPU_PRODUCT_LABEL} in ({products})"):
         return Problem(
@@ -157,12 +164,14 @@ class Reconciler:
         rollout: RolloutController,
         host_memory: HostMemory = pod_memory,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+        model_host_paths: tuple[str, ...] = (),
     ) -> None:
         self.kube = kube
         self.cache = cache
         self.rollout = rollout
         self.host_memory = host_memory
         self.clock = clock
+        self.model_host_paths = model_host_paths  # allowed spec.model.hostPath prefixes
         self.expectations = Expectations()
         self.events = EventRecorder(kube, clock)
 
@@ -199,7 +208,7 @@ class Reconciler:
         pods, events = self._why_not_ready(owner, [*stable, *canary])
         now = self.clock()
         state = PassState(owner, obj, spec, previous, stable, canary, foreign, now, pods, events)
-        problem = check_prerequisites(self.cache, namespace, spec)
+        problem = check_prerequisites(self.cache, namespace, spec, self.model_host_paths)
         rollout: RolloutPass | None = None
         actions: list[Action] = []
         if problem is None:
@@ -374,12 +383,11 @@ class Reconciler:
     def _rollout(self, state: PassState) -> RolloutPass:
         before, events = self._before(state)
         desired = spec_flags(state.spec)
-        pairs = Pairs(state.spec.prefill.replicas, state.spec.decode.replicas)
-        renders = _Renders(self, state, pairs)
+        renders = Desired(state.owner, state.spec, self.host_memory)
         if before is None:
             decision = first_status(desired, state.now)
-            return RolloutPass(None, decision, renders.desired(decision.status), events)
-        current = renders.desired(before)
+            return RolloutPass(None, decision, renders.children(decision.status), events)
+        current = renders.children(before)
         canary = renders.canary(before)
         observed = self.rollout.observe(
             state,
@@ -404,10 +412,10 @@ class Reconciler:
             observed,
             state.spec.canary,
             state.spec.rollout,
-            pairs,
+            renders.pairs,
             offset=phase(state.owner.uid),
         )
-        return RolloutPass(before, decision, renders.desired(decision.status), events)
+        return RolloutPass(before, decision, renders.children(decision.status), events)
 
     def _plan(
         self, state: PassState, desired: list[dict[str, Any]]
@@ -588,61 +596,6 @@ def written_event(actions: list[Action]) -> tuple[str, str, str]:
     message = "; ".join(f"{why}: {', '.join(names)}" for why, names in by_reason.items())
     only_deleted = all(a.verb == "delete" for a in actions)
     return "Normal", "Deleted" if only_deleted else "Applied", message
-
-
-class _Renders:
-    """What one pass renders, each thing once: a pass renders the slots its status had
-    (to observe them) and the ones its decision wants (to write them), mostly the same."""
-
-    def __init__(self, reconciler: Reconciler, state: PassState, pairs: Pairs) -> None:
-        self.reconciler, self.state, self.pairs = reconciler, state, pairs
-        self._made: dict[tuple[object, ...], list[dict[str, Any]]] = {}
-
-    def slot(self, plan: SlotPlan) -> list[dict[str, Any]]:
-        flags = tuple(plan.flags[role].revision for role in Role)
-        key = ("slot", plan.slot, flags, plan.replicas, plan.router)
-        if key not in self._made:
-            spec = self.state.spec
-            sized = spec.model_copy(
-                update={
-                    "prefill": spec.prefill.model_copy(update={"replicas": plan.prefill}),
-                    "decode": spec.decode.model_copy(update={"replicas": plan.decode}),
-                }
-            )
-            by_role = role_specs(sized, plan.flags)
-            base = with_flags(sized, plan.flags[Role.DECODE])
-            host_memory = self.reconciler.host_memory
-            objects = render_slot(
-                self.state.owner, base, plan.slot, host_memory, by_role, plan.router
-            )
-            self._made[key] = objects
-        return self._made[key]
-
-    def active(self, status: RolloutStatus) -> list[dict[str, Any]]:
-        """The active slot's engines as ``status`` has them (role-by-role promotion)."""
-        return self.slot(plan_slots(status, self.pairs)[0])
-
-    def canary(self, status: RolloutStatus) -> list[dict[str, Any]]:
-        if not canary_wanted(status):
-            return []
-        key = ("canary", status.canary.revision if status.canary else None)
-        if key not in self._made:
-            self._made[key] = self.reconciler.rollout.canary_objects(self.state, status)
-        return self._made[key]
-
-    def desired(self, status: RolloutStatus) -> list[dict[str, Any]]:
-        """Every child ``status`` wants — the stable slots and the canary slice — each
-        workload carrying the rollout record, as they are applied."""
-        objects = []
-        for slot in plan_slots(status, self.pairs):
-            objects += with_record(
-                self.slot(slot), status.stable, slot.flags, status.rejected_revision
-            )
-        objects += router_shared(self.state.owner)
-        if status.canary is not None:
-            runs = dict.fromkeys(Role, status.canary)
-            objects += with_record(self.canary(status), status.stable, runs, None)
-        return [with_applied_hash(o) for o in objects]
 
 
 def _find_condition(status: DSV4DeploymentStatus | None, ctype: ConditionType) -> Condition | None:

@@ -25,9 +25,10 @@ CHILD_KINDS = (
     "Service",
     "PodDisruptionBudget",
     "ServiceAccount",
-    "Role",
+    "Role",  # none rendered now: watched so the router Roles of earlier versions are pruned
     "RoleBinding",
     "Deployment",
+    "NetworkPolicy",
 )
 
 

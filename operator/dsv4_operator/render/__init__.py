@@ -12,6 +12,7 @@ from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.render.engine import config_map, engine_config, short_hash
 from dsv4_operator.render.memory import pod_memory
 from dsv4_operator.render.meta import Owner, Slot
+from dsv4_operator.render.network import engine_network_policy
 from dsv4_operator.render.router import router_deployment, router_shared
 from dsv4_operator.render.workloads import HostMemory, role_objects
 
@@ -56,7 +57,13 @@ def render_all(
 ) -> list[dict[str, Any]]:
     """Every child of a deployment whose engines live in one slot (`blue`): what a new
     deployment and the canary slice consist of."""
-    return render_slot(owner, spec, Slot.BLUE, host_memory, by_role) + router_shared(owner)
+    return render_slot(owner, spec, Slot.BLUE, host_memory, by_role) + shared(owner)
+
+
+def shared(owner: Owner) -> list[dict[str, Any]]:
+    """What a slice has once, whatever its slots: its routers' identity and Service, and
+    the NetworkPolicy of its engines."""
+    return [*router_shared(owner), engine_network_policy(owner)]
 
 
 def transfer_revision(spec: DSV4DeploymentSpec) -> str:

@@ -17,6 +17,11 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_GROUP_ROLE = "inference.dsv4.dev/group-role"
 LABEL_SLOT = "inference.dsv4.dev/slot"
 LABEL_TRANSFER = "inference.dsv4.dev/transfer-revision"
+# What a rollout files and runs next to the children (its probe reports, the probe Jobs and
+# their identity): written by the operator like everything else, but not children — the
+# children reconcile leaves them to the rollout (and the garbage collector).
+PROBE_COMPONENT = "probe"
+REPORT_COMPONENT = "rollout-report"
 ANNOTATION_CONFIG_HASH = "inference.dsv4.dev/engine-config-hash"
 ANNOTATION_APPLIED_HASH = "inference.dsv4.dev/applied-hash"
 
@@ -41,9 +46,14 @@ def selector_labels(owner: Owner, component: str) -> dict[str, str]:
 
 
 def instance_selector(*owners: Owner) -> str:
-    """Label selector of every child of these owners (one list request serves them all)."""
+    """Label selector of every child of these owners (one list request serves them all):
+    what the operator manages for them, but a rollout's probe objects."""
     names = ",".join(owner.name for owner in owners)
-    return f"{LABEL_INSTANCE} in ({names}),{LABEL_MANAGED_BY}={MANAGED_BY}"
+    rollout = f"{PROBE_COMPONENT},{REPORT_COMPONENT}"
+    return (
+        f"{LABEL_INSTANCE} in ({names}),{LABEL_MANAGED_BY}={MANAGED_BY},"
+        f"{LABEL_COMPONENT} notin ({rollout})"
+    )
 
 
 def pod_selector(*owners: Owner) -> str:
@@ -53,15 +63,13 @@ def pod_selector(*owners: Owner) -> str:
     return f"{LABEL_NAME}={APP},{LABEL_INSTANCE} in ({names})"
 
 
-def metadata(owner: Owner, name: str, component: str, managed: bool = True) -> dict[str, Any]:
-    """``managed=False`` for what the children reconcile must not list (it would prune it as
-    an orphan): a rollout's reports and probe Jobs.  The owner reference still
-    garbage-collects such objects with the DSV4Deployment."""
-    managed_by = {LABEL_MANAGED_BY: MANAGED_BY} if managed else {}
+def metadata(owner: Owner, name: str, component: str) -> dict[str, Any]:
+    """Every object the operator writes says so (`app.kubernetes.io/managed-by`): the
+    install's admission policy lets the operator's account write nothing else."""
     return {
         "name": name,
         "namespace": owner.namespace,
-        "labels": {**selector_labels(owner, component), **managed_by},
+        "labels": {**selector_labels(owner, component), LABEL_MANAGED_BY: MANAGED_BY},
         "ownerReferences": [
             {
                 "apiVersion": API_VERSION,

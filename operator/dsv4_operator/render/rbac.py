@@ -1,4 +1,4 @@
-"""A workload's own identity: a ServiceAccount bound to a Role with just the rules it needs."""
+"""A workload's own identity: a ServiceAccount bound to just the rules it needs."""
 
 from __future__ import annotations
 
@@ -7,24 +7,54 @@ from typing import Any
 from dsv4_operator.render.meta import Owner, metadata
 
 RBAC_API = "rbac.authorization.k8s.io/v1"
+RBAC_GROUP = "rbac.authorization.k8s.io"
+
+
+def _binding(
+    owner: Owner, name: str, component: str, account: str, role_ref: dict[str, str]
+) -> dict[str, Any]:
+    return {
+        "apiVersion": RBAC_API,
+        "kind": "RoleBinding",
+        "metadata": metadata(owner, name, component),
+        "roleRef": {"apiGroup": RBAC_GROUP, **role_ref},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": owner.namespace}],
+    }
+
+
+def service_account(owner: Owner, name: str, component: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": metadata(owner, name, component),
+    }
 
 
 def identity(
-    owner: Owner, name: str, component: str, rules: list[dict[str, Any]], managed: bool = True
+    owner: Owner, name: str, component: str, rules: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
     """ServiceAccount, Role and RoleBinding, all called ``name``, in ``owner``'s namespace."""
-
-    def meta() -> dict[str, Any]:
-        return metadata(owner, name, component, managed)  # one dict per object: no aliasing
-
+    role = {
+        "apiVersion": RBAC_API,
+        "kind": "Role",
+        "metadata": metadata(owner, name, component),
+        "rules": rules,
+    }
+    ref = {"kind": "Role", "name": name}
     return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta()},
-        {"apiVersion": RBAC_API, "kind": "Role", "metadata": meta(), "rules": rules},
-        {
-            "apiVersion": RBAC_API,
-            "kind": "RoleBinding",
-            "metadata": meta(),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": owner.namespace}],
-        },
+        service_account(owner, name, component),
+        role,
+        _binding(owner, name, component, name, ref),
+    ]
+
+
+def cluster_role_identity(
+    owner: Owner, account: str, binding: str, component: str, cluster_role: str
+) -> list[dict[str, Any]]:
+    """ServiceAccount ``account`` granted, in ``owner``'s namespace only, a ClusterRole the
+    install ships (the operator binds it; it creates no rules of its own for it)."""
+    ref = {"kind": "ClusterRole", "name": cluster_role}
+    return [
+        service_account(owner, account, component),
+        _binding(owner, binding, component, account, ref),
     ]

@@ -1,8 +1,9 @@
 """The PD router: `sglang-router` discovering prefill and decode leaders by label.
 
 Discovery by label selector (not a list of URLs) keeps the router's objects unchanged
-when a role's replica count changes; it needs to list pods, hence its own
-ServiceAccount, Role and RoleBinding.  Each slot has its own router Deployment, which
+when a role's replica count changes; it needs to list and watch pods, hence its own
+ServiceAccount, bound in its namespace to the ClusterRole the install ships for it
+(`ROUTER_CLUSTER_ROLE`).  It is the only pod of a deployment that gets a token.  Each slot has its own router Deployment, which
 selects only its slot's leaders of one transfer format (see `Slot`); one Service fronts
 them all.
 """
@@ -24,11 +25,17 @@ from dsv4_operator.render.meta import (
     selector_labels,
     slot_selector,
 )
-from dsv4_operator.render.rbac import identity
+from dsv4_operator.render.rbac import cluster_role_identity
+from dsv4_operator.render.security import container_security, pod_security
 from dsv4_operator.render.workloads import engine_pod_labels
 
 ROUTER_PORT = 8000
 COMPONENT = "router"
+# Shipped by the install (manifests/base/rbac.yaml), bound per deployment.  sglang-router's
+# service discovery is a kube-rs `watcher` on the pods of one namespace: list and watch.
+ROUTER_CLUSTER_ROLE = "dsv4-router"
+ROUTER_RULES = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}]
+DISCOVERY_SUFFIX = "-discovery"
 
 
 def router_name(owner: Owner, slot: Slot = Slot.BLUE) -> str:
@@ -75,6 +82,7 @@ def router_deployment(
         "args": router_args(owner, spec, slot, transfer),
         "ports": [{"name": "http", "containerPort": ROUTER_PORT}],
         "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10},
+        "securityContext": container_security(),
     }
     meta = metadata(owner, router_name(owner, slot), COMPONENT)
     meta["labels"][LABEL_SLOT] = slot.value
@@ -87,7 +95,13 @@ def router_deployment(
             "selector": {"matchLabels": {**labels, **slot_selector(slot)}},
             "template": {
                 "metadata": {"labels": {**labels, LABEL_SLOT: slot.value}},
-                "spec": {"serviceAccountName": router_name(owner), "containers": [container]},
+                "spec": {
+                    "serviceAccountName": router_name(owner),
+                    # The one pod that calls the API (its discovery): its own account's token.
+                    "automountServiceAccountToken": True,
+                    "securityContext": pod_security(),
+                    "containers": [container],
+                },
             },
         },
     }
@@ -107,5 +121,7 @@ def router_shared(owner: Owner) -> list[dict[str, Any]]:
             "ports": [{"name": "http", "port": ROUTER_PORT, "targetPort": "http"}],
         },
     }
-    pods = {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
-    return [*identity(owner, name, COMPONENT, [pods]), service]
+    account = cluster_role_identity(
+        owner, name, f"{name}{DISCOVERY_SUFFIX}", COMPONENT, ROUTER_CLUSTER_ROLE
+    )
+    return [*account, service]

@@ -35,6 +35,7 @@ from dsv4_operator.render.meta import (
     slot_selector,
 )
 from dsv4_operator.render.placement import GPU_RESOURCE, pod_placement
+from dsv4_operator.render.security import container_security, engine_capabilities, pod_security
 
 CONFIG_MOUNT = "/etc/dsv4"
 BOOTSTRAP_PORT_ANNOTATION = "sglang.ai/bootstrap-port"
@@ -78,6 +79,7 @@ def _engine_container(
         "command": ["dsv4-engine", "launch", "--config", f"{CONFIG_MOUNT}/engine.yaml"],
         "env": env,
         "resources": _resources(role_spec, memory),
+        "securityContext": container_security(engine_capabilities(role_spec)),
         "volumeMounts": [
             {"name": "engine-config", "mountPath": CONFIG_MOUNT, "readOnly": True},
             {"name": "model", "mountPath": MODEL_MOUNT, "readOnly": True},
@@ -127,6 +129,9 @@ def _stateful_set(
     if role is Role.PREFILL and group_role is GroupRole.LEADER:
         annotations[BOOTSTRAP_PORT_ANNOTATION] = str(spec.disaggregation.bootstrap_port)
     pod_spec = {
+        # Engines never call the Kubernetes API: no token in their pods.
+        "automountServiceAccountToken": False,
+        "securityContext": pod_security(),
         "containers": [_engine_container(spec, role, group_role, memory)],
         "volumes": [
             {

@@ -10,7 +10,6 @@ child or the status; everything here is idempotent.
 from __future__ import annotations
 
 import logging
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -22,10 +21,7 @@ from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.reconcile.cache import Reader
 from dsv4_operator.reconcile.kube import ApiError
 from dsv4_operator.reconcile.state import PassState
-from dsv4_operator.render import render_all
-from dsv4_operator.render.memory import pod_memory
 from dsv4_operator.render.router import ROUTER_PORT, router_name
-from dsv4_operator.render.workloads import HostMemory
 from dsv4_operator.rollout import manual
 from dsv4_operator.rollout.decide import Decision, Effect, Observed, ProbeOutcome
 from dsv4_operator.rollout.executor import ProbeExecutor
@@ -38,27 +34,19 @@ from dsv4_operator.rollout.reports import (
     report_selector,
     stale_canary_reports,
 )
-from dsv4_operator.rollout.slices import as_canary, canary_owner, canary_spec, canary_url
+from dsv4_operator.rollout.slices import canary_url
 
 log = logging.getLogger("dsv4_operator.rollout")
 
-# (namespace, service, port) → base URL the operator can reach.
+# (namespace, service, port) → base URL a probe reaches the Service at.
 ServiceUrl = Callable[[str, str, int], str]
+# (namespace, service, port) → whether the Service serves: a ready endpoint behind it.
+Serving = Callable[[str, str, int], bool]
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"  # on a Service's EndpointSlices
 
 
 def cluster_service_url(namespace: str, service: str, port: int) -> str:
     return f"http://{service}.{namespace}.svc:{port}"
-
-
-def answers_health(url: str) -> bool:
-    """A canary is Ready only once its router answers: the probes' first request must not
-    be the one that finds out the endpoint is not there yet."""
-    try:
-        with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
-            return response.status == 200
-    except OSError as err:
-        log.info("canary at %s not answering yet: %s", url, err)
-        return False
 
 
 def canary_report(status: RolloutStatus) -> ReportRef | None:
@@ -77,32 +65,20 @@ def watch_report(status: RolloutStatus) -> ReportRef | None:
 
 @dataclass
 class RolloutController:
-    """Holds what outlives a pass: the probe executor and how to reach a Service.
+    """Holds what outlives a pass: the probe executor and how probes reach a Service.
 
-    Reads go to ``cache`` (the reconciler's), writes to ``kube``.  ``service_url`` is how
-    the operator reaches a Service (the canary's warm-up check); ``probe_url`` how the
-    probes do, when they run elsewhere (a Job in the cluster)."""
+    Reads go to ``cache`` (the reconciler's), writes to ``kube``.  ``probe_url`` is where
+    the probes reach a Service; ``serving`` whether it serves (by default the Kubernetes
+    API's word, read only while a canary starts: the operator itself never calls an engine
+    or a router, so a NetworkPolicy need not let it in)."""
 
     kube: Any
     cache: Reader
     executor: ProbeExecutor
-    service_url: ServiceUrl = cluster_service_url
-    probe_url: ServiceUrl | None = None
-    host_memory: HostMemory = pod_memory
-    warm: Callable[[str], bool] = answers_health
+    probe_url: ServiceUrl = cluster_service_url
+    serving: Serving | None = None
 
     # -- before the decision ------------------------------------------------------------
-    def canary_objects(
-        self, state: PassState, status: RolloutStatus | None
-    ) -> list[dict[str, Any]]:
-        """The canary slice for ``status``'s canary flags (owned by the real resource)."""
-        if status is None or status.canary is None:
-            return []
-        cspec = canary_spec(state.spec, status.canary, state.spec.canary)
-        return as_canary(
-            state.owner, render_all(canary_owner(state.owner), cspec, self.host_memory)
-        )
-
     def observe(
         self,
         state: PassState,
@@ -112,7 +88,7 @@ class RolloutController:
     ) -> Observed:
         """What `decide` needs to know; ``known``: what the reconciler observed itself
         (rolled roles, a blocked canary).  Readiness decides anything only while the canary
-        starts, and its warm-up request is a network call: made only then."""
+        starts: its Service's endpoints are read only then."""
         owner = state.owner
         starting = before.phase is RolloutPhase.CANARY_STARTING
         probing = before.phase is RolloutPhase.PROBING
@@ -123,7 +99,7 @@ class RolloutController:
             now=state.now,
             canary_ready=starting
             and slice_ready(canary_objects, state.canary_live)
-            and self._answers(owner.namespace, *canary_url(owner)),
+            and (self.serving or self._endpoint_ready)(owner.namespace, *canary_url(owner)),
             probe=self._canary_outcome(state, canary) if canary else None,
             probe_running=canary is not None and self.executor.running(owner, canary.name(owner)),
             stable_probe=self._outcome(state, watch) if watch else None,
@@ -133,13 +109,21 @@ class RolloutController:
             **known,
         )
 
-    def _answers(self, namespace: str, service: str, port: int) -> bool:
-        try:
-            url = self.service_url(namespace, service, port)
-        except ValueError as err:
-            log.info("canary %s.%s not reachable yet: %s", service, namespace, err)
-            return False
-        return self.warm(url)
+    def _endpoint_ready(self, namespace: str, service: str, port: int) -> bool:
+        """A canary is Ready only once its router Service has a ready endpoint (an
+        EndpointSlice the API keeps from the router pods' readiness): the probes' first
+        request must not be the one that finds out the endpoint is not there yet."""
+        selector = f"{SERVICE_NAME_LABEL}={service}"
+        slices = self.kube.list("EndpointSlice", namespace, selector)
+        ready = any(
+            (endpoint.get("conditions") or {}).get("ready")
+            for found in slices
+            if any(p.get("port") == port for p in found.get("ports") or [])
+            for endpoint in found.get("endpoints") or []
+        )
+        if not ready:
+            log.info("canary %s.%s has no ready endpoint yet", service, namespace)
+        return ready
 
     def _outcome(self, state: PassState, ref: ReportRef) -> ProbeOutcome | None:
         config_map = self.cache.get("ConfigMap", state.owner.namespace, ref.name(state.owner))
@@ -182,7 +166,7 @@ class RolloutController:
                 assert ref is not None
                 service, port = canary_url(owner)
                 url = self._probe_url(owner.namespace, service, port)
-                self.executor.start(owner, ref, self._canary_settings(state.spec, url))
+                self.executor.start(owner, ref, canary_settings(state.spec, url))
                 self._prune_reports(state)
             elif effect is Effect.STOP_PROBE and before is not None:
                 ref = canary_report(before)
@@ -208,7 +192,7 @@ class RolloutController:
             log.warning("watch of %s/%s skipped: %s", owner.namespace, owner.name, err)
             return
         rollout = state.spec.rollout
-        settings = self._canary_settings(state.spec, url).model_copy(
+        settings = canary_settings(state.spec, url).model_copy(
             update={
                 "concurrency": rollout.stable_probe_concurrency,
                 "requests": rollout.stable_probe_requests,
@@ -234,17 +218,19 @@ class RolloutController:
             self.kube.delete("ConfigMap", owner.namespace, name)
 
     def _probe_url(self, namespace: str, service: str, port: int) -> str:
-        return (self.probe_url or self.service_url)(namespace, service, port)
+        return self.probe_url(namespace, service, port)
 
-    def _canary_settings(self, spec: DSV4DeploymentSpec, url: str) -> ProbeSettings:
-        canary: CanarySpec = spec.canary
-        return ProbeSettings(
-            base_url=url,
-            backend=spec.engine,
-            probes=canary.probes or (),
-            concurrency=canary.concurrency,
-            requests=canary.sample_count,
-            max_corruption_rate=canary.max_corruption_rate,
-            confidence=canary.confidence,
-            max_duration_s=float(canary.probe_timeout_seconds),
-        )
+
+def canary_settings(spec: DSV4DeploymentSpec, url: str) -> ProbeSettings:
+    """What a canary probe attempt runs with: `spec.canary`, against ``url``."""
+    canary: CanarySpec = spec.canary
+    return ProbeSettings(
+        base_url=url,
+        backend=spec.engine,
+        probes=canary.probes or (),
+        concurrency=canary.concurrency,
+        requests=canary.sample_count,
+        max_corruption_rate=canary.max_corruption_rate,
+        confidence=canary.confidence,
+        max_duration_s=float(canary.probe_timeout_seconds),
+    )

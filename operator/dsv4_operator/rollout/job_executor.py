@@ -18,10 +18,9 @@ from dsv4_operator.render.meta import Owner
 from dsv4_operator.rollout.executor import record
 from dsv4_operator.rollout.probe_job import (
     JobState,
+    attempt_objects,
     job_name,
     job_state,
-    probe_identity,
-    probe_job,
 )
 from dsv4_operator.rollout.reports import (
     LABEL_TARGET,
@@ -70,9 +69,8 @@ class JobProbeExecutor:
             self._ended_without_report(owner, ref, settings, why)
             return
         skeleton = self.kube.apply(report_skeleton(owner, ref))
-        for obj in probe_identity(owner, skeleton):
+        for obj in attempt_objects(owner, skeleton, ref.target, settings, self.image):
             self.kube.apply(obj)
-        self.kube.apply(probe_job(owner, skeleton, ref.target, settings, self.image))
         self._watching.add((owner.namespace, report))
         log.info("probe %s: Job %s created", report, job_name(report))
 

@@ -15,11 +15,12 @@ from typing import Any
 from dsv4_engine.probe import ProbeSettings
 from dsv4_engine.probe.verdict import Verdict
 from dsv4_operator.cli.probe import probe_args
-from dsv4_operator.render.meta import Owner, metadata
+from dsv4_operator.render.meta import PROBE_COMPONENT, Owner, metadata
 from dsv4_operator.render.rbac import identity
+from dsv4_operator.render.security import container_security, pod_security
 from dsv4_operator.rollout.reports import LABEL_TARGET
 
-COMPONENT = "probe"
+COMPONENT = PROBE_COMPONENT
 CONTAINER = "probe"
 ANNOTATION_REPORT = "inference.dsv4.dev/report"
 MAX_NAME = 63  # a Job's name is also a label value on its pods
@@ -60,7 +61,7 @@ def probe_identity(owner: Owner, report: dict[str, Any]) -> list[dict[str, Any]]
             "verbs": ["get", "patch"],
         }
     ]
-    objects = identity(owner, account, COMPONENT, rules, managed=False)
+    objects = identity(owner, account, COMPONENT, rules)
     grant = job_name(name)
     for obj in objects[1:]:  # the Role and its RoleBinding
         obj["metadata"].update(name=grant, ownerReferences=_owned_by(report))
@@ -94,7 +95,7 @@ def probe_job(
 ) -> dict[str, Any]:
     """The Job for one attempt; ``report`` is the applied report ConfigMap (its owner)."""
     name = report["metadata"]["name"]
-    meta = metadata(owner, job_name(name), COMPONENT, managed=False)
+    meta = metadata(owner, job_name(name), COMPONENT)
     meta["labels"][LABEL_TARGET] = target
     meta["annotations"] = {ANNOTATION_REPORT: name}
     meta["ownerReferences"] = _owned_by(report)
@@ -114,12 +115,7 @@ def probe_job(
             "requests": {"cpu": "500m", "memory": "256Mi"},
             "limits": {"cpu": "2", "memory": "1Gi"},
         },
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": container_security(read_only_root=True),
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }
     spec: dict[str, Any] = {
@@ -144,12 +140,7 @@ def probe_job(
             "spec": {
                 "restartPolicy": "Never",
                 "serviceAccountName": probe_account(owner),
-                "securityContext": {
-                    "runAsNonRoot": True,
-                    "runAsUser": 10001,
-                    "runAsGroup": 10001,
-                    "seccompProfile": {"type": "RuntimeDefault"},
-                },
+                "securityContext": pod_security(),
                 "containers": [container],
                 "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}],
             },
@@ -159,6 +150,14 @@ def probe_job(
         deadline = settings.max_duration_s + settings.request_timeout_s + DEADLINE_SLACK_S
         spec["activeDeadlineSeconds"] = int(deadline)
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec}
+
+
+def attempt_objects(
+    owner: Owner, report: dict[str, Any], target: str, settings: ProbeSettings, image: str
+) -> list[dict[str, Any]]:
+    """What one attempt adds next to its report ``report`` (applied first: they are owned
+    by it): the probe identity, then the Job."""
+    return [*probe_identity(owner, report), probe_job(owner, report, target, settings, image)]
 
 
 def job_state(job: dict[str, Any] | None) -> tuple[JobState, str]:

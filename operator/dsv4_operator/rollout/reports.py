@@ -18,12 +18,18 @@ from dsv4_engine.probe import ProbeConnectionError, ProbeResult, ProbeSettings, 
 from dsv4_engine.probe.stats import upper_bound
 from dsv4_engine.probe.verdict import Verdict
 from dsv4_operator.api.rollout import RolloutVerdict
-from dsv4_operator.render.meta import LABEL_COMPONENT, LABEL_INSTANCE, Owner, metadata
+from dsv4_operator.render.meta import (
+    LABEL_COMPONENT,
+    LABEL_INSTANCE,
+    REPORT_COMPONENT,
+    Owner,
+    metadata,
+)
 from dsv4_operator.rollout.decide import ProbeOutcome
 
 REPORT_KEY = "report.json"
 OUTCOME_KEY = "outcome.json"
-COMPONENT = "rollout-report"
+COMPONENT = REPORT_COMPONENT
 ANNOTATION_VERDICT = "inference.dsv4.dev/verdict"
 ANNOTATION_SAMPLES = "inference.dsv4.dev/samples"
 VERDICTS = {
@@ -145,7 +151,7 @@ def report_skeleton(owner: Owner, ref: ReportRef) -> dict[str, Any]:
     Job needs no say over ownership and may patch only this one ConfigMap.  Target,
     revision and attempt ride along so a lost `status.rollout` can be rebuilt from reports.
     """
-    meta = metadata(owner, ref.name(owner), COMPONENT, managed=False)
+    meta = metadata(owner, ref.name(owner), COMPONENT)
     meta["labels"][LABEL_TARGET] = ref.target
     meta["annotations"] = {ANNOTATION_REVISION: ref.revision, ANNOTATION_ATTEMPT: str(ref.attempt)}
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta}

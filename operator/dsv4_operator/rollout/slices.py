@@ -11,10 +11,12 @@ from typing import Any
 
 from dsv4_engine.features import Role
 from dsv4_operator.api.names import CANARY_SUFFIX
-from dsv4_operator.api.rollout import CanarySpec, FlagSet
+from dsv4_operator.api.rollout import CanarySpec, FlagSet, RolloutStatus
 from dsv4_operator.api.spec import DSV4DeploymentSpec
+from dsv4_operator.render import render_all
 from dsv4_operator.render.meta import Owner
 from dsv4_operator.render.router import ROUTER_PORT, router_name
+from dsv4_operator.render.workloads import HostMemory
 
 SLICE_LABEL = "inference.dsv4.dev/slice"
 
@@ -56,6 +58,16 @@ def as_canary(owner: Owner, objects: list[dict[str, Any]]) -> list[dict[str, Any
         ]
         out.append({**obj, "metadata": meta})
     return out
+
+
+def canary_objects(
+    owner: Owner, spec: DSV4DeploymentSpec, status: RolloutStatus, host_memory: HostMemory
+) -> list[dict[str, Any]]:
+    """The canary slice for ``status``'s canary flags (owned by the real resource)."""
+    if status.canary is None:
+        return []
+    cspec = canary_spec(spec, status.canary, spec.canary)
+    return as_canary(owner, render_all(canary_owner(owner), cspec, host_memory))
 
 
 def role_specs(

@@ -1,4 +1,4 @@
-"""A bad-argument sweep over the command lines: `dsv4ctl plan|probe|validate|rollout` and
+"""A bad-argument sweep over the command lines: `dsv4ctl plan|probe|validate|render|rollout` and
 `dsv4-engine serve|launch`.  Whatever a user types ends with an exit code and — when it is
 refused — one line on stderr naming what is wrong; never a traceback.
 
@@ -75,6 +75,7 @@ def files(tmp: Path) -> dict[str, Path]:
         "bad.jsonl": "{not json\n",
         "config.json": (ROOT / "tests/data/deepseek-v32-dsa-config.json").read_text(),
         "bad.json": '{"hidden_size": "big"}',
+        "flash.yaml": (ROOT / "manifests/samples/flash-b200-1p1d.yaml").read_text(),
     }
     out = {}
     for name, text in made.items():
@@ -96,6 +97,7 @@ def commands(tmp: Path, f: dict[str, Path]) -> list[Command]:
         Command("probe", dsv4ctl.main, ("probe", url, "--backend", "reference", "--requests", "20", "--concurrency", "2", "--timeout", "2")),
         Command("probe", dsv4ctl.main, ("probe", url, "--report-configmap", "r", "--kubeconfig", kubeconfig)),
         Command("validate", dsv4ctl.main, ("validate", "--format", "v4", str(f["calls.jsonl"]), "--output", "json")),
+        Command("render", dsv4ctl.main, ("render", str(f["flash.yaml"]), "--canary", "indexDtype=fp4", "hicache.enabled=true", "--probe-job")),
         Command("rollout", dsv4ctl.main, ("rollout", "status", "flash", "-n", "ns", "--kubeconfig", kubeconfig)),
         Command("rollout", dsv4ctl.main, ("rollout", "abort", "flash", "--kubeconfig", kubeconfig)),
         Command("serve", engine_cli.main, ("serve", "--port", "0", "--enable-hicache", "--hicache-ratio", "3", "--index-dtype", "bf16", "--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", "0")),

@@ -30,12 +30,13 @@ from dsv4_operator.reconcile import kube as kube_module
 from dsv4_operator.reconcile.watches import CHILD_KINDS, WATCHES
 from dsv4_operator.render import render_all
 from dsv4_operator.render.meta import Owner
+from dsv4_operator.render.router import ROUTER_CLUSTER_ROLE, ROUTER_RULES
 from dsv4_operator.rollout.probe_job import probe_identity
 
 PACKAGE = Path(inspect.getfile(kube_module)).parents[1]
-# Not run by the installed operator: the CLI and the local cluster tools use the user's own
-# credentials; localrun/ is the local embedded runtime (KWOK only, `--local-endpoints`).
-NOT_THE_OPERATOR = ("cli", "cluster", "demo.py", "localrun")
+# Not run by the installed operator: the CLI uses the user's own credentials.  (The local
+# cluster tools, the local runtime and the development launcher are not in this package.)
+NOT_THE_OPERATOR = ("cli",)
 # The module whose requests stay in the operator's own namespace (a Role, not cluster-wide).
 LEADER_ELECTION = "leader.py"
 # The module that lists and watches what `WATCHES` names (its calls take the kind from it).
@@ -120,13 +121,23 @@ def rendered_kinds() -> set[str]:
     return {o["kind"] for o in rendered_objects()}
 
 
+# The ClusterRoles the install ships for the operator to bind, by name: their rules.
+SHIPPED_CLUSTER_ROLES = {ROUTER_CLUSTER_ROLE: ROUTER_RULES}
+
+
 def rendered_role_rules() -> list[dict[str, Any]]:
-    """Rules of the Roles the operator creates (the router's, the probe Jobs'); it must hold
-    them itself to grant them."""
+    """Rules the operator grants: of the Roles it creates (the probe Jobs') and of the
+    shipped ClusterRoles its RoleBindings bind (the router's); it must hold them itself."""
     owner = Owner(name="x", namespace="ns", uid="00000000-0000-0000-0000-000000000000")
     report = {"metadata": {"name": "x-canary-0123456789-1", "uid": "u"}}
     objects = [*rendered_objects(), *probe_identity(owner, report)]
-    return [r for o in objects if o["kind"] == "Role" for r in o["rules"]]
+    bound = {
+        o["roleRef"]["name"]
+        for o in objects
+        if o["kind"] == "RoleBinding" and o["roleRef"]["kind"] == "ClusterRole"
+    }
+    shipped = [r for name in sorted(bound) for r in SHIPPED_CLUSTER_ROLES[name]]
+    return [r for o in objects if o["kind"] == "Role" for r in o["rules"]] + shipped
 
 
 class _Resolver:
@@ -225,6 +236,8 @@ class _Resolver:
         if isinstance(node, (ast.List, ast.Tuple)) and node.elts:
             # A helper returning several objects (e.g. a ServiceAccount, Role, RoleBinding).
             return set().union(*(self.object_kinds(element) for element in node.elts))
+        if isinstance(node, ast.Starred):  # `[*helper(...), obj]`: what the helper returns
+            return self.object_kinds(node.value)
         if isinstance(node, ast.Name):
             iterable = self.loop_iterable(node)
             if iterable is not None:  # `for obj in helper(...)`: the objects it returns

@@ -85,6 +85,37 @@ def test_the_metrics_page_lists_every_operator_metric_and_alert():
     assert set(re.findall(r"`(DSV4[A-Za-z]+)`", page)) == alerts
 
 
+def review_rows() -> set[tuple[frozenset[str], frozenset[str]]]:
+    """(resources, verbs) of each row of install.md's "Security review" table."""
+    page = (DOCS / "install.md").read_text()
+    table = page.split("### Security review", 1)[1].split("\n\n")[2]
+    rows = set()
+    for line in table.splitlines()[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        resources = frozenset(re.findall(r"`([\w/]+)`", cells[1]))
+        rows.add((resources, frozenset(v.strip() for v in cells[2].split(","))))
+    return rows
+
+
+def test_the_security_review_lists_every_rule_of_the_shipped_rbac():
+    manifests = ROOT / "manifests"
+    files = [
+        manifests / "base" / "rbac.yaml",
+        *(manifests / "namespaced" / f for f in ("serving.yaml", "self.yaml", "cluster-role.yaml")),
+    ]
+    rules = [
+        rule
+        for path in files
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc and doc["kind"] in ("Role", "ClusterRole")
+        for rule in doc["rules"]
+    ]
+    assert len(rules) > 20
+    rows = review_rows()
+    for rule in rules:
+        assert (frozenset(rule["resources"]), frozenset(rule["verbs"])) in rows, rule
+
+
 def scale_section() -> str:
     page = (DOCS / "dsv4deployment.md").read_text()
     return page.split("\n## Scale\n", 1)[1].split("\n## ", 1)[0]

@@ -14,7 +14,9 @@ import yaml
 from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.leader import Leadership, LeaseConfig
-from dsv4_operator.runtime import OPERATOR_CONTAINER, Health, ProbeMode, parse_args
+from dsv4_operator.reconcile.cache import Cache
+from dsv4_operator.rollout.job_executor import JobProbeExecutor
+from dsv4_operator.runtime import OPERATOR_CONTAINER, Health, job_wiring, parse_args
 
 ROOT = Path(__file__).resolve().parents[3]
 MANIFESTS = ROOT / "manifests"
@@ -115,20 +117,26 @@ def test_the_lease_namespace_is_the_pods_own(container):
 
 def test_the_installed_operator_probes_with_jobs_running_its_own_image(container):
     args = parse_args(container["args"])
-    assert args.probe_mode == ProbeMode.JOB.value
     assert args.probe_image is None  # found from the pod itself, so image overrides carry
     env = {e["name"]: e for e in container["env"]}
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert container["name"] == OPERATOR_CONTAINER
+    # The image's wiring has no other executor (tests/e2e/test_install.py: from the pod).
+    wiring = job_wiring(None, parse_args([*container["args"], "--probe-image", "op:1"]))
+    executor = wiring.executor(lambda owner: None, Cache([]))
+    assert isinstance(executor, JobProbeExecutor) and executor.image == "op:1"
 
 
-def test_probes_run_inside_the_operator_only_on_the_local_cluster(capsys):
-    assert parse_args(["run", "--local-endpoints"]).probe_mode == ProbeMode.LOCAL.value
-    assert parse_args(["run", "--local-endpoints", "--probe-mode", "job"]).probe_mode == "job"
+@pytest.mark.parametrize(
+    "flag", ["--local-endpoints", "--probe-mode=local", "--crash-after-writes=3"]
+)
+def test_the_image_operator_has_no_development_switches(flag, capsys):
+    """In-process probes, the local endpoint map and crash injection belong to the
+    development launcher (dsv4_dev.operator), which the image does not install."""
     with pytest.raises(SystemExit) as exit_info:
-        parse_args(["run", "--probe-mode", "local"])
+        parse_args(["run", flag])
     assert exit_info.value.code == 2
-    assert "--probe-mode local needs --local-endpoints" in capsys.readouterr().err
+    assert "unrecognized arguments" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ from types import ModuleType
 import pytest
 import yaml
 
+from dsv4_operator.render.router import ROUTER_CLUSTER_ROLE, ROUTER_RULES
 from dsv4_operator.runtime import parse_args
 from tests.unit.install import rbac_from_code as code
 
@@ -31,8 +32,8 @@ def rbac():
     return {(d["kind"], d["metadata"]["name"]): d for d in load("rbac.yaml")}
 
 
-def one(rbac, kind):
-    (obj,) = [o for (k, _), o in rbac.items() if k == kind]
+def one(rbac, kind, name=None):
+    (obj,) = [o for (k, n), o in rbac.items() if k == kind and name in (None, n)]
     return obj
 
 
@@ -43,7 +44,7 @@ def test_every_request_method_of_kube_has_a_known_rbac_verb():
 
 def test_the_cluster_role_grants_exactly_what_the_code_uses(rbac):
     needed = {a for a in code.needed() if a.scope == "cluster"}
-    granted = code.granted(one(rbac, "ClusterRole")["rules"], "cluster")
+    granted = code.granted(one(rbac, "ClusterRole", "dsv4-operator")["rules"], "cluster")
     assert sorted(granted - needed, key=str) == [], "granted but never used"
     assert sorted(needed - granted, key=str) == [], "used but not granted"
 
@@ -75,7 +76,9 @@ def test_the_bindings_bind_the_deployments_service_account(rbac):
         assert binding["roleRef"] == {
             "apiGroup": "rbac.authorization.k8s.io",
             "kind": role_kind,
-            "name": one(rbac, role_kind)["metadata"]["name"],
+            "name": one(rbac, role_kind, "dsv4-operator" if role_kind == "ClusterRole" else None)[
+                "metadata"
+            ]["name"],
         }
         assert binding["subjects"] == [
             {
@@ -98,7 +101,7 @@ def test_the_derivation_sees_the_calls_it_claims_to(rbac):
         code.Access("cluster", "apps", "statefulsets", "delete"),  # an orphaned child
         code.Access("cluster", "inference.dsv4.dev", "dsv4deployments/status", "patch"),
         code.Access("cluster", "inference.dsv4.dev", "dsv4deployments", "watch"),  # kopf
-        code.Access("cluster", "", "pods", "watch"),  # granted to the router's Role
+        code.Access("cluster", "", "pods", "watch"),  # the router's ClusterRole, bound
         code.Access("namespace", "coordination.k8s.io", "leases", "update"),
         code.Access("cluster", "apps", "statefulsets", "get"),  # a name checked before create
         # The handled rollout-action annotation is removed: the one write to the resource
@@ -106,6 +109,12 @@ def test_the_derivation_sees_the_calls_it_claims_to(rbac):
         code.Access("cluster", "inference.dsv4.dev", "dsv4deployments", "patch"),
     ]:
         assert access in needed, access
+
+
+def test_the_router_cluster_role_is_the_one_the_code_binds(rbac):
+    shipped = one(rbac, "ClusterRole", ROUTER_CLUSTER_ROLE)
+    assert shipped["rules"] == ROUTER_RULES
+    assert code.SHIPPED_CLUSTER_ROLES == {ROUTER_CLUSTER_ROLE: ROUTER_RULES}
 
 
 def test_an_unresolvable_call_names_its_file_and_line():

@@ -18,9 +18,9 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from dsv4_dev.cluster.nodes import default_pools, node_manifests
 from dsv4_operator.api import API_VERSION, KIND
 from dsv4_operator.api.samples import load_sample, merge_patch
-from dsv4_operator.cluster.nodes import default_pools, node_manifests
 from dsv4_operator.reconcile import watches
 from dsv4_operator.reconcile.cache import Cache
 from dsv4_operator.reconcile.reconciler import Reconciler
@@ -34,6 +34,8 @@ PASS = {"verdict": "PASS", "rate": 0.0, "bound": 0.004997, "samples": 598, "mess
 FAIL = {"verdict": "FAIL", "rate": 0.15, "bound": 0.31, "samples": 26, "message": "4/26 corrupt"}
 FP4 = {"features": {"indexDtype": "fp4"}}  # another transfer format: promoted in pairs
 HICACHE = {"features": {"hicache": {"enabled": True, "ratio": 2.0}}}  # same format: role by role
+# Where the samples' host path lies (crds/samples/): allowed, as an administrator would.
+MODEL_HOST_PATHS = ("/data/models",)
 
 
 def fill_cache(cache: Cache, api: MemoryApi) -> None:
@@ -77,10 +79,15 @@ class World:
             self.api,
             self.cache,
             executor,
-            service_url=lambda ns, service, port: f"http://{service}.{ns}.svc:{port}",
-            warm=lambda url: True,
+            serving=lambda ns, service, port: True,  # no Services here: once Ready, serving
         )
-        self.reconciler = Reconciler(self.api, self.cache, rollout, clock=lambda: self.now)
+        self.reconciler = Reconciler(
+            self.api,
+            self.cache,
+            rollout,
+            clock=lambda: self.now,
+            model_host_paths=MODEL_HOST_PATHS,
+        )
 
     def reconcile(self, name: str) -> float | None:
         """One pass of the operator over ``name``, on the cache its watches would show

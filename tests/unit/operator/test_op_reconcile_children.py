@@ -3,6 +3,7 @@
 from dsv4_operator.reconcile.reconciler import CHILD_KINDS, Reconciler
 from dsv4_operator.render.meta import LABEL_INSTANCE, Owner, metadata
 from dsv4_operator.rollout.slices import canary_owner
+from tests.unit.operator.harness import NS, World
 
 OWNER = Owner(name="flash", namespace="serving", uid="u-1")
 
@@ -47,7 +48,8 @@ def test_stable_and_canary_children_come_from_one_list_per_kind():
     assert [(kind, ns) for kind, ns, _ in kube.lists] == [(k, "serving") for k in CHILD_KINDS]
     assert {selector for _, _, selector in kube.lists} == {
         "app.kubernetes.io/instance in (flash,flash--canary),"
-        "app.kubernetes.io/managed-by=dsv4-operator"
+        "app.kubernetes.io/managed-by=dsv4-operator,"
+        "app.kubernetes.io/component notin (probe,rollout-report)"
     }
 
 
@@ -58,3 +60,23 @@ def test_children_with_our_labels_but_another_owner_are_foreign_never_ours():
     kube = ListingKube([leftover])
     stable, canary_live, foreign = Reconciler(None, kube, rollout=None)._children(OWNER)
     assert (stable, canary_live, foreign) == ([], [], [leftover])
+
+
+def test_an_upgrade_prunes_the_routers_old_role_and_binds_the_shipped_cluster_role():
+    """Earlier versions wrote the router a Role and a RoleBinding of the same name; a
+    RoleBinding's roleRef cannot change, so the new one binding dsv4-router has another
+    name, and the old pair goes as any orphaned child does."""
+    world = World()
+    world.create("flash")
+    world.step("flash")
+    flash = world.obj()
+    owner = Owner(name="flash", namespace=NS, uid=flash["metadata"]["uid"])
+    for kind in ("Role", "RoleBinding"):
+        world.api.user_apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind,
+                              "metadata": metadata(owner, "flash-router", "router")})  # fmt: skip
+    world.step("flash")
+    children = world.children("flash")
+    assert ("Role", "flash-router") not in children
+    assert ("RoleBinding", "flash-router") not in children
+    binding = children[("RoleBinding", "flash-router-discovery")]
+    assert binding["roleRef"]["kind"] == "ClusterRole"

@@ -36,8 +36,8 @@ def test_sample_renders_every_child_owned_by_the_deployment():
         ("Deployment", "flash-router"),
         ("Service", "flash-router"),
         ("ServiceAccount", "flash-router"),
-        ("Role", "flash-router"),
-        ("RoleBinding", "flash-router"),
+        ("RoleBinding", "flash-router-discovery"),
+        ("NetworkPolicy", "flash-engines"),
     }
     for obj in objs.values():
         (ref,) = obj["metadata"]["ownerReferences"]

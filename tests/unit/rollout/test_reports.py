@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from dsv4_operator.api.rollout import RolloutVerdict
-from dsv4_operator.render.meta import LABEL_MANAGED_BY, Owner
+from dsv4_operator.reconcile.selectors import label_match
+from dsv4_operator.render.meta import LABEL_MANAGED_BY, MANAGED_BY, Owner, instance_selector
 from dsv4_operator.rollout.decide import ProbeOutcome
 from dsv4_operator.rollout.reports import (
     PROBE_MANAGER,
@@ -51,7 +52,8 @@ def test_the_whole_report_is_the_skeleton_plus_what_a_probe_files():
         **filing["metadata"]["annotations"],
     }
     # Not a child the reconcile would prune; garbage-collected with the DSV4Deployment.
-    assert LABEL_MANAGED_BY not in whole["metadata"]["labels"]
+    assert whole["metadata"]["labels"][LABEL_MANAGED_BY] == MANAGED_BY
+    assert not label_match(instance_selector(OWNER))(whole["metadata"]["labels"])
     assert whole["metadata"]["ownerReferences"][0]["uid"] == OWNER.uid
 
 

@@ -6,8 +6,8 @@ import socket
 
 import pytest
 
+from dsv4_dev.cluster.nodes import default_pools, node_manifests
 from dsv4_operator.cli.main import main
-from dsv4_operator.cluster.nodes import default_pools, node_manifests
 
 
 def test_missing_binary_names_it_and_the_fix(tmp_path, monkeypatch, capsys):

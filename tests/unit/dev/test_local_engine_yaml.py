@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from dsv4_dev.localrun.runtime import INJECT_ENV, NotReference, local_engine_yaml
 from dsv4_engine.engine_config import Backend, EngineConfig, dump_engine_yaml, load_engine_yaml
 from dsv4_engine.features import EngineFeatures, FaultInjection, HiCacheFeature, IndexDtype, Role
-from dsv4_operator.localrun.runtime import INJECT_ENV, NotReference, local_engine_yaml
 
 
 def rendered(features: EngineFeatures, backend: Backend = Backend.REFERENCE) -> str:

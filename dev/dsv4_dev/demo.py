@@ -28,11 +28,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from dsv4_dev.cluster.binaries import MissingBinaryError, cache_dir
+from dsv4_dev.cluster.local import ClusterError, LocalCluster
+from dsv4_dev.localrun.runtime import free_port
 from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.samples import shipped_sample
-from dsv4_operator.cluster.binaries import MissingBinaryError, cache_dir
-from dsv4_operator.cluster.local import ClusterError, LocalCluster
-from dsv4_operator.localrun.runtime import free_port
 
 NAMESPACE = "demo"
 NAME = "flash"
@@ -145,16 +145,17 @@ def local_world(out_dir: Path, cluster_name: str = "demo") -> Iterator[tuple[Loc
     """The local cluster, the operator (its health port returned) and the local runtime,
     with the sample applied and Ready; everything is stopped on the way out."""
     cluster = LocalCluster(name=cluster_name)
-    bin_dir = Path(sys.executable).parent
     env = {**cluster.env, "DSV4_LOCALRUN_DIR": str(out_dir / "localrun")}
     (out_dir / "localrun").mkdir(parents=True, exist_ok=True)
     health_port = free_port()
     operator = [
-        str(bin_dir / "dsv4-operator"), "run",
+        sys.executable, "-m", "dsv4_dev.operator", "run",
         "--namespace", NAMESPACE, "--lease-namespace", NAMESPACE, "--local-endpoints",
+        # The sample's weights are a host path (nothing reads them here): allow just it.
+        "--allowed-model-host-paths", shipped_sample("flash-reference")["spec"]["model"]["hostPath"],
         "--resync-seconds", "3", "--health-port", str(health_port),
     ]  # fmt: skip
-    runtime = [sys.executable, "-m", "dsv4_operator.localrun.runtime"]
+    runtime = [sys.executable, "-m", "dsv4_dev.localrun.runtime"]
     try:
         cluster.up(log=say)
         cluster.kubectl("create", "namespace", NAMESPACE, check=False)

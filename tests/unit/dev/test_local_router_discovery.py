@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dsv4_dev.localrun.runtime import LocalRuntime, Process, _selector
 from dsv4_engine.features import Role
 from dsv4_operator.api.rollout import Slot
 from dsv4_operator.api.samples import load_sample
 from dsv4_operator.api.spec import DSV4DeploymentSpec
-from dsv4_operator.localrun.runtime import LocalRuntime, Process, _selector
 from dsv4_operator.render.meta import LABEL_GROUP_ROLE, Owner
 from dsv4_operator.render.router import router_args
 from dsv4_operator.render.workloads import engine_pod_labels

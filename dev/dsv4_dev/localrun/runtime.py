@@ -31,8 +31,8 @@ from typing import Any
 
 import yaml
 
+from dsv4_dev.localrun import endpoints, readiness
 from dsv4_engine.engine_config import Backend, load_engine_yaml
-from dsv4_operator.localrun import endpoints, readiness
 from dsv4_operator.render.engine import ENGINE_PORT, short_hash
 from dsv4_operator.render.meta import (
     ANNOTATION_CONFIG_HASH,
@@ -44,7 +44,7 @@ from dsv4_operator.render.meta import (
 )
 from dsv4_operator.render.router import ROUTER_PORT, router_name
 
-log = logging.getLogger("dsv4_operator.localrun")
+log = logging.getLogger("dsv4_dev.localrun")
 INJECT_ENV = "DSV4_INJECT_UNGATED_INDEX_K"
 READY_TIMEOUT_S = 60.0
 # A vanished pod's process keeps running this long after it stopped being published and
@@ -424,7 +424,7 @@ def _instance(pod: Any) -> str:
 
 
 def main() -> int:
-    """`python -m dsv4_operator.localrun.runtime`: run against $KUBECONFIG until stopped."""
+    """`python -m dsv4_dev.localrun.runtime`: run against $KUBECONFIG until stopped."""
     from kubernetes import client, config
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s localrun %(message)s")

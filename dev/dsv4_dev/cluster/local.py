@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dsv4_operator.cluster.binaries import (
+from dsv4_dev.cluster.binaries import (
     CONTROL_PLANE,
     cache_dir,
     control_plane_binary,
     kubectl,
 )
-from dsv4_operator.cluster.nodes import (
+from dsv4_dev.cluster.nodes import (
     GPU_PRODUCT_LABEL,
     GPU_RESOURCE,
     KWOK_ANNOTATION,

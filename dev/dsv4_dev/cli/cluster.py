@@ -8,10 +8,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from dsv4_dev.cluster.binaries import MissingBinaryError, cache_dir
+from dsv4_dev.cluster.local import ClusterError, LocalCluster
+from dsv4_dev.cluster.nodes import default_pools
 from dsv4_engine.cliutil import CommandError
-from dsv4_operator.cluster.binaries import MissingBinaryError, cache_dir
-from dsv4_operator.cluster.local import ClusterError, LocalCluster
-from dsv4_operator.cluster.nodes import default_pools
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -1,0 +1,140 @@
+"""`dsv4-operator-dev run`: the operator as the local cluster and the tests run it.
+
+The same process as the image's `dsv4-operator run` (`dsv4_operator.runtime.serve`), with
+what only development needs, none of which the image carries:
+
+* `--local-endpoints`: Services are reached through the local runtime's endpoint map
+  (`dsv4_dev.localrun.endpoints`), since nothing on KWOK's fake nodes has a cluster IP, and
+  a canary counts as serving once its router answers there, where the in-process probes
+  will reach it (not once its Service has a ready endpoint, which they never use);
+* `--probe-mode local` (the default with `--local-endpoints`): canary probes run inside
+  this process instead of as Jobs, since only it can reach the local runtime's engines;
+* `--crash-after-writes N`: exit abruptly (like SIGKILL) before the write after the Nth,
+  for the restart-safety tests;
+* `/debug/requests` on the health port: the API requests this process made, by verb and
+  path (how the tests show a steady-state reconcile writes nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import logging
+import os
+import sys
+import urllib.request
+from collections.abc import Sequence
+from enum import Enum
+
+from aiohttp import web
+
+from dsv4_dev.localrun import endpoints
+from dsv4_operator import runtime
+from dsv4_operator.reconcile.kube import Kube
+from dsv4_operator.rollout.controller import ServiceUrl, Serving
+from dsv4_operator.rollout.executor import LocalProbeExecutor
+
+log = logging.getLogger("dsv4_dev.operator")
+
+
+class ProbeMode(Enum):
+    JOB = "job"
+    LOCAL = "local"
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser, run = runtime.build_parser()
+    parser.prog = "dsv4-operator-dev"
+    run.add_argument(
+        "--crash-after-writes",
+        type=int,
+        default=None,
+        help="Fault injection for tests: exit abruptly (like SIGKILL) after N writes.",
+    )
+    run.add_argument(
+        "--local-endpoints",
+        action="store_true",
+        help="Local cluster: reach Services through the local runtime's endpoint map, not DNS.",
+    )
+    run.add_argument(
+        "--probe-mode",
+        choices=[m.value for m in ProbeMode],
+        default=None,
+        help=(
+            "Where canary probes run: 'job' (a Job per attempt with the operator image, "
+            "the default) or 'local' (inside this process, the default with --local-endpoints)."
+        ),
+    )
+    args = parser.parse_args(argv)
+    if args.probe_mode is None:
+        args.probe_mode = (ProbeMode.LOCAL if args.local_endpoints else ProbeMode.JOB).value
+    if args.probe_mode == ProbeMode.LOCAL.value and not args.local_endpoints:
+        # In a real cluster the operator's own network may not reach every canary, and a
+        # probe inside it dies with it; refuse rather than probe from the wrong place.
+        parser.error("--probe-mode local needs --local-endpoints (the local cluster)")
+    return args
+
+
+def answering(service_url: ServiceUrl) -> Serving:
+    """A Service serves once its published endpoint answers `/health`."""
+
+    def serving(namespace: str, service: str, port: int) -> bool:
+        try:
+            url = service_url(namespace, service, port)
+            with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
+                return response.status == 200
+        except (ValueError, OSError) as err:
+            log.info("%s.%s not answering yet: %s", service, namespace, err)
+            return False
+
+    return serving
+
+
+def crash_after(kube: Kube, writes: int) -> None:
+    """Die like SIGKILL before the write after the ``writes``th is sent."""
+
+    def check() -> None:
+        if kube.writes() > writes:
+            os._exit(137)
+
+    kube.counted = check
+
+
+def debug_requests(kube: Kube) -> runtime.Route:
+    async def requests(_: web.Request) -> web.Response:
+        counts = [
+            {"verb": verb, "path": path, "count": n} for (verb, path), n in kube.requests.items()
+        ]
+        return web.json_response({"writes": kube.writes(), "requests": counts})
+
+    return "/debug/requests", requests
+
+
+def dev_wiring(kube: Kube, args: argparse.Namespace) -> runtime.Wiring:
+    if args.crash_after_writes is not None:
+        crash_after(kube, args.crash_after_writes)
+    if args.probe_mode == ProbeMode.JOB.value:
+        wiring = runtime.job_wiring(kube, args)
+    else:
+        wiring = runtime.Wiring(
+            executor=lambda done, _: LocalProbeExecutor(
+                kube.apply, asyncio.get_running_loop(), done
+            ),
+        )
+    if args.local_endpoints:
+        local = endpoints.resolver(kube)
+        wiring = dataclasses.replace(wiring, serving=answering(local))
+        if args.probe_mode == ProbeMode.LOCAL.value:
+            wiring = dataclasses.replace(wiring, probe_url=local)
+    return dataclasses.replace(wiring, routes=[*wiring.routes, debug_requests(kube)])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    runtime.setup_logging(args.log_level)
+    return asyncio.run(runtime.serve(args, dev_wiring))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""Every child a rollout status wants, as the operator applies it: the stable slots, what
+they share, and the canary slice, each workload carrying its rollout record.
+
+Pure: the reconciler computes its children here each pass, and `dsv4ctl render` prints
+them from here without a cluster, so what a reviewer reads is what the operator writes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dsv4_engine.features import Role
+from dsv4_operator.api.rollout import RolloutStatus
+from dsv4_operator.api.spec import DSV4DeploymentSpec
+from dsv4_operator.reconcile.plan import with_applied_hash
+from dsv4_operator.render import render_slot, shared
+from dsv4_operator.render.meta import Owner
+from dsv4_operator.render.workloads import HostMemory
+from dsv4_operator.rollout.decide import canary_wanted
+from dsv4_operator.rollout.pairs import Pairs, SlotPlan, plan_slots
+from dsv4_operator.rollout.record import with_record
+from dsv4_operator.rollout.slices import canary_objects, role_specs, with_flags
+
+
+class Desired:
+    """What one pass renders, each thing once: a pass renders the slots its status had
+    (to observe them) and the ones its decision wants (to write them), mostly the same."""
+
+    def __init__(self, owner: Owner, spec: DSV4DeploymentSpec, host_memory: HostMemory) -> None:
+        self.owner, self.spec, self.host_memory = owner, spec, host_memory
+        self.pairs = Pairs(spec.prefill.replicas, spec.decode.replicas)
+        self._made: dict[tuple[object, ...], list[dict[str, Any]]] = {}
+
+    def slot(self, plan: SlotPlan) -> list[dict[str, Any]]:
+        flags = tuple(plan.flags[role].revision for role in Role)
+        key = ("slot", plan.slot, flags, plan.replicas, plan.router)
+        if key not in self._made:
+            spec = self.spec
+            sized = spec.model_copy(
+                update={
+                    "prefill": spec.prefill.model_copy(update={"replicas": plan.prefill}),
+                    "decode": spec.decode.model_copy(update={"replicas": plan.decode}),
+                }
+            )
+            by_role = role_specs(sized, plan.flags)
+            base = with_flags(sized, plan.flags[Role.DECODE])
+            self._made[key] = render_slot(
+                self.owner, base, plan.slot, self.host_memory, by_role, plan.router
+            )
+        return self._made[key]
+
+    def active(self, status: RolloutStatus) -> list[dict[str, Any]]:
+        """The active slot's engines as ``status`` has them (role-by-role promotion)."""
+        return self.slot(plan_slots(status, self.pairs)[0])
+
+    def canary(self, status: RolloutStatus) -> list[dict[str, Any]]:
+        if not canary_wanted(status):
+            return []
+        key = ("canary", status.canary.revision if status.canary else None)
+        if key not in self._made:
+            self._made[key] = canary_objects(self.owner, self.spec, status, self.host_memory)
+        return self._made[key]
+
+    def children(self, status: RolloutStatus) -> list[dict[str, Any]]:
+        """Every child ``status`` wants — the stable slots and the canary slice — each
+        workload carrying the rollout record, as they are applied."""
+        objects = []
+        for slot in plan_slots(status, self.pairs):
+            objects += with_record(
+                self.slot(slot), status.stable, slot.flags, status.rejected_revision
+            )
+        objects += shared(self.owner)
+        if status.canary is not None:
+            runs = dict.fromkeys(Role, status.canary)
+            objects += with_record(self.canary(status), status.stable, runs, None)
+        return [with_applied_hash(o) for o in objects]

@@ -1,0 +1,278 @@
+"""The namespaced install on the real local cluster, with the operator's own token.
+
+manifests/namespaced is installed for real and `dsv4-operator` runs with the installed
+Deployment's arguments (`--namespace dsv4-serving`) and nothing but its ServiceAccount's
+token.  It reconciles the shipped flash sample to Ready with no RBAC denial and no write
+to anything cluster-scoped (the audit log records every request, its user and its
+status); the engine and router pods the operator renders pass the namespace's Pod
+Security level (`restricted`, enforced by the API server's admission); the admission
+fence refuses the token writes its RBAC alone would allow; a hostPath model outside the
+(empty) allow-list is refused with a condition.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from dsv4_dev.cluster.local import LocalCluster
+from dsv4_operator.api.samples import SHIPPED_DIR, merge_patch
+from dsv4_operator.api.spec import DSV4DeploymentSpec
+from dsv4_operator.cli.main import main as dsv4ctl
+from dsv4_operator.render import render_all
+from dsv4_operator.render.meta import LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY, Owner
+from tests.e2e.helpers import (
+    MANIFESTS,
+    OPERATOR_SA,
+    Installed,
+    as_account,
+    as_list,
+    get_json,
+    installed_operator,
+    kustomize,
+    model_claim,
+    responses,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+NS = "dsv4-serving"
+SAMPLE = SHIPPED_DIR / "flash-b200-1p1d.yaml"
+WRITES = ("create", "update", "patch", "delete", "deletecollection")
+FENCE = "ValidatingAdmissionPolicy 'dsv4-operator-fence'"
+MANAGED = {LABEL_MANAGED_BY: MANAGED_BY}
+INSTANCE = {**MANAGED, LABEL_INSTANCE: "flash"}  # an object of the flash sample's
+
+
+@pytest.fixture(scope="module")
+def installed(
+    cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Installed]:
+    workdir = tmp_path_factory.mktemp("namespaced")
+    sample = yaml.safe_load(SAMPLE.read_text())
+    try:
+        with installed_operator(cluster, MANIFESTS / "namespaced", workdir) as running:
+            model_claim(cluster, NS, sample["spec"]["model"]["pvc"]["claimName"])
+            cluster.kubectl("apply", "-n", NS, "-f", str(SAMPLE))
+            yield running
+    finally:
+        # Frees the fake GPUs, and leaves the cluster-wide install (base) as it was.
+        cluster.kubectl("delete", "namespace", NS, "--wait=true", "--timeout=120s")
+        base = kustomize(cluster, MANIFESTS / "base")
+        cluster.kubectl(
+            "apply", "--server-side", "--force-conflicts", "-f", "-", input=as_list(base)
+        )
+
+
+def operator_requests(cluster: LocalCluster, running: Installed) -> list[dict[str, Any]]:
+    return [e for e in responses(cluster, running.offset) if e["user"]["username"] == OPERATOR_SA]
+
+
+def test_the_namespaced_operator_reconciles_the_sample_without_403_or_cluster_writes(
+    cluster, installed
+):
+    def ready() -> dict[str, Any] | None:
+        assert installed.proc.poll() is None, installed.log.read_text()[-3000:]
+        status = get_json(cluster, "dsv4", "flash", "-n", NS).get("status") or {}
+        return status if status.get("phase") == "Ready" else None
+
+    try:
+        wait_for("the flash sample Ready under the namespaced install", ready, timeout=180)
+    except AssertionError as err:
+        status = get_json(cluster, "dsv4", "flash", "-n", NS).get("status")
+        raise AssertionError(f"{err}\n{status}\n{installed.log.read_text()[-4000:]}") from None
+    ours = operator_requests(cluster, installed)
+    denied = sorted(
+        {
+            (e["verb"], e.get("objectRef", {}).get("resource", e["requestURI"]))
+            for e in ours
+            if e.get("responseStatus", {}).get("code") == 403
+        }
+    )
+    assert not denied, f"RBAC denied the operator: {denied}"
+    writes = [e for e in ours if e["verb"] in WRITES]
+    cluster_scoped = [e["requestURI"] for e in writes if not e["objectRef"].get("namespace")]
+    assert cluster_scoped == []
+    assert {e["objectRef"]["namespace"] for e in writes} == {NS, "dsv4-system"}  # + Lease
+    assert {e["objectRef"]["resource"] for e in writes} >= {"statefulsets", "networkpolicies"}
+    # Its ClusterRole is only the cluster-scoped read manifests/namespaced argues for.
+    role = get_json(cluster, "clusterrole", "dsv4-operator")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}]
+    for namespace, verb, resource, *sub in [
+        ("kube-system", "create", "configmaps"),
+        ("kube-system", "list", "pods"),
+        ("kube-system", "patch", "statefulsets"),
+        # Not even where it works (docs/install.md, "Security review").
+        (NS, "get", "secrets"),
+        (NS, "create", "pods"),
+        (NS, "create", "pods", "--subresource=exec"),
+        (NS, "create", "serviceaccounts", "--subresource=token"),
+    ]:
+        allowed = cluster.kubectl(
+            "auth", "can-i", verb, resource, *sub, "-n", namespace, f"--as={OPERATOR_SA}",
+            check=False,
+        )  # fmt: skip
+        assert allowed.stdout.strip() == "no", (namespace, verb, resource, sub)
+
+
+def pod_of(workload: dict[str, Any]) -> dict[str, Any]:
+    template = workload["spec"]["template"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"generateName": "psa-check-", "labels": template["metadata"]["labels"]},
+        "spec": template["spec"],
+    }
+
+
+def create_dry_run(cluster: LocalCluster, pod: dict[str, Any]):
+    return cluster.kubectl(
+        "create", "--dry-run=server", "-n", NS, "-f", "-", input=json.dumps(pod), check=False
+    )
+
+
+def test_rendered_pods_pass_the_namespaces_pod_security_level(cluster, installed, capsys):
+    """Every pod `dsv4ctl render` shows (engines, routers, the canary's, a probe Job's) is
+    admitted by the API server's Pod Security admission of the `restricted` namespace."""
+    namespace = get_json(cluster, "namespace", NS)["metadata"]["labels"]
+    assert namespace["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert dsv4ctl(["render", str(SAMPLE), "--canary", "indexDtype=fp4", "--probe-job"]) == 0
+    rendered = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
+    workloads = [o for o in rendered if o["kind"] in ("StatefulSet", "Deployment", "Job")]
+    components = {w["metadata"]["labels"]["app.kubernetes.io/component"] for w in workloads}
+    assert components == {"prefill", "decode", "router", "probe"}
+    for account in (o for o in rendered if o["kind"] == "ServiceAccount"):
+        # A pod is admitted only under an existing account: the canary's and the probe's.
+        meta = {"name": account["metadata"]["name"], "namespace": NS}
+        cluster.kubectl("apply", "-f", "-", input=json.dumps({**account, "metadata": meta}))
+    for workload in workloads:
+        result = create_dry_run(cluster, pod_of(workload))
+        assert result.returncode == 0, (workload["metadata"]["name"], result.stderr)
+        assert "PodSecurity" not in result.stderr, result.stderr
+    # The pods the controllers created for the sample were admitted the same way.
+    wait_for(
+        "the sample's engine and router pods",
+        lambda: len(get_json(cluster, "pods", "-n", NS)["items"]) >= 3,
+        timeout=60,
+    )
+
+
+def test_the_namespace_enforces_its_level_a_host_path_model_is_refused(cluster, installed):
+    """The check above can fail: a hostPath model (beyond `restricted`, and `baseline`) is
+    refused by the same admission, so such a deployment needs a privileged namespace."""
+    spec = yaml.safe_load(SAMPLE.read_text())["spec"]
+    spec = merge_patch(spec, {"model": {"pvc": None, "hostPath": "/data/models/flash"}})
+    owner = Owner(name="flash", namespace=NS, uid="00000000-0000-0000-0000-000000000000")
+    objects = render_all(owner, DSV4DeploymentSpec.model_validate(spec))
+    engine = next(o for o in objects if o["kind"] == "StatefulSet")
+    result = create_dry_run(cluster, pod_of(engine))
+    assert result.returncode != 0
+    assert "violates PodSecurity" in result.stderr and "hostPath" in result.stderr
+
+
+def configmap(name: str, labels: dict[str, str]) -> str:
+    meta = {"name": name, "namespace": NS, "labels": labels}
+    return json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta})
+
+
+def deployment(name: str, pod: dict[str, Any]) -> str:
+    labels = {**INSTANCE, "app": name}
+    container = {"name": "c", "image": "busybox"}
+    return json.dumps(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name, "namespace": NS, "labels": labels},
+            "spec": {
+                "replicas": 0,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {**pod, "containers": [container]},
+                },
+            },
+        }
+    )
+
+
+def binding(name: str, role: str, account: str) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": name, "namespace": NS, "labels": INSTANCE},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": role,
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": NS}],
+        }
+    )
+
+
+def test_the_admission_fence_refuses_the_operators_token_outside_it(cluster, installed):
+    token = installed.kubeconfig
+
+    def refused(*args: str, input: str | None = None) -> str:  # noqa: A002
+        result = as_account(token, *args, input=input)
+        assert result.returncode != 0, (args, result.stdout)
+        assert "forbidden" in result.stderr.lower(), result.stderr
+        return result.stderr
+
+    # RBAC lets the token create ConfigMaps here: the fence still wants its label.
+    assert FENCE in refused("create", "-f", "-", input=configmap("stranger", {}))
+    allowed = as_account(token, "create", "-f", "-", input=configmap("ours", MANAGED))
+    assert allowed.returncode == 0, allowed.stderr  # the fence is not a wall
+    # Someone else's object: not changed, not relabelled into the fence, not deleted.
+    cluster.kubectl("create", "configmap", "theirs", "-n", NS)
+    assert FENCE in refused("label", "configmap", "theirs", "-n", NS, "a=b")
+    assert FENCE in refused(
+        "label", "configmap", "theirs", "-n", NS, f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+    )
+    assert FENCE in refused("delete", "configmap", "theirs", "-n", NS)
+    # Pod templates: not under a ServiceAccount it did not make, nor with the default's token.
+    cluster.kubectl("create", "serviceaccount", "builder", "-n", NS)
+    for pod in (
+        {"serviceAccountName": "builder"},
+        {"serviceAccountName": "default"},
+        {},  # the default account, its token mounted
+    ):
+        message = refused("create", "-f", "-", input=deployment("escape", pod))
+        assert FENCE in message, message
+    ok = as_account(
+        token, "create", "-f", "-",
+        input=deployment("own", {"serviceAccountName": "flash-router"}),
+    )  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    # RoleBindings: only its own accounts, and of the ClusterRoles only dsv4-router.
+    assert FENCE in refused("create", "-f", "-", input=binding("b1", "dsv4-router", "builder"))
+    good = as_account(
+        token, "create", "-f", "-", input=binding("b2", "dsv4-router", "flash-router")
+    )
+    assert good.returncode == 0, good.stderr
+
+
+def test_a_host_path_outside_the_allow_list_is_refused_with_a_condition(cluster, installed):
+    """The installed Deployment allows no hostPath prefix at all."""
+    sample = merge_patch(
+        yaml.safe_load(SAMPLE.read_text()),
+        {"metadata": {"name": "hostpath"}, "spec": {"model": {"pvc": None, "hostPath": "/etc"}}},
+    )
+    cluster.kubectl("apply", "-n", NS, "-f", "-", input=json.dumps(sample))
+
+    def degraded() -> dict[str, Any] | None:
+        status = get_json(cluster, "dsv4", "hostpath", "-n", NS).get("status") or {}
+        return status if status.get("phase") == "Degraded" else None
+
+    status = wait_for("hostpath Degraded", degraded, timeout=60)
+    condition = next(c for c in status["conditions"] if c["type"] == "Degraded")
+    assert condition["reason"] == "HostPathNotAllowed"
+    assert "spec.model.hostPath: /etc is not under" in condition["message"]
+    children = get_json(cluster, "all", "-n", NS, "-l", "app.kubernetes.io/instance=hostpath")
+    assert children["items"] == []
