@@ -9,12 +9,14 @@ Blackwell nodes.  Every operation is idempotent so `up` can be re-run after a cr
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -227,7 +229,8 @@ class LocalCluster:
         if self.apiserver_port:
             args.append(f"--kube-apiserver-port={self.apiserver_port}")
         try:
-            self._kwokctl(*args)
+            with _one_create_at_a_time():
+                self._kwokctl(*args)
         except ClusterError:
             # Leave nothing half-started behind: a failed `up` is followed by a clean slate.
             self._kwokctl("delete", "cluster", check=False)
@@ -284,3 +287,19 @@ def _node_ready(node: dict[str, Any]) -> bool:
 
 def _last_lines(text: str, count: int = 15) -> str:
     return "\n".join(text.strip().splitlines()[-count:])
+
+
+@contextlib.contextmanager
+def _one_create_at_a_time() -> Iterator[None]:
+    """kwokctl picks each component's port by counting down from 32767 to the first one free
+    *now*, and binds it only when the component starts: two clusters created at once (the
+    two e2e workers of `make test`, a developer's cluster beside a test's) pick the same
+    ports.  A machine-wide lock held until `create --wait` returns, when every component
+    listens, makes the second creation see the first one's ports taken."""
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    with (cache_dir() / "cluster-create.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
