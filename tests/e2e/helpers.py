@@ -6,11 +6,13 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -330,3 +332,46 @@ def as_account(
         [str(kubectl()), "--kubeconfig", str(kubeconfig), *args],
         capture_output=True, text=True, input=input, timeout=60, check=False, env=env,
     )  # fmt: skip
+
+
+class EngineCounterWatch:
+    """Samples one counter on every engine pod of ``namespace`` the local runtime serves
+    (each pod's own `/metrics`, as a Prometheus scrape reaches it), every ``interval`` s until
+    stopped, keeping each pod's highest value: pods retired mid-promotion are seen while
+    they live."""
+
+    def __init__(self, cluster: LocalCluster, namespace: str, counter: str) -> None:
+        from kubernetes import config as kube_config
+
+        from dsv4_dev.localrun import endpoints
+        from dsv4_operator.reconcile.kube import Kube
+
+        self._kube = Kube(kube_config.new_client_from_config(config_file=cluster.kubeconfig))
+        self._map = (endpoints.NAMESPACE, endpoints.NAME)
+        self._pod_prefix, self._pod_suffix = "_pod.", f".{namespace}"
+        self._line = re.compile(rf"^{re.escape(counter)}(?:{{[^}}]*}})? (\S+)$", re.M)
+        self.highest: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            published = (self._kube.get("ConfigMap", *self._map) or {}).get("data") or {}
+            for key, url in published.items():
+                if not (key.startswith(self._pod_prefix) and key.endswith(self._pod_suffix)):
+                    continue
+                pod = key[len(self._pod_prefix) : -len(self._pod_suffix)]
+                try:
+                    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
+                        text = response.read().decode()
+                except OSError:
+                    continue  # a pod stopping between the map and the scrape
+                values = [float(v) for v in self._line.findall(text)]
+                self.highest[pod] = max([self.highest.get(pod, 0.0), *values])

@@ -13,6 +13,7 @@ test says which timeout it shortens and why.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from dsv4_dev.cluster.local import LocalCluster
 from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.samples import shipped_sample
 from tests.e2e.helpers import (
+    EngineCounterWatch,
     RouterLoad,
     audit_events,
     get_json,
@@ -209,6 +211,8 @@ def test_clean_flags_pass_the_default_canary_and_promote_once_across_an_operator
     assert probing["transfer"] == "incompatible"
     load = RouterLoad(cluster, NS, f"{NAME}-router", sessions=8)
     load.start()
+    mismatches = EngineCounterWatch(cluster, NS, "dsv4:pd_transfer_format_mismatch_total")
+    mismatches.start()
     operator.stop(signal.SIGKILL)  # mid-probe, no goodbye
     operator.start()
     wait_for(
@@ -228,7 +232,15 @@ def test_clean_flags_pass_the_default_canary_and_promote_once_across_an_operator
     report_timing(
         "retry -> PASS -> promoted (default canary, one restart)", time.monotonic() - started
     )
+    load.stop()
+    mismatches.stop()
     assert done["verdict"] == "PASS" and done["samples"] >= 598
+    # Users saw nothing of it: every answer came, none garbled, no engine paired formats.
+    assert load.ok > 0 and not load.failed and not load.corrupt, (load.failed[:5], load.corrupt)
+    scraped = mismatches.highest
+    assert any(re.fullmatch(rf"{NAME}-decode-\d+", pod) for pod in scraped), scraped  # old slot
+    assert any(re.fullmatch(rf"{NAME}-decode-green-\d+", pod) for pod in scraped), scraped  # new
+    assert not any(scraped.values()), scraped
     # The restart resumed the same rollout: the same attempt, one canary slice created.
     assert done["probeAttempt"] == probing["probeAttempt"]
     created = [

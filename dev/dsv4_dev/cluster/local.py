@@ -8,6 +8,7 @@ Blackwell nodes.  Every operation is idempotent so `up` can be re-run after a cr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -102,9 +103,16 @@ class LocalCluster:
             log(f"cluster {self.name}: deleted")
         else:
             log(f"cluster {self.name}: not running")
-        for pid in self.leftover_pids():
-            os.kill(pid, signal.SIGKILL)
+        killed = self.leftover_pids()
+        for pid in killed:
+            with contextlib.suppress(ProcessLookupError):  # it exited since the scan
+                os.kill(pid, signal.SIGKILL)
             log(f"cluster {self.name}: killed leftover process {pid}")
+        # A killed process is gone only once the kernel has torn it down: wait for that,
+        # bounded, so `down` returning means nothing of the cluster runs.
+        deadline = time.monotonic() + 10
+        while killed and self.leftover_pids() and time.monotonic() < deadline:
+            time.sleep(0.1)
 
     def exists(self) -> bool:
         return (self.cluster_dir / "kwok.yaml").exists()

@@ -1,8 +1,8 @@
 """Where a Service of the local cluster really answers.
 
 Pods on KWOK nodes never run, so the local runtime starts their processes on loopback ports
-and publishes `<service>.<namespace>_<port>` → `http://127.0.0.1:<local port>` in one
-ConfigMap.  The operator, in local mode, resolves Service URLs through it instead of DNS.
+and publishes `<service>.<namespace>_<port>` → `http://127.0.0.1:<local port>` (and each
+engine pod's own URL, `pod_key`) in one ConfigMap.  The operator, in local mode, resolves Service URLs through it instead of DNS.
 """
 
 from __future__ import annotations
@@ -15,6 +15,12 @@ NAME = "dsv4-local-endpoints"
 
 def key(service: str, namespace: str, port: int) -> str:
     return f"{service}.{namespace}_{port}"  # ConfigMap keys allow [-._a-zA-Z0-9]
+
+
+def pod_key(pod: str, namespace: str) -> str:
+    """An engine pod's own entry (its metrics, as a scrape reaches each pod): no Service name
+    starts with "_", so it never collides with `key`."""
+    return f"_pod.{pod}.{namespace}"
 
 
 def resolver(kube: Any) -> Any:

@@ -1,10 +1,11 @@
 """The local embedded runtime: plays kubelet for DSV4 engine and router pods on KWOK nodes.
 
-KWOK marks pods Running without running anything.  This runtime watches those pods and,
-for each, starts what the pod would run — the CPU reference engine with the pod's own
+KWOK marks pods Running without running anything.  This runtime watches DSV4 pods and, for
+each, starts what the pod would run — the CPU reference engine with the pod's own
 rendered `engine.yaml` (its role, its feature flags, fault injection included), or the PD
 router in front of its slice's engines — on a loopback port, then publishes the port in
-the endpoint map (see `endpoints`).  A pod that goes away takes its process with it.
+the endpoint map (see `endpoints`).  A pod that goes away takes its process with it.  A pod
+is scheduled, and so Ready, only once its process answers (see `readiness`).
 
 Only what cannot run here is changed: parallelism 1, and ports are local.  Everything the
 canary is meant to catch (flags, HiCache, index-K dtype) is exactly what the operator
@@ -30,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from dsv4_dev.localrun import endpoints
+from dsv4_dev.localrun import endpoints, readiness
 from dsv4_engine.engine_config import Backend, load_engine_yaml
 from dsv4_operator.render.engine import ENGINE_PORT, short_hash
 from dsv4_operator.render.meta import (
@@ -61,6 +62,7 @@ def free_port() -> int:
 @dataclass
 class Process:
     pod_uid: str
+    pod: str
     namespace: str
     instance: str  # the slice: `<name>` or `<name>--canary`
     component: str  # prefill | decode | router
@@ -112,6 +114,7 @@ def local_engine_yaml(text: str, port: int, bootstrap_port: int) -> tuple[str, d
 class LocalRuntime:
     core: Any  # kubernetes.client.CoreV1Api
     workdir: Path
+    custom: Any = None  # kubernetes.client.CustomObjectsApi: the readiness gate's policy
     extra_engine_args: dict[str, str] = field(default_factory=dict)
     processes: dict[str, Process] = field(default_factory=dict)
     # Health answers of this pass, by pod uid: the router, the endpoint map and the restart
@@ -126,14 +129,14 @@ class LocalRuntime:
         """One pass: start what new Running pods need, stop what vanished pods left."""
         self._health.clear()
         pods = self.core.list_pod_for_all_namespaces(label_selector=f"{LABEL_NAME}={APP}").items
-        running = {p.metadata.uid: p for p in pods if _running(p)}
+        live = {p.metadata.uid: p for p in pods if _live(p)}
         for uid in list(self.processes):
-            if uid not in running:
+            if uid not in live:
                 self._draining.append((time.monotonic() + DRAIN_S, self.processes.pop(uid)))
             elif self.processes[uid].popen.poll() is not None:
                 self._restart(self.processes[uid])  # like kubelet: same pod, same port
-        engines = [p for p in running.values() if _component(p) in ("prefill", "decode")]
-        routers = [p for p in running.values() if _component(p) == "router"]
+        engines = [p for p in live.values() if _component(p) in ("prefill", "decode")]
+        routers = [p for p in live.values() if _component(p) == "router"]
         for pod in engines:
             if pod.metadata.uid not in self.processes:
                 self._start_engine(pod)
@@ -143,6 +146,11 @@ class LocalRuntime:
             else:
                 self._follow_engines(self.processes[pod.metadata.uid])
         self._publish()
+        for pod in live.values():
+            uid = pod.metadata.uid
+            answers = uid in self.processes and self._healthy(self.processes[uid])
+            if readiness.gated(pod) and (answers or uid in self._refused):
+                readiness.lift(self.core, pod)
         now = time.monotonic()
         for deadline, process in [d for d in self._draining if d[0] <= now]:
             self._draining.remove((deadline, process))
@@ -154,6 +162,16 @@ class LocalRuntime:
         self.processes.clear()
         self._draining.clear()
         self._publish()
+        self._release()
+
+    def _release(self) -> None:
+        """Leave the pods to KWOK: no more gates for new pods, none left on waiting ones."""
+        if self.custom is not None:
+            readiness.uninstall(self.custom)
+        pods = self.core.list_pod_for_all_namespaces(label_selector=f"{LABEL_NAME}={APP}").items
+        for pod in pods:
+            if readiness.gated(pod):
+                readiness.lift(self.core, pod)
 
     # -- engines -------------------------------------------------------------------------
     def _start_engine(self, pod: Any) -> None:
@@ -250,6 +268,7 @@ class LocalRuntime:
         popen = _popen(command, env, log_path)
         process = Process(
             pod_uid=pod.metadata.uid,
+            pod=pod.metadata.name,
             namespace=pod.metadata.namespace,
             instance=_instance(pod),
             component=_component(pod),
@@ -305,7 +324,8 @@ class LocalRuntime:
         log.info("stopped %s of %s/%s", process.component, process.namespace, process.instance)
 
     def _publish(self) -> None:
-        """Service → loopback URL for every healthy process (the first of each Service)."""
+        """Service → loopback URL for every healthy process (the first of each Service), and
+        each engine pod's own."""
         data: dict[str, str] = {}
         for p in self.processes.values():
             if not self._healthy(p):
@@ -314,8 +334,10 @@ class LocalRuntime:
             if p.component == "router":
                 # One Service fronts every slot's routers: any healthy one answers for it.
                 data.setdefault(endpoints.key(router_name(owner), p.namespace, ROUTER_PORT), p.url)
-            elif p.service:
-                data.setdefault(endpoints.key(p.service, p.namespace, ENGINE_PORT), p.url)
+            else:
+                data[endpoints.pod_key(p.pod, p.namespace)] = p.url
+                if p.service:
+                    data.setdefault(endpoints.key(p.service, p.namespace, ENGINE_PORT), p.url)
         body = {
             "apiVersion": "v1",
             "kind": "ConfigMap",
@@ -329,6 +351,8 @@ class LocalRuntime:
             self.core.replace_namespaced_config_map(endpoints.NAME, endpoints.NAMESPACE, body)
 
     def run_forever(self, interval: float = 1.0) -> None:
+        if self.custom is not None:
+            readiness.install(self.custom)
         try:
             while True:
                 try:
@@ -370,9 +394,10 @@ def _read_or_none(core: Any, name: str, namespace: str) -> Any:
         raise
 
 
-def _running(pod: Any) -> bool:
+def _live(pod: Any) -> bool:
+    """A pod whose process should run: Running, or waiting at this runtime's gate for it."""
     return (
-        pod.status.phase == "Running"
+        (pod.status.phase == "Running" or readiness.gated(pod))
         and pod.metadata.deletion_timestamp is None
         and _component(pod) in ("prefill", "decode", "router")
     )
@@ -406,7 +431,7 @@ def main() -> int:
     config.load_kube_config()
     workdir = Path(os.environ.get("DSV4_LOCALRUN_DIR", "/tmp/dsv4-localrun"))
     workdir.mkdir(parents=True, exist_ok=True)
-    runtime = LocalRuntime(client.CoreV1Api(), workdir)
+    runtime = LocalRuntime(client.CoreV1Api(), workdir, custom=client.CustomObjectsApi())
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     log.info("local runtime watching DSV4 pods; logs in %s", workdir)
     runtime.run_forever()

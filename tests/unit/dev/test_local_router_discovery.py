@@ -23,6 +23,7 @@ def engine(role: Role, slot: Slot, transfer: str, port: int) -> Process:
     labels = {**engine_pod_labels(OWNER, role, slot, transfer), LABEL_GROUP_ROLE: "leader"}
     return Process(
         pod_uid=f"{role}-{slot}-{transfer}",
+        pod=f"flash-{role}-{slot}",
         namespace="serving",
         instance="flash",
         component=role.value,

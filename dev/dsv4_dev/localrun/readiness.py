@@ -1,0 +1,124 @@
+"""Readiness the local runtime earns: no engine or router pod is Ready before its process answers.
+
+KWOK marks a pod Running and Ready the moment it is scheduled, while the process the local
+runtime starts for it takes seconds to answer.  Left alone, the StatefulSets, Deployments
+and the operator would count a replica that serves nothing as Ready — and a paired
+promotion would retire the old slot's router before the new one answers, which on a real
+cluster the router's readiness probe prevents.
+
+So while a runtime plays kubelet, a MutatingAdmissionPolicy gives every new DSV4 engine and
+router pod a scheduling gate; the runtime starts the pod's process at once and lifts the
+gate when the process answers (or at once for a pod it will not run), and only then is the
+pod scheduled and marked Ready.  When the runtime stops it removes the policy and lifts every
+gate it still holds: without a runtime KWOK plays every pod, as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dsv4_operator.render.meta import APP, LABEL_COMPONENT, LABEL_NAME
+
+GATE = "inference.dsv4.dev/local-runtime"
+POLICY = "dsv4-local-runtime-gate"
+_GROUP, _VERSION = "admissionregistration.k8s.io", "v1"
+_COMPONENTS = ("prefill", "decode", "router")
+
+
+def policy_objects() -> list[tuple[str, dict[str, Any]]]:
+    """(plural, object) of the policy and its binding (cluster-wide: every namespace the
+    runtime plays)."""
+    labels = "object.metadata.labels"
+    matches = (
+        f"has(object.metadata.labels) && '{LABEL_NAME}' in {labels} && "
+        f"{labels}['{LABEL_NAME}'] == '{APP}' && '{LABEL_COMPONENT}' in {labels} && "
+        f"{labels}['{LABEL_COMPONENT}'] in {list(_COMPONENTS)}"
+    )
+    gate = (
+        "Object{spec: Object.spec{schedulingGates: "
+        f'[Object.spec.schedulingGates{{name: "{GATE}"}}]}}}}'
+    )
+    policy = {
+        "apiVersion": f"{_GROUP}/{_VERSION}",
+        "kind": "MutatingAdmissionPolicy",
+        "metadata": {"name": POLICY},
+        "spec": {
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["pods"],
+                    }
+                ]
+            },
+            "matchConditions": [{"name": "dsv4-engine-or-router", "expression": matches}],
+            "failurePolicy": "Fail",
+            "reinvocationPolicy": "Never",
+            "mutations": [
+                {"patchType": "ApplyConfiguration", "applyConfiguration": {"expression": gate}}
+            ],
+        },
+    }
+    binding = {
+        "apiVersion": f"{_GROUP}/{_VERSION}",
+        "kind": "MutatingAdmissionPolicyBinding",
+        "metadata": {"name": POLICY},
+        "spec": {"policyName": POLICY},
+    }
+    return [("mutatingadmissionpolicies", policy), ("mutatingadmissionpolicybindings", binding)]
+
+
+def install(custom: Any) -> None:
+    """Create or replace the policy and its binding (``custom``: a CustomObjectsApi)."""
+    from kubernetes.client.exceptions import ApiException
+
+    for plural, body in policy_objects():
+        name = body["metadata"]["name"]
+        try:
+            current = custom.get_cluster_custom_object(_GROUP, _VERSION, plural, name)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            custom.create_cluster_custom_object(_GROUP, _VERSION, plural, body)
+            continue
+        body = {**body, "metadata": {**body["metadata"], **_version_of(current)}}
+        custom.replace_cluster_custom_object(_GROUP, _VERSION, plural, name, body)
+
+
+def uninstall(custom: Any) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    for plural, body in reversed(policy_objects()):
+        try:
+            custom.delete_cluster_custom_object(_GROUP, _VERSION, plural, body["metadata"]["name"])
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+
+def gated(pod: Any) -> bool:
+    """The pod waits for this runtime (still unscheduled, its process not answering yet)."""
+    return any(g.name == GATE for g in pod.spec.scheduling_gates or [])
+
+
+def lift(core: Any, pod: Any) -> None:
+    """Remove the gate (a JSON patch that first tests it is where it was: a pod whose gates
+    changed meanwhile is left to the next pass)."""
+    from kubernetes.client.exceptions import ApiException
+
+    index = next(i for i, g in enumerate(pod.spec.scheduling_gates) if g.name == GATE)
+    ops = [
+        {"op": "test", "path": f"/spec/schedulingGates/{index}/name", "value": GATE},
+        {"op": "remove", "path": f"/spec/schedulingGates/{index}"},
+    ]
+    try:
+        core.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace, ops)
+    except ApiException as err:
+        if err.status not in (404, 409, 422):
+            raise
+
+
+def _version_of(current: dict[str, Any]) -> dict[str, str]:
+    return {"resourceVersion": current["metadata"]["resourceVersion"]}
