@@ -36,8 +36,8 @@ lint: venv ## ruff, over every Python file of the project
 demo: venv control-plane ## The main job on the embedded default (see README)
 	$(PY) -m dsv4_dev.demo
 
-cluster-up: venv control-plane ## Start the local cluster with fake Blackwell nodes
-	$(VENV)/bin/dsv4ctl cluster up
+cluster-up: venv control-plane ## Start the local cluster with fake Blackwell nodes and the local runtime (their engines answer)
+	$(VENV)/bin/dsv4ctl cluster up --engines
 
 cluster-down: venv ## Stop the local cluster and everything it started
 	$(VENV)/bin/dsv4ctl cluster down

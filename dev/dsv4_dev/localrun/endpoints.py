@@ -11,6 +11,7 @@ from typing import Any
 
 NAMESPACE = "default"
 NAME = "dsv4-local-endpoints"
+_POD = "_pod."
 
 
 def key(service: str, namespace: str, port: int) -> str:
@@ -20,7 +21,16 @@ def key(service: str, namespace: str, port: int) -> str:
 def pod_key(pod: str, namespace: str) -> str:
     """An engine pod's own entry (its metrics, as a scrape reaches each pod): no Service name
     starts with "_", so it never collides with `key`."""
-    return f"_pod.{pod}.{namespace}"
+    return f"{_POD}{pod}.{namespace}"
+
+
+def label(key_: str) -> str:
+    """A map key as a person reads it: `pod/<pod>.<namespace>` or
+    `service/<service>.<namespace>:<port>`."""
+    if key_.startswith(_POD):
+        return f"pod/{key_.removeprefix(_POD)}"
+    service, port = key_.rsplit("_", 1)
+    return f"service/{service}:{port}"
 
 
 def resolver(kube: Any) -> Any:
