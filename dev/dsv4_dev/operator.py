@@ -5,8 +5,8 @@ what only development needs, none of which the image carries:
 
 * `--local-endpoints`: Services are reached through the local runtime's endpoint map
   (`dsv4_dev.localrun.endpoints`), since nothing on KWOK's fake nodes has a cluster IP, and
-  a canary counts as serving once its router answers there (KWOK marks pods Ready, and so
-  their Service's endpoints, before the local runtime has started anything);
+  a canary counts as serving once its router answers there, where the in-process probes
+  will reach it (not once its Service has a ready endpoint, which they never use);
 * `--probe-mode local` (the default with `--local-endpoints`): canary probes run inside
   this process instead of as Jobs, since only it can reach the local runtime's engines;
 * `--crash-after-writes N`: exit abruptly (like SIGKILL) before the write after the Nth,

@@ -8,7 +8,7 @@ transfers do) pins it, which the kernel allows beyond RLIMIT_MEMLOCK only with I
 and Kubernetes has no per-pod memlock limit to raise instead.  GPUs need no capability:
 the device plugin hands the container its device nodes.
 
-Pod Security levels follow (tests/e2e/test_pod_security.py asks the API server): engine
+Pod Security levels follow (tests/e2e/test_namespaced_install.py asks the API server): engine
 pods meet `restricted` with the model on a PVC; IPC_LOCK and a hostPath volume are beyond
 `baseline`, so an RDMA role or a hostPath model needs a `privileged` namespace.
 """
