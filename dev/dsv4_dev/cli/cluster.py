@@ -83,9 +83,10 @@ def run(args: argparse.Namespace) -> int:
             cluster.apiserver_port = args.port
             cluster.up(log=_log)
             if args.engines:
-                pid = Engines(cluster).start()
+                engines = Engines(cluster)
+                pid = engines.start()
                 _log(
-                    f"cluster {args.name}: local runtime running (pid {pid}), log {Engines(cluster).log_path}"
+                    f"cluster {args.name}: local runtime running (pid {pid}), log {engines.log_path}"
                 )
         elif args.action == "down":
             if Engines(cluster).stop():

@@ -109,17 +109,15 @@ class Engines:
     def url(self, service: str, namespace: str, port: int | None) -> str:
         """Where ``service`` answers through the runtime: its one published port, or ``port``."""
         published = self.published() or {}
-        prefix = f"{service}.{namespace}_"
         found = {
             key: url
             for key, url in published.items()
-            if key.startswith(prefix)
-            and (port is None or key == endpoints.key(service, namespace, port))
+            if (where := endpoints.service_of(key)) is not None
+            and where[:2] == (service, namespace)
+            and port in (None, where[2])
         }
         if len(found) != 1:
-            services = [
-                label for label in map(endpoints.label, published) if label.startswith("service/")
-            ]
+            services = [endpoints.label(k) for k in published if endpoints.service_of(k)]
             answering = ", ".join(sorted(services)) or "none"
             what = f"{service}.{namespace}" + (f":{port}" if port else "")
             raise ClusterError(

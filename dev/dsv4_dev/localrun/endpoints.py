@@ -24,13 +24,23 @@ def pod_key(pod: str, namespace: str) -> str:
     return f"{_POD}{pod}.{namespace}"
 
 
+def service_of(key_: str) -> tuple[str, str, int] | None:
+    """(service, namespace, port) of a Service's key; None for an engine pod's own."""
+    if key_.startswith(_POD):
+        return None
+    name, port = key_.rsplit("_", 1)
+    service, namespace = name.split(".", 1)  # neither a Service nor a namespace has a "."
+    return service, namespace, int(port)
+
+
 def label(key_: str) -> str:
     """A map key as a person reads it: `pod/<pod>.<namespace>` or
     `service/<service>.<namespace>:<port>`."""
-    if key_.startswith(_POD):
+    found = service_of(key_)
+    if found is None:
         return f"pod/{key_.removeprefix(_POD)}"
-    service, port = key_.rsplit("_", 1)
-    return f"service/{service}:{port}"
+    service, namespace, port = found
+    return f"service/{service}.{namespace}:{port}"
 
 
 def resolver(kube: Any) -> Any:
