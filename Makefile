@@ -6,7 +6,7 @@ VENV = $(shell hack/venv.sh)
 PY = $(VENV)/bin/python
 export PATH := $(VENV)/bin:$(PATH)
 
-.PHONY: help venv control-plane test test-unit test-e2e lint demo cluster-up cluster-down manifests bench bench-engine bench-engine-server bench-validator
+.PHONY: help venv control-plane test test-unit test-e2e lint demo demo-incident cluster-up cluster-down manifests bench bench-engine bench-engine-server bench-validator bench-echo
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -17,11 +17,12 @@ venv: ## Create the cached project venv (pinned requirements/*.txt) and install 
 system-deps: ## Install the Debian packages tests need (chromium ...), skipped when present
 	@hack/system-deps.sh
 
-control-plane: ## Build kube-apiserver, controller-manager, scheduler, etcd and KWOK once per machine
+control-plane: ## Build kube-apiserver, controller-manager, scheduler, etcd, KWOK and the LWS controller once per machine
 	@hack/build-control-plane.sh
+	@hack/build-lws.sh
 
 test: venv system-deps control-plane lint ## Run every test: unit, real SGLang, end-to-end on a real control plane
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests -n 2 --dist loadgroup
 
 test-unit: venv system-deps ## Unit tests only (no cluster)
 	$(PY) -m pytest tests -m "not e2e"
@@ -33,8 +34,11 @@ lint: venv ## ruff, over every Python file of the project
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-demo: venv control-plane ## The main job on the embedded default (see README)
+demo: venv control-plane ## The main job on the embedded default, ~5 min (see README)
 	$(PY) -m dsv4_dev.demo
+
+demo-incident: venv control-plane ## The incident's garbled tool calls on the echo model (slower; see docs/rollout.md)
+	$(PY) -m dsv4_dev.demo --story incident
 
 cluster-up: venv control-plane ## Start the local cluster with fake Blackwell nodes and the local runtime (their engines answer)
 	$(VENV)/bin/dsv4ctl cluster up --engines
@@ -46,10 +50,13 @@ manifests: venv ## Regenerate crds/ from the typed API models (operator/dsv4_ope
 	$(PY) -m dsv4_operator.api.crd crds/dsv4deployment.yaml
 	$(PY) hack/api_reference.py crds/dsv4deployment.yaml docs/api-reference.md
 
-bench: bench-plan bench-probe bench-validator bench-engine-server bench-engine bench-rollout ## Run every benchmark (each bench-* target adds itself here)
+bench: bench-plan bench-probe bench-echo bench-validator bench-engine-server bench-engine bench-rollout ## Run every benchmark (each bench-* target adds itself here)
 
 bench-probe: venv ## Probe client throughput at concurrency 64, samples needed to PASS / FAIL
 	$(PY) bench/bench_probe.py
+
+bench-echo: venv ## Echo model under the injected race: rate per share, samples and seconds to FAIL at ~5/15/50%, seconds to PASS gated
+	$(PY) bench/bench_echo_race.py
 
 bench-rollout: venv control-plane ## On the shipped defaults: flag change -> FAIL / PASS verdict -> rollout done, samples, API writes
 	$(PY) bench/bench_rollout.py

@@ -20,7 +20,8 @@ import time
 
 from dsv4_engine.probe import ProbeName, ProbeSettings, Verdict, run_probes
 from dsv4_engine.probe.dsml import EOS, DsmlFormat
-from dsv4_engine.probe.scripted_server import ScriptedCompletionServer, render_dsml
+from dsv4_engine.probe.dsml_format import render_dsml
+from dsv4_engine.probe.scripted_server import ScriptedCompletionServer
 from dsv4_engine.probe.stats import fail_now, samples_to_pass
 
 THRESHOLD, CONFIDENCE, CONCURRENCY = 0.005, 0.95, 64

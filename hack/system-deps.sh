@@ -10,6 +10,7 @@ set -euo pipefail
 declare -A wanted=(
   [/usr/bin/chromium]=chromium # headless rendering check of `dsv4ctl probe --html` pages
   [/usr/bin/promtool]=prometheus # `promtool check rules` / `test rules` on the PrometheusRule
+  [/usr/bin/openssl]=openssl # signs the local cluster's LeaderWorkerSet webhook certificate
 )
 
 missing=()

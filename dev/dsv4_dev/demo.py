@@ -1,22 +1,30 @@
-"""`make demo`: the mission's loop on the embedded default, start to finish.
+"""`make demo` / `make demo-incident`: the mission's loop on the embedded default, start to finish.
 
 Brings up the local control plane (fake B200 nodes), the operator and the local runtime
-(which runs the CPU reference engine for every engine pod), applies the shipped
-reference-engine sample unchanged (manifests/samples/flash-reference.yaml: production canary
-defaults, 598 clean samples at most 0.5% corruption with 95% confidence), then changes its
-engine flags twice:
+(which runs the CPU reference engine for every engine pod), applies a shipped
+reference-engine sample unchanged (the production canary defaults — 598 clean samples at
+most 0.5% corruption with 95% confidence), then changes its engine flags twice:
 
 1. HiCache + bf16 index-K **with the index-K gate fault injected** (`faultInjection`, a
-   demo-only flag that re-creates the seed incident): the canary FAILs, the rollout is
-   rolled back, production never sees the flags.
+   demo-only flag that re-creates the seed incident): the canary's probes FAIL, the rollout
+   is rolled back, production never sees the flags.
 2. The same flags without the fault: the canary PASSes and the flags are promoted.
 
-Both reports are printed and saved as JSON.  Everything started is stopped at the end or
-on Ctrl-C.
+Two stories, one loop (`STORIES`): `make demo` runs `quick` on
+manifests/samples/flash-reference.yaml — the random-weights model, every host-tier load
+raced, the race seen as warm answers that differ from cold ones — in about five minutes;
+`make demo-incident` runs `incident` on manifests/samples/flash-echo.yaml — the echo model,
+whose tool calls come out garbled as in the incident, the race aimed at a share of loads
+near the incident's rate — which takes several times longer (its answers are long
+byte-level tool calls, and PASS needs 598 of them).
+
+Both reports are printed and saved as JSON and as HTML pages.  Everything started is
+stopped at the end or on Ctrl-C.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -25,12 +33,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dsv4_dev.cluster.binaries import MissingBinaryError, cache_dir
 from dsv4_dev.cluster.local import ClusterError, LocalCluster
 from dsv4_dev.localrun.runtime import free_port
+from dsv4_engine.probe.html_report import render_html
 from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.samples import shipped_sample
 
@@ -38,6 +48,20 @@ NAMESPACE = "demo"
 NAME = "flash"
 HICACHE_BF16 = {"hicache": {"enabled": True, "ratio": 2.0}, "indexDtype": "bf16"}
 STEP_TIMEOUT_S = 900.0
+
+
+@dataclass(frozen=True)
+class Story:
+    sample: str  # a shipped sample, applied unchanged
+    share: float | None  # faultInjection.ungatedShare; None: every host-tier load races
+
+
+STORIES = {
+    "quick": Story(sample="flash-reference", share=None),
+    # On the echo model a share of 0.25 garbled about 10% of answers (docs/rollout.md,
+    # measured by this demo and by `make bench-echo`), near the incident's 12-18%.
+    "incident": Story(sample="flash-echo", share=0.25),
+}
 
 
 def say(message: str) -> None:
@@ -91,32 +115,46 @@ def show_report(cluster: LocalCluster, out_dir: Path, label: str) -> None:
     path = out_dir / f"{label}-{rollout.get('report', 'report')}.json"
     path.write_text(report)
     say(f"report JSON saved to {path}")
+    body = json.loads(report) if report.strip() else {}
+    if "samples" in body:  # a probe ran: its page, with each damaged call beside the clean one
+        page = path.with_suffix(".html")
+        page.write_text(render_html(body))
+        say(f"report page saved to {page}")
 
 
-def apply_sample(cluster: LocalCluster) -> None:
+def apply_sample(cluster: LocalCluster, name: str) -> None:
     cluster.kubectl("apply", "--server-side", "-f", str(CRD_PATH))
     cluster.kubectl("wait", "--for=condition=Established", "crd/dsv4deployments.inference.dsv4.dev")
-    sample = shipped_sample("flash-reference")
+    sample = shipped_sample(name)
     cluster.kubectl("apply", "-n", NAMESPACE, "-f", "-", input=json.dumps(sample))
+    model = sample["spec"]["model"].get("referenceModel", "random")
     say(
-        f"applied manifests/samples/flash-reference.yaml as {NAMESPACE}/{NAME}: 1 prefill + "
-        "1 decode on B200 nodes, the CPU reference engine, the default canary settings"
+        f"applied manifests/samples/{name}.yaml as {NAMESPACE}/{NAME}: 1 prefill + 1 decode on "
+        f"B200 nodes, the CPU reference engine ({model} model), the default canary settings"
     )
     wait("the deployment to be Ready", lambda: _phase(cluster) == "Ready")
     print(cluster.kubectl("get", "dsv4", "-n", NAMESPACE).stdout)
 
 
-def run_story(cluster: LocalCluster, out_dir: Path) -> None:
-
-    say("step 1: HiCache + bf16 index-K WITH the index-K gate fault injected (demo-only flag)")
-    patch_features(cluster, {**HICACHE_BF16, "faultInjection": {"ungatedIndexK": True}})
+def run_story(cluster: LocalCluster, out_dir: Path, story: Story) -> None:
+    share = (
+        "every host-tier load races"
+        if story.share is None
+        else (f"{story.share:.0%} of host-tier loads race their indexer, as in the incident")
+    )
+    say(
+        f"step 1: HiCache + bf16 index-K WITH the index-K gate fault injected (demo-only flag): {share}"
+    )
+    fault = {"ungatedIndexK": True, "ungatedShare": story.share}
+    patch_features(cluster, {**HICACHE_BF16, "faultInjection": fault})
     started = time.monotonic()
     wait("the canary verdict", lambda: rollout_of(cluster).get("phase") == "RolledBack")
     say(f"verdict after {time.monotonic() - started:.0f}s: rolled back; production kept its flags")
     show_report(cluster, out_dir, "1-fault-injected")
 
     say("step 2: the same flags without the fault")
-    patch_features(cluster, {**HICACHE_BF16, "faultInjection": {"ungatedIndexK": False}})
+    gated = {"ungatedIndexK": False, "ungatedShare": None}  # null: back to the default
+    patch_features(cluster, {**HICACHE_BF16, "faultInjection": gated})
     started = time.monotonic()
 
     def promoted() -> bool:
@@ -141,9 +179,11 @@ def _interrupt(*_: object) -> None:
 
 
 @contextlib.contextmanager
-def local_world(out_dir: Path, cluster_name: str = "demo") -> Iterator[tuple[LocalCluster, int]]:
+def local_world(
+    out_dir: Path, cluster_name: str = "demo", sample: str = "flash-reference"
+) -> Iterator[tuple[LocalCluster, int]]:
     """The local cluster, the operator (its health port returned) and the local runtime,
-    with the sample applied and Ready; everything is stopped on the way out."""
+    with the shipped sample applied and Ready; everything is stopped on the way out."""
     cluster = LocalCluster(name=cluster_name)
     env = {**cluster.env, "DSV4_LOCALRUN_DIR": str(out_dir / "localrun")}
     (out_dir / "localrun").mkdir(parents=True, exist_ok=True)
@@ -164,19 +204,22 @@ def local_world(out_dir: Path, cluster_name: str = "demo") -> Iterator[tuple[Loc
             background(runtime, out_dir / "localrun.log", env),
         ):
             say(f"operator and local runtime started; logs in {out_dir}")
-            apply_sample(cluster)
+            apply_sample(cluster, sample)
             yield cluster, health_port
     finally:
         if os.environ.get("DSV4_DEMO_KEEP_CLUSTER") != "1":
             cluster.down(log=say)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dsv4_dev.demo", description=__doc__)
+    parser.add_argument("--story", choices=sorted(STORIES), default="quick")
+    story = STORIES[parser.parse_args(argv).story]
     signal.signal(signal.SIGTERM, _interrupt)  # `kill` cleans up like Ctrl-C does
     out_dir = cache_dir() / "demo"
     try:
-        with local_world(out_dir) as (cluster, _):
-            run_story(cluster, out_dir)
+        with local_world(out_dir, sample=story.sample) as (cluster, _):
+            run_story(cluster, out_dir, story)
     except (ClusterError, MissingBinaryError) as err:
         print(f"demo: error: {err}", file=sys.stderr)
         print(f"demo: logs are in {out_dir}", file=sys.stderr)

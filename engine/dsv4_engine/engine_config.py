@@ -9,7 +9,7 @@ Pure pydantic, no torch: the operator imports it.
 
 from __future__ import annotations
 
-import re
+from collections.abc import Mapping
 from enum import StrEnum
 
 import yaml
@@ -25,16 +25,36 @@ class Backend(StrEnum):
     REFERENCE = "reference"
 
 
+class ReferenceModelKind(StrEnum):
+    """Which model the CPU reference engine (`backend: reference`) loads.
+
+    `random`: seeded random weights — answers are noise, so only warm-vs-cold consistency
+    can judge them.  `echo`: constructed weights that follow the tool-call echo prompt
+    (`dsv4_engine.reference.echo`), so the tool-call echo probes judge it as they judge a
+    real model.  SGLang ignores the choice: it serves the weights at `model_path`.
+    """
+
+    RANDOM = "random"
+    ECHO = "echo"
+
+
 class TransferBackend(StrEnum):
     MOONCAKE = "mooncake"
     NIXL = "nixl"
 
 
 class GroupRole(StrEnum):
-    """Which StatefulSet a pod of a multi-node replica belongs to: node rank 0 or the rest."""
+    """A pod's place in a multi-node replica: node rank 0 (serves HTTP) or another rank."""
 
     LEADER = "leader"
     WORKER = "worker"
+
+
+# What LeaderWorkerSet's pod webhook sets in every pod of a group (sigs.k8s.io/lws
+# api/leaderworkerset/v1: LwsLeaderAddress, LwsWorkerIndex, LwsGroupSize).
+LWS_LEADER_ADDRESS = "LWS_LEADER_ADDRESS"
+LWS_WORKER_INDEX = "LWS_WORKER_INDEX"
+LWS_GROUP_SIZE = "LWS_GROUP_SIZE"
 
 
 # Every flag `to_sglang_args` may emit, with SGLang's aliases for the same destinations
@@ -114,17 +134,14 @@ class Disaggregation(CamelModel):
 
 
 class MultiNode(CamelModel):
-    """How a pod of a multi-node replica finds its node rank and its rank-0 peer.
+    """A replica spanning `nnodes` nodes: one LeaderWorkerSet group, one pod per node.
 
-    Replica g is pod g of the leader StatefulSet (node rank 0) plus pods
-    g*(nnodes-1) .. g*(nnodes-1)+nnodes-2 of the worker StatefulSet (ranks 1..nnodes-1);
-    rank 0 is reached through the headless Service's stable DNS name.
+    The group's pods learn their place from LWS's environment (`place_pod`): the worker
+    index is SGLang's node rank (the leader is 0) and the leader's stable DNS name, with
+    `dist_init_port`, is every rank's `--dist-init-addr`.
     """
 
     nnodes: int = Field(ge=2)
-    leader_stateful_set: str
-    headless_service: str
-    namespace: str
     dist_init_port: int = Field(default=5000, ge=1, le=65535)
 
 
@@ -133,19 +150,25 @@ class NodePlacement(CamelModel):
     dist_init_addr: str
 
 
-def place_pod(multinode: MultiNode, group_role: GroupRole, pod_ordinal: int) -> NodePlacement:
-    """Node rank and `--dist-init-addr` of one pod, from its StatefulSet ordinal."""
-    if group_role is GroupRole.LEADER:
-        group, rank = pod_ordinal, 0
-    else:
-        workers = multinode.nnodes - 1
-        group, rank = divmod(pod_ordinal, workers)
-        rank += 1
-    host = (
-        f"{multinode.leader_stateful_set}-{group}.{multinode.headless_service}."
-        f"{multinode.namespace}.svc"
-    )
-    return NodePlacement(node_rank=rank, dist_init_addr=f"{host}:{multinode.dist_init_port}")
+def place_pod(multinode: MultiNode, env: Mapping[str, str]) -> NodePlacement:
+    """Node rank and `--dist-init-addr` of one pod of a group, from LWS's environment;
+    a missing variable or a group of another size is refused (the pod is not in the group
+    this config was rendered for)."""
+    missing = [k for k in (LWS_LEADER_ADDRESS, LWS_WORKER_INDEX, LWS_GROUP_SIZE) if not env.get(k)]
+    if missing:
+        raise ValueError(
+            f"{', '.join(missing)} not set: a multi-node replica runs as a LeaderWorkerSet "
+            "group, whose pod webhook sets them"
+        )
+    size, index = env[LWS_GROUP_SIZE], env[LWS_WORKER_INDEX]
+    if not size.isdigit() or int(size) != multinode.nnodes:
+        raise ValueError(
+            f"{LWS_GROUP_SIZE}={size!r}, but the engine config has nnodes {multinode.nnodes}"
+        )
+    if not index.isdigit() or int(index) >= multinode.nnodes:
+        raise ValueError(f"{LWS_WORKER_INDEX}={index!r} is not a rank below {multinode.nnodes}")
+    addr = f"{env[LWS_LEADER_ADDRESS]}:{multinode.dist_init_port}"
+    return NodePlacement(node_rank=int(index), dist_init_addr=addr)
 
 
 class EngineConfig(CamelModel):
@@ -153,6 +176,7 @@ class EngineConfig(CamelModel):
 
     role: Role
     backend: Backend = Backend.SGLANG
+    reference_model: ReferenceModelKind = ReferenceModelKind.RANDOM
     model_path: str
     served_model_name: str
     tool_call_parser: str = "deepseekv4"
@@ -241,14 +265,3 @@ def dump_engine_yaml(config: EngineConfig) -> str:
 
 def load_engine_yaml(text: str) -> EngineConfig:
     return EngineConfig.model_validate(yaml.safe_load(text))
-
-
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-
-
-def pod_ordinal(pod_name: str) -> int:
-    """A StatefulSet pod's ordinal: the number after the last dash of its name."""
-    stem, _, ordinal = pod_name.rpartition("-")
-    if not stem or not ordinal.isdigit() or not _DNS_LABEL.match(pod_name):
-        raise ValueError(f"pod name {pod_name!r} is not a StatefulSet pod name (<set>-<ordinal>)")
-    return int(ordinal)

@@ -105,6 +105,18 @@ class FaultInjection(CamelModel):
         description="Demo only: index-K reads skip the per-layer HiCache gate "
         "(DSV4_INJECT_UNGATED_INDEX_K=1), reproducing the seed's race.",
     )
+    ungated_share: float = Field(
+        default=1.0,
+        gt=0,
+        le=1,
+        description="Demo only, with ungatedIndexK: the share of HiCache loads whose index-K "
+        "reads skip the gate (each load draws; 1: every load).  Aims the race's corruption "
+        "rate, as timing does on a GPU where only some loads are still copying when read.",
+    )
+
+    def env_value(self) -> str | None:
+        """DSV4_INJECT_UNGATED_INDEX_K for the reference engine: the share, or None (off)."""
+        return f"{self.ungated_share:g}" if self.ungated_index_k else None
 
 
 class EngineFeatures(CamelModel):

@@ -14,15 +14,20 @@ import pytest
 
 from dsv4_dev.cluster.local import LocalCluster
 
+# The files whose tests run reference engines under probe load: under pytest-xdist
+# (`make test` runs two workers) they share one worker and its control plane, every other
+# e2e file the other worker and a second control plane, so the two halves wait side by side.
+ENGINE_FILES = {"test_rollout.py", "test_probe_jobs.py", "test_readme_tour.py"}
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     here = os.path.dirname(__file__)
     for item in items:
         if str(item.fspath).startswith(here):
             item.add_marker(pytest.mark.e2e)
-            # Under pytest-xdist (`make test`), every e2e test runs on one worker: they share
-            # one control plane (the session fixture below) and run in file order.
-            item.add_marker(pytest.mark.xdist_group("e2e"))
+            # A group runs on one worker, in file order, sharing its session's control plane.
+            group = "e2e-engines" if os.path.basename(item.fspath) in ENGINE_FILES else "e2e"
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")

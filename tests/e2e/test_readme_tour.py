@@ -2,7 +2,7 @@
 
 The tour's bash blocks run in order in one shell (`set -euo pipefail`: a failing command
 fails the test), in a scratch folder that sees the checkout's manifests, with the cluster
-in a private cache folder (the control-plane binaries are the developer's).  Two
+in a private cache folder (the control-plane and LWS binaries are the developer's).  Two
 substitutions, both said in the README: `$(hack/venv.sh)` is the venv running this test,
 and a watch (`kubectl get ... -w`) ends once its row has shown the states its comment names,
 in order (`tour_watch.py`, bounded).  Everything it started is stopped even when it fails.
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from dsv4_dev.cluster.binaries import bin_dir
+from dsv4_dev.cluster.binaries import bin_dir, lws_dir
 from dsv4_dev.cluster.local import LocalCluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,6 +75,7 @@ def test_every_readme_tour_block_runs(tmp_path: Path) -> None:
         **{k: v for k, v in os.environ.items() if k != "KUBECONFIG"},
         "DSV4_CACHE_DIR": str(cache),
         "DSV4_BIN_DIR": str(bin_dir().resolve()),
+        "DSV4_LWS_DIR": str(lws_dir().resolve()),
     }
     log = tmp_path / "tour.log"
     cluster = LocalCluster(workdir=cache / "kwok")

@@ -24,6 +24,7 @@ import pytest
 
 from dsv4_dev.cluster.local import LocalCluster
 from dsv4_operator.api.crd import CRD_PATH
+from dsv4_operator.api.rollout import CanarySpec
 from dsv4_operator.api.samples import shipped_sample
 from tests.e2e.helpers import (
     EngineCounterWatch,
@@ -144,7 +145,10 @@ def test_corrupting_flags_fail_the_default_canary_and_are_rolled_back_sticky(wor
     )
     report_timing("flag change -> FAIL (default canary)", time.monotonic() - started)
     assert done["verdict"] == "FAIL", done
-    assert done["rate"] > 0.05 and done["rejectedRevision"] == done["canaryRevision"]
+    # The race's rate follows the machine's load (copy vs compute timing); what the verdict
+    # needs is a rate above the default budget, proven at the default confidence.
+    assert done["rate"] > CanarySpec().max_corruption_rate
+    assert done["rejectedRevision"] == done["canaryRevision"]
     report = get_json(cluster, "configmap", done["report"], "-n", NS)
     assert json.loads(report["data"]["report.json"])["verdict"] == "FAIL"
     wait_for("canary deleted", lambda: not canary_exists(cluster), 60)

@@ -12,6 +12,7 @@ from pathlib import Path
 from dsv4_dev.cluster.binaries import MissingBinaryError, cache_dir
 from dsv4_dev.cluster.engines import Engines
 from dsv4_dev.cluster.local import ClusterError, LocalCluster
+from dsv4_dev.cluster.lws import LwsError
 from dsv4_dev.cluster.nodes import default_pools
 from dsv4_dev.localrun import endpoints
 from dsv4_engine.cliutil import CommandError
@@ -22,7 +23,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "cluster",
         help="local Kubernetes control plane with fake Blackwell GPU nodes",
         description="A real kube-apiserver, controller-manager, scheduler and etcd (built by "
-        "`make control-plane`) with KWOK nodes labelled and sized like Blackwell GPU nodes.",
+        "`make control-plane`) with KWOK nodes labelled and sized like Blackwell GPU nodes, "
+        "and the LeaderWorkerSet controller (its CRDs and webhooks) for multi-node replicas.",
     )
     parser.add_argument("--name", default="dsv4", help="cluster name (default: dsv4)")
     parser.add_argument(
@@ -37,6 +39,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--cpu-nodes", type=_int_in(0), default=2, help="CPU nodes (default 2)")
     up.add_argument("--gpu-product", default="NVIDIA-B200", help="nvidia.com/gpu.product label")
     up.add_argument("--gpus-per-node", type=_int_in(1), default=8, help="GPUs per node (default 8)")
+    up.add_argument(
+        "--gpu-cliques",
+        type=_int_in(0),
+        default=0,
+        help="split the GPU nodes into this many NVLink domains, labelled nvidia.com/gpu.clique "
+        "(GB200 NVL72 racks; default 0: no label)",
+    )
     up.add_argument(
         "--port", type=_int_in(1, 65535), default=None, help="kube-apiserver port (default: free)"
     )
@@ -79,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
                 gpu_product=args.gpu_product,
                 gpus_per_node=args.gpus_per_node,
                 cpu_nodes=args.cpu_nodes,
+                gpu_cliques=args.gpu_cliques,
             )
             cluster.apiserver_port = args.port
             cluster.up(log=_log)
@@ -102,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
             info = cluster.status()
             info["engines"] = Engines(cluster).status() if info["reachable"] else None
             return _print_status(info, args.output)
-    except (ClusterError, MissingBinaryError) as err:
+    except (ClusterError, MissingBinaryError, LwsError, ValueError) as err:
         raise CommandError(str(err), exit_code=1) from None
     return 0
 
@@ -114,11 +124,13 @@ def _print_status(info: dict, output: str) -> int:
         print(f"cluster {info['name']}: not created")
     else:
         state = "running" if info["reachable"] else "created but not reachable"
-        print(f"cluster {info['name']}: {state}; kubeconfig {info['kubeconfig']}")
+        lws = "running" if info["lwsController"] else "not running"
+        print(f"cluster {info['name']}: {state}; kubeconfig {info['kubeconfig']}; LWS {lws}")
         for node in info["nodes"]:
             ready = "Ready" if node["ready"] else "NotReady"
             product = node["gpuProduct"] or "-"
-            print(f"  {node['name']:<16} {ready:<9} {product:<14} gpus={node['gpus']}")
+            clique = f" clique={node['clique']}" if node["clique"] else ""
+            print(f"  {node['name']:<16} {ready:<9} {product:<14} gpus={node['gpus']}{clique}")
         _print_engines(info["engines"])
     return 0 if info["reachable"] else 1
 

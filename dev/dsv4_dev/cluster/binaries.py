@@ -2,6 +2,8 @@
 
 hack/build-control-plane.sh compiles them into a versioned folder of the cache and points
 ``$DSV4_CACHE_DIR/bin/current`` at it; ``DSV4_BIN_DIR`` overrides the lookup.
+hack/build-lws.sh does the same for the LeaderWorkerSet controller and its manifests
+(``$DSV4_CACHE_DIR/bin/lws-current``, ``DSV4_LWS_DIR``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,22 @@ def control_plane_binary(name: str) -> Path:
             f"{name} not found at {path}; build the control plane with `make control-plane` "
             "(or set DSV4_BIN_DIR to a folder holding kube-apiserver, kube-controller-manager, "
             "kube-scheduler, etcd, kwok and kwokctl)"
+        )
+    return path
+
+
+def lws_dir() -> Path:
+    override = os.environ.get("DSV4_LWS_DIR")
+    return Path(override) if override else cache_dir() / "bin" / "lws-current"
+
+
+def lws_file(name: str) -> Path:
+    """The LWS controller binary or one of the release manifests built beside it."""
+    path = lws_dir() / name
+    if not path.is_file():
+        raise MissingBinaryError(
+            f"{name} not found at {path}; build the LeaderWorkerSet controller with "
+            "`make control-plane` (hack/build-lws.sh), or set DSV4_LWS_DIR to its folder"
         )
     return path
 

@@ -25,7 +25,9 @@ from dsv4_dev.cluster.binaries import (
     control_plane_binary,
     kubectl,
 )
+from dsv4_dev.cluster.lws import LwsController
 from dsv4_dev.cluster.nodes import (
+    GPU_CLIQUE_LABEL,
     GPU_PRODUCT_LABEL,
     GPU_RESOURCE,
     KWOK_ANNOTATION,
@@ -76,6 +78,14 @@ class LocalCluster:
         return self.cluster_dir / "logs" / "audit.log"
 
     @property
+    def lws(self) -> LwsController:
+        """The LeaderWorkerSet controller of this cluster (its state in the cluster's folder,
+        so `down` stops it with everything else)."""
+        return LwsController(
+            self.cluster_dir / "lws", self.cluster_dir / "logs", self.kubeconfig, self.kubectl
+        )
+
+    @property
     def env(self) -> dict[str, str]:
         return {**os.environ, "KUBECONFIG": self.kubeconfig}
 
@@ -94,6 +104,8 @@ class LocalCluster:
             self._create(binaries)
         self._register_nodes()
         self._wait_nodes_ready()
+        self.lws.state_dir.mkdir(parents=True, exist_ok=True)
+        self.lws.up(log)
         log(f"cluster {self.name}: ready, kubeconfig {self.kubeconfig}")
 
     def down(self, log: Any = print) -> None:
@@ -144,6 +156,7 @@ class LocalCluster:
             "kubeconfig": self.kubeconfig,
             "exists": self.exists(),
             "reachable": False,
+            "lwsController": self.lws.running(),
             "nodes": [],
         }
         if info["exists"] and self.reachable():
@@ -154,6 +167,7 @@ class LocalCluster:
                     "ready": _node_ready(n),
                     "gpuProduct": n["metadata"].get("labels", {}).get(GPU_PRODUCT_LABEL),
                     "gpus": n["status"].get("allocatable", {}).get(GPU_RESOURCE, "0"),
+                    "clique": n["metadata"].get("labels", {}).get(GPU_CLIQUE_LABEL),
                 }
                 for n in self._nodes()
             ]

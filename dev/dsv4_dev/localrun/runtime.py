@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from dsv4_dev.localrun import endpoints, readiness
+from dsv4_engine.commands.launch import fault_env
 from dsv4_engine.engine_config import Backend, load_engine_yaml
 from dsv4_operator.render.engine import ENGINE_PORT, short_hash
 from dsv4_operator.render.meta import (
@@ -45,7 +46,6 @@ from dsv4_operator.render.meta import (
 from dsv4_operator.render.router import ROUTER_PORT, router_name
 
 log = logging.getLogger("dsv4_dev.localrun")
-INJECT_ENV = "DSV4_INJECT_UNGATED_INDEX_K"
 READY_TIMEOUT_S = 60.0
 # A vanished pod's process keeps running this long after it stopped being published and
 # routed to, then gets SIGTERM and finishes what it has in flight — as a Service drops a
@@ -106,8 +106,9 @@ def local_engine_yaml(text: str, port: int, bootstrap_port: int) -> tuple[str, d
             "extra_args": (),
         }
     )
-    env = {INJECT_ENV: "1"} if config.features.fault_injection.ungated_index_k else {}
-    return yaml.safe_dump(local.model_dump(mode="json", by_alias=True), sort_keys=True), env
+    return yaml.safe_dump(local.model_dump(mode="json", by_alias=True), sort_keys=True), fault_env(
+        config
+    )
 
 
 @dataclass

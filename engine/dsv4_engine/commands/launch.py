@@ -3,7 +3,7 @@
 Reads the configuration the operator renders (`dsv4_engine.engine_config`), validates it
 and replaces itself (exec) with the engine: real SGLang with this project's plugin, or
 with `backend: reference` the CPU reference engine.  A multi-node pod finds its node rank
-from `DSV4_POD_NAME` and `DSV4_GROUP_ROLE`, which the operator's pod template sets.
+and its leader from the environment LeaderWorkerSet gives every pod of a group.
 """
 
 from __future__ import annotations
@@ -21,11 +21,9 @@ from dsv4_engine.cliutil import CommandError
 from dsv4_engine.engine_config import (
     Backend,
     EngineConfig,
-    GroupRole,
     load_engine_yaml,
     place_pod,
     plugin_env,
-    pod_ordinal,
     to_sglang_args,
 )
 from dsv4_engine.index_k import sglang_index_dtype_error
@@ -80,6 +78,7 @@ def reference_args(config: EngineConfig) -> list[str]:
         "--port", str(config.port),
         "--model-path", config.model_path,
         "--served-model-name", config.served_model_name,
+        "--reference-model", config.reference_model.value,
         "--index-dtype", config.features.index_dtype.value,
         "--disaggregation-mode", config.role.value,
         "--disaggregation-bootstrap-port", str(config.disaggregation.bootstrap_port),
@@ -98,14 +97,17 @@ def _hicache_args(sglang_args: list[str]) -> list[str]:
     return out
 
 
+def fault_env(config: EngineConfig) -> dict[str, str]:
+    """The environment that injects the configured fault into a reference engine."""
+    share = config.features.fault_injection.env_value()
+    return {} if share is None else {UNGATED_INDEX_K_ENV: share}
+
+
 def sglang_placement(config: EngineConfig) -> tuple[int, str | None]:
     if config.multinode is None:
         return 0, None
-    pod, role = os.environ.get("DSV4_POD_NAME"), os.environ.get("DSV4_GROUP_ROLE")
-    if not pod or not role:
-        raise CommandError("multinode: DSV4_POD_NAME and DSV4_GROUP_ROLE must be set")
     try:
-        placement = place_pod(config.multinode, GroupRole(role), pod_ordinal(pod))
+        placement = place_pod(config.multinode, os.environ)
     except ValueError as err:
         raise CommandError(f"multinode: {err}") from None
     return placement.node_rank, placement.dist_init_addr
@@ -113,11 +115,9 @@ def sglang_placement(config: EngineConfig) -> tuple[int, str | None]:
 
 def command(config: EngineConfig) -> tuple[list[str], dict[str, str]]:
     """(argv, extra environment) of the engine process."""
-    injected = config.features.fault_injection.ungated_index_k
     if config.backend is Backend.REFERENCE:
-        env = {UNGATED_INDEX_K_ENV: "1"} if injected else {}
-        return [sys.executable, "-m", "dsv4_engine.cli", *reference_args(config)], env
-    if injected:
+        return [sys.executable, "-m", "dsv4_engine.cli", *reference_args(config)], fault_env(config)
+    if config.features.fault_injection.ungated_index_k:
         raise CommandError(
             "features.faultInjection.ungatedIndexK: only backend: reference can inject "
             "the seed's race; refusing to start SGLang with it"

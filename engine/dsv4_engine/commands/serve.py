@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import TypeVar
 
 from dsv4_engine.cliutil import CommandError
+from dsv4_engine.engine_config import ReferenceModelKind
 from dsv4_engine.features import HiCacheMemLayout, HiCacheWritePolicy, IndexDtype
 from dsv4_engine.reference.settings import (
     DEFAULT_HICACHE_RATIO,
@@ -49,6 +50,12 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-path", help="accepted for SGLang compatibility; weights are seeded")
     p.add_argument(
         "--served-model-name", help=f"default: the model path, else {_DEFAULTS.served_model_name}"
+    )
+    p.add_argument(
+        "--reference-model",
+        default=_DEFAULTS.reference_model.value,
+        help="random (seeded random weights: judge it by warm-vs-cold consistency) | echo "
+        "(constructed weights that answer the tool-call echo prompt)",
     )
     p.add_argument(
         "--tp", "--tp-size", dest="tp", type=int, default=_DEFAULTS.tp, help="must be 1 on CPU"
@@ -117,6 +124,7 @@ def settings_from_args(args: argparse.Namespace) -> ServeSettings:
             host=args.host,
             port=args.port,
             model_path=args.model_path,
+            reference_model=_choice("--reference-model", args.reference_model, ReferenceModelKind),
             tp=args.tp,
             index_dtype=_choice("--index-dtype", args.index_dtype, IndexDtype),
             enable_hierarchical_cache=args.enable_hierarchical_cache,

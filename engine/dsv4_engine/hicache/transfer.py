@@ -128,7 +128,7 @@ class TransferController:
             events = [torch.cuda.Event() for _ in range(self.pool.shape.num_layers)]
             fence = torch.cuda.Event()
             fence.record()  # the load fence: what the caller queued on the pages so far
-        load = LayerLoad(self.pool.shape.num_layers, events)
+        load = LayerLoad(self.pool.shape.num_layers, events, raced=self.pool._load_races())
         self.host.pin(host_pages)
         self.pool.gate.register(load)
         self._jobs.put(

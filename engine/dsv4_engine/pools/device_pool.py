@@ -7,6 +7,10 @@ transfer controller (the producer) writes through `_transfer_buffer`, the one un
 
 `DSV4_INJECT_UNGATED_INDEX_K=1` (read when the pool is built) removes the gate for index-K
 only: the seed incident's bug, kept as a switch so the race can be reproduced on demand.
+A share instead of 1 (``0.15``) aims the race's rate: each HiCache load draws, with that
+probability, whether index-K reads skip it — the part timing plays on a GPU, where only
+some loads are still copying when the indexer reads (on this engine's throttled CPU copy
+a skipped load is always still copying).
 
 Stale reads are observed, not inferred: each (layer, page) carries the generation of the
 HiCache load that last filled it (`_landed`, stamped by the transfer controller once the
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 
 import torch
 
@@ -35,11 +40,18 @@ UNGATED_INDEX_K_ENV = "DSV4_INJECT_UNGATED_INDEX_K"
 logger = logging.getLogger(__name__)
 
 
-def ungated_index_k_from_env() -> bool:
+def ungated_index_k_from_env() -> float:
+    """The share of HiCache loads whose index-K reads skip the gate (0: none, 1: all)."""
     value = os.environ.get(UNGATED_INDEX_K_ENV, "0")
-    if value not in ("0", "1"):
-        raise ValueError(f"{UNGATED_INDEX_K_ENV}={value!r}: expected 0 or 1")
-    return value == "1"
+    try:
+        share = float(value)
+    except ValueError:
+        share = -1.0
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(
+            f"{UNGATED_INDEX_K_ENV}={value!r}: expected 0, 1 or a share of loads in between"
+        )
+    return share
 
 
 class DevicePool:
@@ -52,7 +64,7 @@ class DevicePool:
         max_requests: int = 8,
         device: str | torch.device = "cpu",
         backend: str | None = None,
-        ungated_index_k: bool | None = None,
+        ungated_index_k: bool | float | None = None,
         gate_timeout_s: float = 60.0,
     ) -> None:
         self.layout: PoolLayout = pool_layout(shape, index_dtype)
@@ -72,14 +84,17 @@ class DevicePool:
         self._generation = 0
         self._stale = torch.zeros(len(BufferKind), dtype=torch.int64, device=device)
         self._kind_index = {kind: i for i, kind in enumerate(BufferKind)}
-        self.ungated_index_k = (
+        self.ungated_share = float(
             ungated_index_k_from_env() if ungated_index_k is None else ungated_index_k
         )
-        if self.ungated_index_k:
+        self._races = random.Random(0)  # which loads index-K skips (a share below 1)
+        if self.ungated_share:
             logger.warning(
-                "FAULT INJECTION %s=1: index-K reads SKIP the per-layer transfer gate; "
-                "reads may race HiCache loads and return stale keys. Never use in production.",
+                "FAULT INJECTION %s=%g: index-K reads SKIP the per-layer transfer gate of "
+                "that share of loads; they may race HiCache loads and return stale keys. "
+                "Never use in production.",
                 UNGATED_INDEX_K_ENV,
+                self.ungated_share,
             )
         # Uninitialised on purpose: like GPU memory, a new pool holds garbage, not zeros.
         self.__buffers: dict[tuple[int, BufferKind], torch.Tensor] = {
@@ -101,9 +116,20 @@ class DevicePool:
 
         Call it for every access; do not keep the tensor across a load.
         """
-        if not (kind is BufferKind.INDEX_K and self.ungated_index_k):
+        if kind is not BufferKind.INDEX_K or not self.ungated_share:
             self.gate.wait_layer(layer)
+        elif self.ungated_share < 1.0:
+            self.gate.wait_layer(layer, skip_raced=True)
         return self._lookup(layer, kind)
+
+    @property
+    def ungated_index_k(self) -> bool:
+        """Whether index-K reads skip the gate of any load (the fault is injected)."""
+        return self.ungated_share > 0.0
+
+    def _load_races(self) -> bool:
+        """Transfer controller, as a load starts: whether index-K reads will skip it."""
+        return self.ungated_share >= 1.0 or self._races.random() < self.ungated_share
 
     def _transfer_buffer(self, layer: int, kind: BufferKind) -> torch.Tensor:
         """Ungated: only the transfer controller, the producer the gate waits for, uses it."""

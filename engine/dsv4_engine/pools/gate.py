@@ -32,9 +32,12 @@ class LayerLoad:
     not finished: the gate keeps it, so a late failure still reaches readers.
     """
 
-    def __init__(self, num_layers: int, cuda_events: list[Any] | None = None) -> None:
+    def __init__(
+        self, num_layers: int, cuda_events: list[Any] | None = None, raced: bool = False
+    ) -> None:
         self.num_layers = num_layers
         self.cuda_events = cuda_events
+        self.raced = raced  # fault injection: index-K reads do not wait for this load
         self._layers_done = 0
         self._error: TransferFailed | None = None
         self._failed_from = num_layers  # first layer the error covers
@@ -136,7 +139,8 @@ class LayerGate:
         dropped.  With none, every page holds what it is owed."""
         return bool(self._loads)
 
-    def wait_layer(self, layer: int) -> None:
+    def wait_layer(self, layer: int, skip_raced: bool = False) -> None:
+        """`skip_raced`: fault injection only — do not wait for loads marked raced."""
         if not 0 <= layer < self.num_layers:
             raise IndexError(f"layer {layer}: expected 0..{self.num_layers - 1}")
         self.waits += 1
@@ -144,7 +148,9 @@ class LayerGate:
             return
         with self._lock:
             self._loads = [ld for ld in self._loads if not ld.finished_ok()]
-            pending = [ld for ld in self._loads if ld.needs_wait(layer)]
+            pending = [
+                ld for ld in self._loads if ld.needs_wait(layer) and not (skip_raced and ld.raced)
+            ]
             self.blocked += bool(pending)
         for load in pending:
             load.wait_until(layer, self.timeout_s)

@@ -36,8 +36,10 @@ arguments.  Refusing it would fail a healthy canary.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 MARKER_WORD = "DSML"
 MARKER = f"｜{MARKER_WORD}｜"
@@ -102,3 +104,17 @@ SPELLINGS: dict[DsmlFormat, Spelling] = {
 }
 ENVELOPE_NAMES = frozenset(s.envelope for s in SPELLINGS.values())
 ELEMENT_NAMES = ENVELOPE_NAMES | {INVOKE, PARAMETER}
+
+
+def render_dsml(fmt: DsmlFormat, name: str, args: dict[str, Any]) -> str:
+    """One call as DeepSeek's encoder renders it (strings raw, everything else JSON): what
+    an echo answer must be, and what the scripted server answers."""
+    params = "".join(
+        f'{fmt.tag("parameter")} name="{k}" string="{"true" if isinstance(v, str) else "false"}">'
+        f"{v if isinstance(v, str) else json.dumps(v)}{fmt.tag('parameter', close=True)}>\n"
+        for k, v in args.items()
+    )
+    return (
+        f'\n\n{fmt.tag(fmt.envelope)}>\n{fmt.tag("invoke")} name="{name}">\n{params}'
+        f"{fmt.tag('invoke', close=True)}>\n{fmt.tag(fmt.envelope, close=True)}>"
+    )

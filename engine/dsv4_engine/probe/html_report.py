@@ -23,6 +23,7 @@ h1{font-size:20px} h2{font-size:16px;margin-top:28px}
 pre{background:#f5f5f5;padding:10px;overflow-x:auto;white-space:pre-wrap}
 svg{background:#fcfcfc;border:1px solid #ddd} .axis{stroke:#888} text{font-size:11px;fill:#444}
 table{border-collapse:collapse} td,th{border:1px solid #ddd;padding:3px 8px;text-align:left}
+table.examples{width:100%;table-layout:fixed} table.examples td{vertical-align:top}
 """
 _CHECK = """
 (function(){
@@ -120,12 +121,16 @@ def render_html(report: dict[str, Any]) -> str:
         for b in report["latency"]["histogram"]
     ]
     examples = "".join(
-        f"<h3>{escape(cls)}</h3>"
+        f"<h3>{escape(cls)}</h3><table class='examples'><tr><th>expected</th>"
+        "<th>answered</th></tr>"
         + "".join(
-            f"<p>sample {e['sample']} ({escape(e['probe'])}): {escape(e['detail'])}</p>"
-            f"<pre>{escape(e['excerpt'])}</pre>"
+            f"<tr><td colspan='2'>sample {e['sample']} ({escape(e['probe'])}): "
+            f"{escape(e['detail'])}</td></tr>"
+            f"<tr><td><pre>{escape(e.get('expected', ''))}</pre></td>"
+            f"<td><pre>{escape(e['excerpt'])}</pre></td></tr>"
             for e in shown
         )
+        + "</table>"
         for cls, shown in report["examples"].items()
     )
     verdict = report["verdict"]

@@ -16,6 +16,7 @@ from typing import Any
 
 from dsv4_engine.probe.client import ChatAnswer, EngineClient, TransportError
 from dsv4_engine.probe.context import RequestContext
+from dsv4_engine.probe.dsml_format import render_dsml
 from dsv4_engine.probe.outcome import VALID, Judgement, Outcome
 from dsv4_engine.probe.settings import ProbeName, ProbeSettings
 from dsv4_engine.probe.tools import Echo, tool_validators
@@ -36,6 +37,8 @@ class Sample:
     latency_s: float | None
     """Latency of the last judged request (None when no answer came back)."""
     excerpt: str = ""
+    expected: str = ""
+    """What a clean answer is: the requested call in DSML, or the cold answer."""
 
 
 @dataclass
@@ -43,6 +46,9 @@ class ProbeContext:
     client: EngineClient
     settings: ProbeSettings
     model: str
+    host_round_trip: bool = False
+    """True when the engine pushes cached prefixes to its host tier on request (the
+    reference engine): each echo request is then answered while its prefix loads back."""
     _prefixes: dict[int, str] = field(default_factory=dict)
 
     def shared_prefix(self, index: int) -> str:
@@ -79,19 +85,25 @@ async def run_sample(probe: ProbeName, index: int, ctx: ProbeContext) -> Sample:
     rng = random.Random(f"{ctx.settings.seed}:{index}")
     try:
         if probe.needs_determinism:
-            judgement, answer = await _consistency(probe, index, rng, ctx)
+            judgement, answer, expected = await _consistency(probe, index, rng, ctx)
         else:
-            judgement, answer = await _echo(probe, index, rng, ctx)
+            judgement, answer, expected = await _echo(probe, index, rng, ctx)
     except TransportError as err:
         return Sample(index, probe, Outcome.TRANSPORT_ERROR, str(err), None)
     return Sample(
-        index, probe, judgement.outcome, judgement.detail, answer.latency_s, excerpt(answer)
+        index,
+        probe,
+        judgement.outcome,
+        judgement.detail,
+        answer.latency_s,
+        excerpt(answer),
+        expected[:EXCERPT_CHARS],
     )
 
 
 async def _echo(
     probe: ProbeName, index: int, rng: random.Random, ctx: ProbeContext
-) -> tuple[Judgement, ChatAnswer]:
+) -> tuple[Judgement, ChatAnswer, str]:
     messages: list[dict[str, Any]] = []
     if probe is ProbeName.TOOLCALL_ECHO_PREFIX_REUSE:
         messages.append({"role": "system", "content": ctx.shared_prefix(index)})
@@ -102,7 +114,10 @@ async def _echo(
     for turn in range(turns):
         echo = random_echo(rng)
         messages.append({"role": "user", "content": echo_instruction(echo)})
-        answer = await ctx.client.chat(ctx.body(messages, ctx.settings.max_tokens, tools=True))
+        body = ctx.body(messages, ctx.settings.echo_tokens, tools=True)
+        if ctx.host_round_trip:
+            await _through_host_tier(ctx, body)
+        answer = await ctx.client.chat(body)
         judgement = classify_chat_message(
             answer.message,
             answer.finish_reason,
@@ -111,10 +126,20 @@ async def _echo(
             echo,
             RequestContext.of(messages, [ECHO_TOOL], echo),
         )
+        expected = render_dsml(ctx.settings.format, echo.tool, echo.args)
         if not judgement.valid:
-            return judgement, answer
+            return judgement, answer, expected
         messages.extend(_requested_turn(echo, f"call_{index}_{turn}"))
-    return judgement, answer
+    return judgement, answer, expected
+
+
+async def _through_host_tier(ctx: ProbeContext, body: dict[str, Any]) -> None:
+    """Put the request's prompt in the prefix cache (a one-token answer), then push the
+    cache to the host tier: the judged request then loads its prefix back while it runs —
+    where the seed's race lived — as the consistency probes' warm request does."""
+    await ctx.client.chat({**body, "max_tokens": 1})
+    assert ctx.settings.offload_path is not None
+    await ctx.client.offload(ctx.settings.offload_path)
 
 
 def _requested_turn(echo: Echo, call_id: str) -> list[dict[str, Any]]:
@@ -133,7 +158,7 @@ def _requested_turn(echo: Echo, call_id: str) -> list[dict[str, Any]]:
 
 async def _consistency(
     probe: ProbeName, index: int, rng: random.Random, ctx: ProbeContext
-) -> tuple[Judgement, ChatAnswer]:
+) -> tuple[Judgement, ChatAnswer, str]:
     if probe is ProbeName.CACHE_CONSISTENCY_PREFIX_REUSE:
         system = ctx.shared_prefix(index)
     elif probe is ProbeName.CACHE_CONSISTENCY_LONG_CONTEXT:
@@ -148,8 +173,8 @@ async def _consistency(
         await ctx.client.offload(path)
     warm = await ctx.client.chat(body)
     if cold.comparable == warm.comparable:
-        return VALID, warm
-    return Judgement(Outcome.CACHE_MISMATCH, _first_difference(cold, warm)), warm
+        return VALID, warm, excerpt(cold)
+    return Judgement(Outcome.CACHE_MISMATCH, _first_difference(cold, warm)), warm, excerpt(cold)
 
 
 def _first_difference(cold: ChatAnswer, warm: ChatAnswer) -> str:

@@ -91,6 +91,7 @@ def build_report(result: ProbeResult) -> dict[str, Any]:
                         "probe": sample.probe.value,
                         "detail": sample.detail[:EXCERPT_CHARS],
                         "excerpt": sample.excerpt[:EXCERPT_CHARS],
+                        "expected": sample.expected[:EXCERPT_CHARS],
                     }
                 )
     latencies = [x.latency_s for x in tally.samples if x.latency_s is not None]
@@ -163,4 +164,27 @@ def summary_table(report: dict[str, Any]) -> str:
     width = max(len(k) for k, _ in rows)
     lines = [f"{k.ljust(width)}  {v}" for k, v in rows]
     lines += [f"- {reason}" for reason in report["reasons"]]
-    return "\n".join(lines)
+    return "\n".join(lines + _example_lines(report["examples"]))
+
+
+SUMMARY_EXAMPLES = 3
+_SHOWN_CHARS = 240
+
+
+def _example_lines(examples: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """A few damaged answers, each under the clean answer it should have been (classes in
+    turn, so each class shows once before any shows twice), as escaped one-line strings."""
+    order = [
+        (cls, shown[depth])
+        for depth in range(EXAMPLES_PER_CLASS)
+        for cls, shown in examples.items()
+        if len(shown) > depth
+    ]
+    lines = []
+    for cls, e in order[:SUMMARY_EXAMPLES]:
+        lines += [
+            f"example {cls} (sample {e['sample']}, {e['probe']}): {e['detail']}",
+            f"  expected  {json.dumps(e.get('expected', ''), ensure_ascii=False)[:_SHOWN_CHARS]}",
+            f"  answered  {json.dumps(e['excerpt'], ensure_ascii=False)[:_SHOWN_CHARS]}",
+        ]
+    return lines

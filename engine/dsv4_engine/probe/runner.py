@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 
 import aiohttp
 
+from dsv4_engine.engine_config import Backend, ReferenceModelKind
 from dsv4_engine.probe.client import EndpointMissing, EngineClient, TransportError
 from dsv4_engine.probe.outcome import Outcome
 from dsv4_engine.probe.probes import ProbeContext, Sample, run_sample
@@ -124,10 +125,11 @@ async def run_probes(settings: ProbeSettings, progress: ProgressFn | None = None
             settings.api_key,
         )
         model = await _model(client, settings)
-        not_applicable = await _inapplicable(client, settings)
-        applicable = tuple(p for p in settings.probe_set if p not in not_applicable)
+        probe_set = settings.probe_set(await _reference_model(client, settings))
+        not_applicable, host_round_trip = await _preflight(client, settings, probe_set)
+        applicable = tuple(p for p in probe_set if p not in not_applicable)
         client.meter.reset()
-        ctx = ProbeContext(client, settings, model)
+        ctx = ProbeContext(client, settings, model, host_round_trip=host_round_trip)
         tally = Tally(settings, settings.sample_budget)
         if applicable:
             await _drive(ctx, applicable, tally, progress)
@@ -206,20 +208,43 @@ async def _model(client: EngineClient, settings: ProbeSettings) -> str:
     return models[0]
 
 
-async def _inapplicable(client: EngineClient, settings: ProbeSettings) -> dict[ProbeName, str]:
-    """Checks that cannot judge this engine, with the reason: reported, never counted."""
-    consistency = [p for p in settings.probe_set if p.needs_determinism]
-    if not consistency:
-        return {}
-    reason = await _determinism_problem(client, settings)
-    if reason is None and settings.offload_path is not None:
+async def _reference_model(
+    client: EngineClient, settings: ProbeSettings
+) -> ReferenceModelKind | None:
+    """Which model a reference engine serves, when the default probe set depends on it."""
+    if settings.probes or settings.backend is not Backend.REFERENCE:
+        return None
+    try:
+        served = (await client.server_info()).get("reference_model")
+    except TransportError:
+        return None  # the default set for the backend; the determinism check says why
+    try:
+        return ReferenceModelKind(served)
+    except ValueError:
+        return None
+
+
+async def _preflight(
+    client: EngineClient, settings: ProbeSettings, probe_set: tuple[ProbeName, ...]
+) -> tuple[dict[ProbeName, str], bool]:
+    """(checks that cannot judge this engine, each with why — reported, never counted;
+    whether the engine can push cached prefixes to its host tier)."""
+    offload_problem = None
+    if settings.offload_path is not None:
         try:
             await client.offload(settings.offload_path)
         except EndpointMissing:
-            reason = f"engine has no POST {settings.offload_path} (host-tier offload)"
+            offload_problem = f"engine has no POST {settings.offload_path} (host-tier offload)"
         except TransportError as err:
-            reason = f"host-tier offload failed: {err}"
-    return dict.fromkeys(consistency, reason) if reason else {}
+            offload_problem = f"host-tier offload failed: {err}"
+    host_round_trip = settings.offload_path is not None and offload_problem is None
+    consistency = [p for p in probe_set if p.needs_determinism]
+    if not consistency:
+        return {}, host_round_trip
+    reason = await _determinism_problem(client, settings)
+    if reason is None and settings.offload_path is not None:
+        reason = offload_problem
+    return (dict.fromkeys(consistency, reason) if reason else {}), host_round_trip
 
 
 async def _determinism_problem(client: EngineClient, settings: ProbeSettings) -> str | None:

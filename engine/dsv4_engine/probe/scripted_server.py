@@ -21,19 +21,7 @@ from typing import Any
 from aiohttp import web
 
 from dsv4_engine.probe.dsml import EOS, DsmlFormat
-
-
-def render_dsml(fmt: DsmlFormat, name: str, args: dict[str, Any]) -> str:
-    """One call as DeepSeek's encoder renders it (strings raw, everything else JSON)."""
-    params = "".join(
-        f'{fmt.tag("parameter")} name="{k}" string="{"true" if isinstance(v, str) else "false"}">'
-        f"{v if isinstance(v, str) else json.dumps(v)}{fmt.tag('parameter', close=True)}>\n"
-        for k, v in args.items()
-    )
-    return (
-        f'\n\n{fmt.tag(fmt.envelope)}>\n{fmt.tag("invoke")} name="{name}">\n{params}'
-        f"{fmt.tag('invoke', close=True)}>\n{fmt.tag(fmt.envelope, close=True)}>"
-    )
+from dsv4_engine.probe.dsml_format import render_dsml
 
 
 def _chance(*key: object) -> float:

@@ -8,7 +8,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from dsv4_engine.engine_config import Backend
+from dsv4_engine.engine_config import Backend, ReferenceModelKind
 from dsv4_engine.probe.dsml import DsmlFormat
 from dsv4_engine.probe.stats import MAX_REQUESTS, minimum_samples
 
@@ -43,7 +43,8 @@ CONSISTENCY_PROBES = frozenset(
 )
 
 # A real model (sglang) follows instructions, so tool-call echo carries the verdict; the
-# reference engine has random weights, so only its consistency checks mean anything.
+# reference engine's random model answers noise, so only its consistency checks mean
+# anything.  Its echo model follows the echo prompt: it gets the probe set a real model gets.
 DEFAULT_PROBES: dict[Backend, tuple[ProbeName, ...]] = {
     Backend.SGLANG: (
         ProbeName.TOOLCALL_ECHO,
@@ -58,6 +59,8 @@ DEFAULT_PROBES: dict[Backend, tuple[ProbeName, ...]] = {
     ),
 }
 
+ECHO_MODEL_PROBES = DEFAULT_PROBES[Backend.SGLANG]
+
 DEFAULT_ADMIN_OFFLOAD_PATH: dict[Backend, str | None] = {
     Backend.REFERENCE: "/admin/hicache/offload",
     # SGLang 0.5.23 has no "move this prefix to host" call; its /flush_cache drops the whole
@@ -69,11 +72,12 @@ DEFAULT_ADMIN_OFFLOAD_PATH: dict[Backend, str | None] = {
 
 @dataclass(frozen=True)
 class Workload:
-    """How big a backend's probe prompts are, and how long a consistency answer runs."""
+    """How big a backend's probe prompts are, and how long its answers may run."""
 
     prefix_words: int
     long_context_words: int
     consistency_max_tokens: int
+    echo_max_tokens: int
 
 
 # SGLang serves DeepSeek-V4-Flash: a filler word is ~1 token for its tokenizer, so the long
@@ -84,10 +88,16 @@ class Workload:
 # full pages that a warm request loads back from the host tier while its indexer reads.
 # Its warm-vs-cold answers diverge within a few tokens when a read races a load, so 8
 # tokens judge it: a canary at the production defaults (598 samples) then runs in minutes
-# on two CPU cores instead of the better part of an hour.
+# on two CPU cores instead of the better part of an hour.  An echo call of the probes' tool
+# is about 100 tokens for DeepSeek's tokenizer and about 410 for the reference engine's
+# byte-level one; each budget leaves room for a value or two longer than the probes'.
 DEFAULT_WORKLOAD: dict[Backend, Workload] = {
-    Backend.SGLANG: Workload(prefix_words=1024, long_context_words=4096, consistency_max_tokens=32),
-    Backend.REFERENCE: Workload(prefix_words=64, long_context_words=200, consistency_max_tokens=8),
+    Backend.SGLANG: Workload(
+        prefix_words=1024, long_context_words=4096, consistency_max_tokens=32, echo_max_tokens=256
+    ),
+    Backend.REFERENCE: Workload(
+        prefix_words=64, long_context_words=200, consistency_max_tokens=8, echo_max_tokens=512
+    ),
 }
 
 
@@ -118,7 +128,8 @@ class ProbeSettings(BaseModel):
     max_transport_error_rate: float = Field(default=0.02, ge=0, lt=1)
     max_duration_s: float | None = Field(default=None, gt=0)
     """Stop starting samples after this long (a canary step has a deadline); None: no limit."""
-    max_tokens: int = Field(default=256, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    """Tokens of each tool-call answer; None: the backend's default (DEFAULT_WORKLOAD)."""
     consistency_max_tokens: int | None = Field(default=None, ge=1)
     """Tokens of each consistency answer; None: the backend's default (DEFAULT_WORKLOAD)."""
     request_timeout_s: float = Field(default=120.0, gt=0)
@@ -141,9 +152,14 @@ class ProbeSettings(BaseModel):
             raise ValueError(f"admin_offload_path must start with '/', got {path!r}")
         return self
 
-    @property
-    def probe_set(self) -> tuple[ProbeName, ...]:
-        return self.probes or DEFAULT_PROBES[self.backend]
+    def probe_set(self, reference_model: ReferenceModelKind | None = None) -> tuple[ProbeName, ...]:
+        """The probes asked for, else the engine's default: on the reference engine, the
+        default of the model it serves (GET /server_info says which; see the runner)."""
+        if self.probes:
+            return self.probes
+        if self.backend is Backend.REFERENCE and reference_model is ReferenceModelKind.ECHO:
+            return ECHO_MODEL_PROBES
+        return DEFAULT_PROBES[self.backend]
 
     @property
     def offload_path(self) -> str | None:
@@ -158,6 +174,10 @@ class ProbeSettings(BaseModel):
     @property
     def long_prompt_words(self) -> int:
         return self.long_context_words or DEFAULT_WORKLOAD[self.backend].long_context_words
+
+    @property
+    def echo_tokens(self) -> int:
+        return self.max_tokens or DEFAULT_WORKLOAD[self.backend].echo_max_tokens
 
     @property
     def consistency_tokens(self) -> int:

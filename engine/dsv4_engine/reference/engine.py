@@ -11,11 +11,11 @@ through each request's callbacks, called on the engine thread.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -29,12 +29,15 @@ from dsv4_engine.pools.allocator import OutOfPages
 from dsv4_engine.pools.device_pool import DevicePool
 from dsv4_engine.pools.gate import TransferFailed, TransferTimeout
 from dsv4_engine.pools.layout import BufferKind
+from dsv4_engine.reference import tokenizer
 from dsv4_engine.reference.metrics import EngineStats
-from dsv4_engine.reference.model import REFERENCE_SHAPE, Chunk, ModelConfig, ReferenceModel
+from dsv4_engine.reference.model import Chunk
+from dsv4_engine.reference.models import load_model
 from dsv4_engine.reference.radix import Node, RadixCache
 from dsv4_engine.reference.settings import ServeSettings
 
 logger = logging.getLogger(__name__)
+CACHE_STATS_PERIOD_S = 0.25
 
 
 @dataclass
@@ -69,8 +72,8 @@ class Engine:
     def __init__(self, settings: ServeSettings) -> None:
         torch.set_num_threads(1)  # one fixed reduction order, and two cores are shared
         self.settings = settings
-        shape = dataclasses.replace(REFERENCE_SHAPE, page_size=settings.page_size)
-        self.model = ReferenceModel(ModelConfig(shape=shape, seed=settings.random_seed))
+        self.model = load_model(settings.reference_model, settings.page_size, settings.random_seed)
+        shape = self.model.shape
         self.pool = DevicePool(
             shape,
             settings.device_pages,
@@ -89,6 +92,7 @@ class Engine:
         self._running: list[Request] = []
         self._free_slots = list(range(settings.max_running_requests - 1, -1, -1))
         self._stop = threading.Event()
+        self._cache_stats_due = 0.0
         self._thread = threading.Thread(target=self._loop, name="engine", daemon=True)
 
     @property
@@ -148,7 +152,11 @@ class Engine:
                     self._finish(req, "abort", f"engine error: {exc}")
             self.stats.running = len(self._running)
             self.stats.queued = len(self._waiting)
-            self.stats.set_cache(*self.radix.cached_tokens(), self.pool.allocator.free_pages)
+            now = time.monotonic()
+            if now >= self._cache_stats_due or not (self._running or self._waiting):
+                # A walk of the whole prefix tree: a few times a second, not every step.
+                self.stats.set_cache(*self.radix.cached_tokens(), self.pool.allocator.free_pages)
+                self._cache_stats_due = now + CACHE_STATS_PERIOD_S
 
     def _drain(self, block: bool) -> None:
         try:
@@ -230,6 +238,9 @@ class Engine:
                 continue
             req.output.append(token)
             self.stats.generation_tokens += 1
+            if token == tokenizer.EOS_ID and not req.prefill_only:
+                self._finish(req, "stop", None)  # end of turn: not part of the text
+                continue
             req.on_token(token)
             if req.prefill_only or len(req.output) >= req.max_new_tokens:
                 self._finish(req, "length", None)

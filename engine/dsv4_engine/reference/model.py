@@ -94,7 +94,7 @@ class _Staged:
 class ReferenceModel:
     def __init__(self, config: ModelConfig) -> None:
         self.config = config
-        shape = config.shape
+        self.shape = shape = config.shape
         gen = torch.Generator().manual_seed(config.seed)
         h, d = config.hidden, shape.kv_dim
 

@@ -30,16 +30,25 @@ OFFLOAD_PATH = "/admin/hicache/offload"
 class _Stream:
     """Tokens of one request, from the engine thread to the handler's event loop."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, streaming: bool) -> None:
         self.loop = loop
+        self.streaming = streaming
         self.queue: asyncio.Queue[int | tuple[str, str | None]] = asyncio.Queue()
         self.finish_reason = "length"
+        # Not streaming: tokens wait here and reach the loop with the end, in one wakeup
+        # (a wakeup per token costs the engine thread a socket write per token).
+        self._held: list[int] = []
 
     def on_token(self, token: int) -> None:
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, token)
+        if self.streaming:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, token)
+        else:
+            self._held.append(token)
 
     def on_done(self, reason: str, error: str | None) -> None:
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, (reason, error))
+        items: list[int | tuple[str, str | None]] = [*self._held, (reason, error)]
+        self._held = []
+        self.loop.call_soon_threadsafe(lambda: [self.queue.put_nowait(i) for i in items])
 
     async def tokens(self) -> AsyncIterator[int]:
         while True:
@@ -99,6 +108,7 @@ class ReferenceServer:
                 for k, v in dataclasses.asdict(self.settings).items()}  # fmt: skip
         info = {
             "deterministic": True,
+            "reference_model": self.settings.reference_model.value,
             "server_args": args,
             "index_k_gated": not self.engine.pool.ungated_index_k,
             "kernel_backend": self.engine.pool.ops.backend,
@@ -177,7 +187,7 @@ class ReferenceServer:
         too_big = self.engine.check_fits(len(prompt.ids), prompt.max_tokens)
         if too_big is not None:
             return _error(too_big)
-        stream = _Stream(asyncio.get_running_loop())
+        stream = _Stream(asyncio.get_running_loop(), prompt.stream)
         req = Request(
             prompt.ids, prompt.max_tokens, stream.on_token, stream.on_done, prefilled=prefilled
         )

@@ -18,7 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from dsv4_engine.engine_config import ReferenceModelKind
 from dsv4_engine.features import HiCacheFeature, HiCacheMemLayout, HiCacheWritePolicy, IndexDtype
+
+ECHO_CONTEXT = 16384  # dsv4_engine.reference.echo.model.MAX_CONTEXT (no torch here)
 
 
 class DisaggregationMode(StrEnum):
@@ -41,6 +44,7 @@ class ServeSettings:
     port: int = 30000
     model_path: str | None = None
     served_model_name: str = "dsv4-reference"  # unset: the model path, else this
+    reference_model: ReferenceModelKind = ReferenceModelKind.RANDOM
     tp: int = 1
     page_size: int = 128
     index_dtype: IndexDtype = IndexDtype.FP8
@@ -82,6 +86,11 @@ class ServeSettings:
             raise SettingsError(
                 f"--max-total-tokens {self.max_total_tokens}: expected at least one page "
                 f"({self.page_size} tokens)"
+            )
+        if self.reference_model is ReferenceModelKind.ECHO and self.context_length > ECHO_CONTEXT:
+            raise SettingsError(
+                f"--context-length {self.context_length}: --reference-model echo reads at most "
+                f"{ECHO_CONTEXT} tokens (its position code)"
             )
         for name in ("port", "disaggregation_bootstrap_port"):
             if not 0 <= getattr(self, name) <= 65535:

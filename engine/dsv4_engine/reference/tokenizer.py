@@ -25,11 +25,16 @@ BYTE_TOKENS = 256
 VOCAB_SIZE = BYTE_TOKENS + len(SPECIAL_TOKENS)
 _SPECIAL_IDS = {s: BYTE_TOKENS + i for i, s in enumerate(SPECIAL_TOKENS)}
 BOS_ID = _SPECIAL_IDS["<｜begin▁of▁sentence｜>"]
+EOS_ID = _SPECIAL_IDS["<｜end▁of▁sentence｜>"]
 # id -> its bytes: a special token's are its UTF-8 spelling.
 _BYTES: tuple[bytes, ...] = (
     *(bytes([i]) for i in range(BYTE_TOKENS)),
     *(s.encode() for s in SPECIAL_TOKENS),
 )
+
+
+def special_id(spelling: str) -> int:
+    return _SPECIAL_IDS[spelling]
 
 
 def encode(text: str, special_ranges: Iterable[tuple[int, int]] = ()) -> list[int]:

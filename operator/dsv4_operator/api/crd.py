@@ -38,6 +38,15 @@ _KEEP = (
     "format",
 )
 
+# The one role a CRD's single `scale` subresource can scale (`kubectl scale dsv4 NAME`, a
+# HorizontalPodAutoscaler's scaleTargetRef): decode, whose load follows concurrent sessions.
+# Its status gives the ready replicas and the selector of its serving pods.
+SCALE = {
+    "specReplicasPath": ".spec.decode.replicas",
+    "statusReplicasPath": ".status.decode.ready",
+    "labelSelectorPath": ".status.decode.selector",
+}
+
 PRINTER_COLUMNS = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "Prefill", "type": "string", "jsonPath": ".status.prefill.summary"},
@@ -143,7 +152,7 @@ def build_crd() -> dict[str, Any]:
                     "name": VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
+                    "subresources": {"status": {}, "scale": SCALE},
                     "additionalPrinterColumns": PRINTER_COLUMNS,
                     "schema": {"openAPIV3Schema": root},
                 }

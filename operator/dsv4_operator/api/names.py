@@ -11,7 +11,8 @@ FNV-32 sum written in decimal, up to 10 characters), and a label value has at mo
 name one character too long is accepted, its StatefulSet too, and then no pod can ever be
 created (`FailedCreate`); the longest StatefulSet is the canary's (its suffix is longer than
 the green slot's, `<name>-prefill-green`, which `test_op_names` renders too), and for a
-multi-node role its workers' set: `<name>--canary-prefill-workers`.
+multi-node role the workers' set LeaderWorkerSet makes for each group,
+`<lws>-<group index>`: `<name>--canary-prefill-1023`.
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ from dsv4_operator.api.schema import cel
 # "--", so no deployment's own children can ever be named like another deployment's canary
 # slice (`X--canary-decode`, while a deployment `X-canary` has `X-canary-decode`).
 CANARY_SUFFIX = "--canary"
-# The second StatefulSet of a multi-node role (node ranks 1..N-1): `<name>-<role>-workers`.
-WORKERS_SUFFIX = "-workers"
+# A multi-node role's LeaderWorkerSet `<name>-<role>` makes one workers' StatefulSet per
+# group (replica), `<name>-<role>-<group index>`; replicas are at most 1024 (api.spec).
+MAX_ROLE_REPLICAS = 1024
+GROUP_SUFFIX = f"-{MAX_ROLE_REPLICAS - 1}"
 
 LABEL_VALUE_MAX = 63
 # What the StatefulSet controller appends to a StatefulSet's name in its pods'
@@ -40,7 +43,7 @@ def max_name_length(multinode: bool) -> int:
     """The longest DSV4Deployment name whose every child (canary included) can have pods."""
     longest_set = len(CANARY_SUFFIX) + LONGEST_ROLE_SUFFIX
     if multinode:
-        longest_set += len(WORKERS_SUFFIX)
+        longest_set += len(GROUP_SUFFIX)
     return LABEL_VALUE_MAX - REVISION_HASH_SUFFIX - longest_set
 
 
@@ -58,13 +61,13 @@ NOT_A_DNS_LABEL = (
 )
 _WHY_LONG = (
     f"its longest child, the canary StatefulSet <name>{CANARY_SUFFIX}-prefill"
-    "{workers}, plus the '-<hash>' Kubernetes appends for its pods' "
+    "{group}, plus the '-<hash>' Kubernetes appends for its pods' "
     f"controller-revision-hash label, must fit a {LABEL_VALUE_MAX}-character label value"
 )
-TOO_LONG = f"metadata.name: at most {SINGLE_NODE_MAX} characters: " + _WHY_LONG.format(workers="")
+TOO_LONG = f"metadata.name: at most {SINGLE_NODE_MAX} characters: " + _WHY_LONG.format(group="")
 TOO_LONG_MULTINODE = (
     f"metadata.name: at most {MULTINODE_MAX} characters when a role has nodesPerReplica > 1: "
-    + _WHY_LONG.format(workers=WORKERS_SUFFIX)
+    + _WHY_LONG.format(group="-<group index>")
 )
 
 _MULTINODE_CEL = " || ".join(

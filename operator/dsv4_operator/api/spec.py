@@ -20,11 +20,13 @@ from dsv4_engine.engine_config import (
     TRANSFER_FORMAT_FLAGS,
     Backend,
     Disaggregation,
+    ReferenceModelKind,
     owned_flag_in,
     transfer_flag_in,
 )
 from dsv4_engine.features import CamelModel, EngineFeatures, IndexDtype, Role
 from dsv4_engine.index_k import SGLANG_INDEX_DTYPES, sglang_index_dtype_error
+from dsv4_operator.api.names import MAX_ROLE_REPLICAS
 from dsv4_operator.api.rollout import CanarySpec, RolloutSpec
 from dsv4_operator.api.schema import cel, validations
 
@@ -73,6 +75,14 @@ class ModelSpec(CamelModel):
         default=ModelPreset.V4_FLASH,
         description="Which published DeepSeek-V4 config the weights are: sizes the KV pools "
         "and the HiCache host memory the operator adds to engine pods.",
+    )
+    reference_model: ReferenceModelKind = Field(
+        default=ReferenceModelKind.RANDOM,
+        description="With `engine: reference`, the model the CPU reference engine builds "
+        "instead of loading weights: `random` (seeded random weights; the canary judges it "
+        "by warm-vs-cold consistency) or `echo` (constructed weights that answer the "
+        "tool-call echo prompt; the canary runs the real model's probe set, tool-call echo "
+        "included).  SGLang ignores it.",
     )
 
     @model_validator(mode="after")
@@ -151,7 +161,7 @@ class RoleSpec(CamelModel):
         ),
     )
 
-    replicas: int = Field(default=1, ge=0, le=1024)
+    replicas: int = Field(default=1, ge=0, le=MAX_ROLE_REPLICAS)
     nodes_per_replica: int = Field(default=1, ge=1, le=64)
     gpus_per_node: int = Field(default=8, ge=1, le=8)
     tp: int = Field(default=8, ge=1, le=512)

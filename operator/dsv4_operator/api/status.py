@@ -36,6 +36,12 @@ class RoleStatus(CamelModel):
     ready: int = 0
     updated: int = 0
     summary: str = Field(default="0/0", description="ready/desired replicas (printer column).")
+    selector: str | None = Field(
+        default=None,
+        description="Label selector of the role's serving pods (its replicas' node-rank-0 "
+        "pods, both slots): the scale subresource's selector, which a HorizontalPodAutoscaler "
+        "uses to read their metrics.",
+    )
 
 
 class DSV4DeploymentStatus(CamelModel):

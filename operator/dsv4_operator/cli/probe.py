@@ -57,7 +57,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-corruption-rate", type=float, default=0.005)
     p.add_argument("--confidence", type=float, default=0.95)
     p.add_argument("--max-transport-error-rate", type=float, default=0.02)
-    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument(
+        "--max-tokens", type=int, help="tokens of each tool-call answer (default per backend)"
+    )
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per request")
     p.add_argument("--max-duration", type=float, help="seconds; stop starting samples after")
     p.add_argument("--prefix-words", type=int, help="shared prefix length (default per backend)")

@@ -18,6 +18,7 @@ from typing import Any
 from dsv4_engine.features import Role
 from dsv4_operator.api.names import CANARY_SUFFIX
 from dsv4_operator.api.times import parse_stamp
+from dsv4_operator.render.lws import LWS_KIND, LWS_NAME_LABEL
 from dsv4_operator.render.meta import LABEL_COMPONENT, LABEL_INSTANCE
 from dsv4_operator.render.router import COMPONENT as ROUTER
 
@@ -80,11 +81,14 @@ def _controller(obj: dict[str, Any]) -> dict[str, Any] | None:
 
 def _made_by(pod: dict[str, Any], workload: dict[str, Any]) -> bool:
     """The pod belongs to the workload: a StatefulSet owns its pods directly, a Deployment
-    through a ReplicaSet named `<deployment>-<hash>`."""
+    through a ReplicaSet named `<deployment>-<hash>`, a LeaderWorkerSet through the
+    StatefulSets it makes, whose pods carry its name."""
+    meta = workload["metadata"]
+    if workload["kind"] == LWS_KIND:
+        return (pod["metadata"].get("labels") or {}).get(LWS_NAME_LABEL) == meta["name"]
     ref = _controller(pod)
     if ref is None:
         return False
-    meta = workload["metadata"]
     if workload["kind"] == "StatefulSet":
         return ref.get("uid") == meta.get("uid")
     return ref.get("kind") == "ReplicaSet" and _replica_set_of(ref.get("name", ""), meta["name"])
@@ -180,6 +184,13 @@ def create_failures(
 def _about(event: dict[str, Any], workload: dict[str, Any]) -> bool:
     involved = event.get("involvedObject") or {}
     meta = workload["metadata"]
+    if workload["kind"] == LWS_KIND:
+        # Its leaders' StatefulSet `<lws>` and each group's workers' `<lws>-<group>`.
+        name = involved.get("name", "")
+        group = name.removeprefix(f"{meta['name']}-")
+        return involved.get("kind") == "StatefulSet" and (
+            name == meta["name"] or (group != name and group.isdigit())
+        )
     if workload["kind"] == "StatefulSet":
         return involved.get("kind") == "StatefulSet" and involved.get("uid") == meta.get("uid")
     return involved.get("kind") == "ReplicaSet" and _replica_set_of(

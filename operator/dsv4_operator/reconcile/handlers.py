@@ -17,6 +17,7 @@ import kopf
 from dsv4_operator.api import GROUP, KIND, PLURAL, VERSION
 from dsv4_operator.api.names import CANARY_SUFFIX
 from dsv4_operator.reconcile.reconciler import Reconciler
+from dsv4_operator.render.lws import LWS_GROUP, LWS_PLURAL
 from dsv4_operator.render.meta import (
     APP,
     LABEL_COMPONENT,
@@ -28,7 +29,12 @@ from dsv4_operator.render.meta import (
 from dsv4_operator.rollout.probe_job import COMPONENT as PROBE_COMPONENT
 
 log = logging.getLogger("dsv4_operator.handlers")
-WATCHED_CHILDREN = (("apps", "v1", "statefulsets"), ("apps", "v1", "deployments"))
+WATCHED_CHILDREN = (
+    ("apps", "v1", "statefulsets"),
+    ("apps", "v1", "deployments"),
+    # Served only where LWS is installed: kopf starts this watch once the CRD appears.
+    (LWS_GROUP, "v1", LWS_PLURAL),
+)
 
 
 def register(

@@ -26,6 +26,7 @@ import urllib3
 from kubernetes import client
 
 from dsv4_operator.api import GROUP, KIND, PLURAL, VERSION
+from dsv4_operator.render.lws import LWS_API_VERSION, LWS_KIND, LWS_PLURAL
 
 FIELD_MANAGER = "dsv4-operator"
 WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -52,6 +53,7 @@ RESOURCES: dict[str, Resource] = {
     "Node": Resource("/api/v1", "nodes", namespaced=False),
     "Pod": Resource("/api/v1", "pods"),
     "StatefulSet": Resource("/apis/apps/v1", "statefulsets"),
+    LWS_KIND: Resource(f"/apis/{LWS_API_VERSION}", LWS_PLURAL),
     "Deployment": Resource("/apis/apps/v1", "deployments"),
     "PodDisruptionBudget": Resource("/apis/policy/v1", "poddisruptionbudgets"),
     "NetworkPolicy": Resource("/apis/networking.k8s.io/v1", "networkpolicies"),

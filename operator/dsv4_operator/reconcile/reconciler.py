@@ -28,6 +28,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from dsv4_engine.features import Role
 from dsv4_operator import metrics
 from dsv4_operator.api import API_VERSION, KIND
 from dsv4_operator.api.errors import first_error
@@ -55,8 +56,15 @@ from dsv4_operator.reconcile.status import (
     observe_roles,
 )
 from dsv4_operator.render.engine import feature_revision
+from dsv4_operator.render.lws import LWS_API_VERSION, LWS_KIND
 from dsv4_operator.render.memory import MemorySizingError, pod_memory
-from dsv4_operator.render.meta import LABEL_INSTANCE, Owner, instance_selector, pod_selector
+from dsv4_operator.render.meta import (
+    LABEL_INSTANCE,
+    WORKLOAD_KINDS,
+    Owner,
+    instance_selector,
+    pod_selector,
+)
 from dsv4_operator.render.placement import GPU_PRODUCT_LABEL
 from dsv4_operator.render.router import router_name
 from dsv4_operator.render.workloads import HostMemory
@@ -72,6 +80,7 @@ log = logging.getLogger("dsv4_operator.reconcile")
 CHILD_KINDS = (
     "ConfigMap",
     "StatefulSet",
+    LWS_KIND,
     "Service",
     "PodDisruptionBudget",
     "ServiceAccount",
@@ -108,15 +117,30 @@ def parse_rollout(status: DSV4DeploymentStatus | None) -> RolloutStatus | None:
 
 
 def check_prerequisites(
-    kube: Kube, namespace: str, spec: DSV4DeploymentSpec, host_paths: tuple[str, ...] = ()
+    kube: Kube,
+    namespace: str,
+    spec: DSV4DeploymentSpec,
+    host_paths: tuple[str, ...] = (),
+    unserved: frozenset[str] = frozenset(),
 ) -> Problem | None:
     """What must hold before any child is written: the model's source is allowed and
-    exists, and some node has an allowed GPU (``host_paths``: the allowed host path
-    prefixes, `api.host_paths`)."""
+    exists, some node has an allowed GPU, and a multi-node role's LeaderWorkerSet API is
+    served (``host_paths``: the allowed host path prefixes, `api.host_paths`;
+    ``unserved``: child kinds the API server does not know)."""
     if spec.model.host_path is not None:
         refused = host_path_problem(spec.model.host_path, host_paths)
         if refused is not None:
             return Problem("HostPathNotAllowed", refused)
+    if LWS_KIND in unserved:
+        multi = next((r for r in Role if spec.role_spec(r).nodes_per_replica > 1), None)
+        if multi is not None:
+            nodes = spec.role_spec(multi).nodes_per_replica
+            return Problem(
+                "LeaderWorkerSetMissing",
+                f"spec.{multi.value}.nodesPerReplica: {nodes} nodes per replica run as a "
+                f"LeaderWorkerSet group, but this cluster does not serve {LWS_API_VERSION}; "
+                "install LeaderWorkerSet (kubernetes-sigs/lws) or use nodesPerReplica 1",
+            )
     products = ",".join(spec.placement.gpu_products)
     if not kube.list("Node", None, f"{GPU_PRODUCT_LABEL} in ({products})"):
         return Problem(
@@ -234,11 +258,11 @@ class Reconciler:
         bad_name = name_problem(name, spec.multinode)
         if bad_name is not None:
             return self._finish(obj, owner, previous, Problem("InvalidName", bad_name))
-        stable, canary, foreign = self._children(owner)
+        stable, canary, foreign, unserved = self._children(owner)
         pods, events = self._why_not_ready(owner, [*stable, *canary])
         now = self.clock()
         state = PassState(owner, obj, spec, previous, stable, canary, foreign, now, pods, events)
-        problem = check_prerequisites(self.kube, namespace, spec, self.model_host_paths)
+        problem = check_prerequisites(self.kube, namespace, spec, self.model_host_paths, unserved)
         rollout: RolloutPass | None = None
         actions: list[Action] = []
         if problem is None:
@@ -306,16 +330,12 @@ class Reconciler:
         rollout_status = rollout.decision.status if rollout else None
         # What the children run is the rollout's stable flags, not (yet) the spec's.
         features = rollout_status.stable.features if rollout_status else None
-        workloads = [
-            o
-            for o in (state.stable_live if state else [])
-            if o["kind"] in ("StatefulSet", "Deployment")
-        ]
+        workloads = [o for o in (state.stable_live if state else []) if o["kind"] in WORKLOAD_KINDS]
         status = decide_status(
             generation=obj["metadata"].get("generation", 0),
             features=features,
             revision=feature_revision(features) if features else None,
-            roles=observe_roles(state.spec, workloads) if state else {},
+            roles=observe_roles(state.spec, workloads, state.owner) if state else {},
             problem=problem,
             applied=bool(actions),
             previous=previous,
@@ -361,29 +381,39 @@ class Reconciler:
     # -- reading ------------------------------------------------------------------------
     def _children(
         self, owner: Owner
-    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
-        """(stable, canary, foreign) children, in one list request per kind for both slices.
-        Labels find them; the owner's UID decides whose they are: an object with this
-        deployment's labels but another owner (a deleted namespace-mate's leftovers, a
-        same-named predecessor still being garbage-collected) is foreign."""
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]], frozenset[str]]:
+        """(stable, canary, foreign) children, in one list request per kind for both slices,
+        and the kinds the API server does not serve (LeaderWorkerSet where LWS is not
+        installed: only a multi-node spec needs it).  Labels find the children; the
+        owner's UID decides whose they are: an object with this deployment's labels but
+        another owner (a deleted namespace-mate's leftovers, a same-named predecessor still
+        being garbage-collected) is foreign."""
         canary = canary_owner(owner)
         found: dict[str, list[dict[str, Any]]] = {owner.name: [], canary.name: []}
         foreign = []
+        unserved = set()
         selector = instance_selector(owner, canary)
         for kind in CHILD_KINDS:
-            for item in self.kube.list(kind, owner.namespace, selector):
+            try:
+                items = self.kube.list(kind, owner.namespace, selector)
+            except ApiError as err:
+                if err.status != 404 or kind != LWS_KIND:
+                    raise
+                unserved.add(kind)
+                continue
+            for item in items:
                 if owned_by(item, owner.uid):
                     found[item["metadata"]["labels"][LABEL_INSTANCE]].append(item)
                 else:
                     foreign.append(item)
-        return found[owner.name], found[canary.name], foreign
+        return found[owner.name], found[canary.name], foreign, frozenset(unserved)
 
     def _why_not_ready(
         self, owner: Owner, children: list[dict[str, Any]]
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """(pods, FailedCreate Events) of both slices, read only while one of their
         workloads is not settled: a steady-state pass reads neither."""
-        workloads = [o for o in children if o["kind"] in ("StatefulSet", "Deployment")]
+        workloads = [o for o in children if o["kind"] in WORKLOAD_KINDS]
         if all(settled(w) for w in workloads):
             return [], []
         pods = self.kube.list("Pod", owner.namespace, pod_selector(owner, canary_owner(owner)))

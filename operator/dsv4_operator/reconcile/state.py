@@ -10,7 +10,7 @@ from typing import Any
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.api.status import DSV4DeploymentStatus
 from dsv4_operator.reconcile.blockers import Blocker, blockers
-from dsv4_operator.render.meta import Owner
+from dsv4_operator.render.meta import WORKLOAD_KINDS, Owner
 
 
 @dataclass(frozen=True)
@@ -30,12 +30,8 @@ class PassState:
 
     @property
     def workloads(self) -> list[dict[str, Any]]:
-        """The StatefulSets and Deployments of both slices."""
-        return [
-            o
-            for o in [*self.stable_live, *self.canary_live]
-            if o["kind"] in ("StatefulSet", "Deployment")
-        ]
+        """The engine workloads and router Deployments of both slices."""
+        return [o for o in [*self.stable_live, *self.canary_live] if o["kind"] in WORKLOAD_KINDS]
 
     @property
     def blockers(self) -> list[Blocker]:

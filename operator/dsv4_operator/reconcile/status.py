@@ -16,7 +16,8 @@ from dsv4_operator.api.status import (
 )
 from dsv4_operator.api.times import parse_stamp
 from dsv4_operator.reconcile.blockers import Blocker, blockers_text
-from dsv4_operator.render.meta import LABEL_COMPONENT, LABEL_GROUP_ROLE, LABEL_SLOT
+from dsv4_operator.render.meta import ENGINE_KINDS, LABEL_COMPONENT, Owner
+from dsv4_operator.render.workloads import serving_labels
 
 
 @dataclass(frozen=True)
@@ -27,9 +28,10 @@ class Problem:
     message: str
 
 
-def _set_progress(obj: dict[str, Any]) -> tuple[int, int]:
-    """(ready, updated) pods of a StatefulSet or Deployment; updated counts only once the
-    controller has seen the latest spec."""
+def _progress(obj: dict[str, Any]) -> tuple[int, int]:
+    """(ready, updated) replicas of a workload; updated counts only once its controller has
+    seen the latest spec.  A StatefulSet or Deployment counts pods, one per replica; a
+    LeaderWorkerSet counts groups, and a group is ready only when all its pods are."""
     status = obj.get("status") or {}
     ready = status.get("readyReplicas", 0)
     current = status.get("observedGeneration", 0) >= obj["metadata"].get("generation", 0)
@@ -37,47 +39,31 @@ def _set_progress(obj: dict[str, Any]) -> tuple[int, int]:
     return ready, updated
 
 
-def _slot_progress(nodes: int, sets: list[dict[str, Any]]) -> tuple[int, int]:
-    """(ready, updated) replicas of one slot's sets of a role: a multi-node replica counts
-    once all its pods do."""
-    leaders = [s for s in sets if s["metadata"]["labels"].get(LABEL_GROUP_ROLE) != "worker"]
-    workers = [s for s in sets if s not in leaders]
-    groups = [(leaders, 1)] + ([(workers, nodes - 1)] if nodes > 1 else [])
-    if not all(group for group, _ in groups):
-        return 0, 0
-    counts = [
-        (ready // per_replica, updated // per_replica)
-        for group, per_replica in groups
-        for ready, updated in [_set_progress(group[0])]
-    ]
-    return min(c[0] for c in counts), min(c[1] for c in counts)
-
-
-def role_status(desired: int, nodes: int, sets: list[dict[str, Any]]) -> RoleStatus:
-    """Replicas (not pods) of a role, summed over its slots: during a paired promotion both
-    slots serve, and each counts what it has."""
-    by_slot: dict[str, list[dict[str, Any]]] = {}
-    for s in sets:
-        by_slot.setdefault(s["metadata"]["labels"].get(LABEL_SLOT, ""), []).append(s)
-    ready = updated = 0
-    for slot_sets in by_slot.values():
-        slot_ready, slot_updated = _slot_progress(nodes, slot_sets)
-        ready, updated = ready + slot_ready, updated + slot_updated
-    return RoleStatus(desired=desired, ready=ready, updated=updated, summary=f"{ready}/{desired}")
+def role_status(
+    desired: int, workloads: list[dict[str, Any]], selector: str | None = None
+) -> RoleStatus:
+    """Replicas (not pods) of a role, summed over its slots' workloads: during a paired
+    promotion both slots serve, and each counts what it has."""
+    counts = [_progress(w) for w in workloads]
+    ready, updated = sum(c[0] for c in counts), sum(c[1] for c in counts)
+    summary = f"{ready}/{desired}"
+    return RoleStatus(
+        desired=desired, ready=ready, updated=updated, summary=summary, selector=selector
+    )
 
 
 def observe_roles(
-    spec: DSV4DeploymentSpec, workloads: list[dict[str, Any]]
+    spec: DSV4DeploymentSpec, workloads: list[dict[str, Any]], owner: Owner
 ) -> dict[str, RoleStatus]:
     def component(name: str) -> list[dict[str, Any]]:
         return [w for w in workloads if w["metadata"]["labels"].get(LABEL_COMPONENT) == name]
 
     roles: dict[str, RoleStatus] = {}
     for role in Role:
-        role_spec = spec.role_spec(role)
-        sets = [w for w in component(role.value) if w["kind"] == "StatefulSet"]
-        roles[role.value] = role_status(role_spec.replicas, role_spec.nodes_per_replica, sets)
-    roles["router"] = role_status(spec.router.replicas, 1, component("router"))
+        engines = [w for w in component(role.value) if w["kind"] in ENGINE_KINDS]
+        serving = ",".join(f"{k}={v}" for k, v in serving_labels(owner, role).items())
+        roles[role.value] = role_status(spec.role_spec(role).replicas, engines, serving)
+    roles["router"] = role_status(spec.router.replicas, component("router"))
     return roles
 
 

@@ -44,16 +44,11 @@ def engine_config(
     role_spec = spec.role_spec(role)
     multinode = None
     if role_spec.nodes_per_replica > 1:
-        multinode = MultiNode(
-            nnodes=role_spec.nodes_per_replica,
-            leader_stateful_set=role_name(owner, role, slot),
-            headless_service=role_name(owner, role, slot),
-            namespace=owner.namespace,
-            dist_init_port=DIST_INIT_PORT,
-        )
+        multinode = MultiNode(nnodes=role_spec.nodes_per_replica, dist_init_port=DIST_INIT_PORT)
     return EngineConfig(
         role=role,
         backend=spec.engine,
+        reference_model=spec.model.reference_model,
         model_path=model_path(spec),
         served_model_name=spec.model.served_model_name,
         tool_call_parser=spec.model.tool_call_parser,

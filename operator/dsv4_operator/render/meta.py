@@ -7,6 +7,7 @@ from typing import Any
 
 from dsv4_operator.api import API_VERSION, KIND
 from dsv4_operator.api.rollout import Slot
+from dsv4_operator.render.lws import LWS_KIND
 
 MANAGED_BY = "dsv4-operator"
 APP = "dsv4"  # the app.kubernetes.io/name of every child and every pod it runs
@@ -24,6 +25,10 @@ PROBE_COMPONENT = "probe"
 REPORT_COMPONENT = "rollout-report"
 ANNOTATION_CONFIG_HASH = "inference.dsv4.dev/engine-config-hash"
 ANNOTATION_APPLIED_HASH = "inference.dsv4.dev/applied-hash"
+# What runs a role's engines: a StatefulSet (one node per replica) or a LeaderWorkerSet
+# (several; `render.workloads`).  With the router's Deployment: every workload of a slot.
+ENGINE_KINDS = ("StatefulSet", LWS_KIND)
+WORKLOAD_KINDS = (*ENGINE_KINDS, "Deployment")
 
 
 def slot_selector(slot: Slot) -> dict[str, str]:

@@ -9,20 +9,30 @@ from dsv4_operator.api.spec import PlacementSpec
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_RESOURCE = "nvidia.com/gpu"
 HOSTNAME_KEY = "kubernetes.io/hostname"
+
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 
 
-def affinity(placement: PlacementSpec, role_selector: dict[str, str]) -> dict[str, Any]:
-    """Allowed GPU products (required), and at most one pod of a role per node (required).
+def affinity(
+    placement: PlacementSpec, role_selector: dict[str, str], group_key: str | None = None
+) -> dict[str, Any]:
+    """Allowed GPU products (required), at most one pod of a role per node (required), and
+    with ``group_key`` (the label one multi-node replica's pods share) and
+    `placement.topologyKey`: every pod of a replica in its group's topology domain.
 
-    One pod per node also keeps the nodes of a multi-node replica on distinct hosts.
+    One pod per node also keeps the nodes of a multi-node replica on distinct hosts.  The
+    group term is plain pod affinity, not LWS's exclusive topology: exclusive would give
+    each group a whole NVLink domain (an NVL72 rack for a 4-tray prefill replica), while a
+    rack can hold several replicas.  `matchLabelKeys` fills in the incoming pod's own group
+    key, so one template serves every group; the first pod of a group may land in any
+    domain (the scheduler lets a pod that matches its own term start one).
     """
     product_term = {
         "matchExpressions": [
             {"key": GPU_PRODUCT_LABEL, "operator": "In", "values": list(placement.gpu_products)}
         ]
     }
-    return {
+    terms: dict[str, Any] = {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [product_term]}
         },
@@ -32,6 +42,14 @@ def affinity(placement: PlacementSpec, role_selector: dict[str, str]) -> dict[st
             ]
         },
     }
+    if group_key is not None and placement.topology_key is not None:
+        same_group = {
+            "labelSelector": {"matchLabels": role_selector},
+            "matchLabelKeys": [group_key],
+            "topologyKey": placement.topology_key,
+        }
+        terms["podAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [same_group]}
+    return terms
 
 
 def tolerations(placement: PlacementSpec) -> list[dict[str, Any]]:
@@ -44,7 +62,8 @@ def tolerations(placement: PlacementSpec) -> list[dict[str, Any]]:
 def topology_spread(
     placement: PlacementSpec, role_selector: dict[str, str]
 ) -> list[dict[str, Any]]:
-    """Spread a role's pods over NVLink domains when the user names the domain label."""
+    """Spread a role's pods over NVLink domains when the user names the domain label (a
+    preference: a multi-node replica's own pods are held in one domain by `affinity`)."""
     if placement.topology_key is None:
         return []
     return [
@@ -57,10 +76,12 @@ def topology_spread(
     ]
 
 
-def pod_placement(placement: PlacementSpec, role_selector: dict[str, str]) -> dict[str, Any]:
+def pod_placement(
+    placement: PlacementSpec, role_selector: dict[str, str], group_key: str | None = None
+) -> dict[str, Any]:
     """The placement part of a pod spec, empty fields left out."""
     fields: dict[str, Any] = {
-        "affinity": affinity(placement, role_selector),
+        "affinity": affinity(placement, role_selector, group_key),
         "tolerations": tolerations(placement),
     }
     if placement.node_selector:

@@ -1,10 +1,17 @@
-"""Per-role engine objects: StatefulSets, the headless Service, the PodDisruptionBudget.
+"""Per-role engine objects: the workload, its headless Service, the PodDisruptionBudget.
 
-A role with `nodesPerReplica` N > 1 has two StatefulSets: the leaders (node rank 0, one
-pod per replica, the only pods serving HTTP, the ones the router discovers) and the
-workers (ranks 1..N-1).  Both scale with `replicas`, so a replica change touches only the
-role's own objects; `dsv4_engine.engine_config.place_pod` maps a pod's ordinal to its node
-rank and rank-0 address.
+One pod template per place in a replica (`_pod_template`), two wrappers:
+
+- a single-node role (`nodesPerReplica` 1) is a StatefulSet: one pod is one replica, so a
+  StatefulSet already restarts and rolls replica by replica, and such a deployment needs
+  nothing installed beyond Kubernetes;
+- a multi-node role is a LeaderWorkerSet (kubernetes-sigs/lws): one group of N pods per
+  replica, the leader (node rank 0, the only pod serving HTTP, the one the router
+  discovers) and N-1 workers.  LWS restarts a group as one (`RecreateGroupOnPodRestart`:
+  SGLang's ranks cannot rejoin a running engine) and rolls group by group, so no replica
+  ever runs ranks of two revisions.  Each pod finds its rank and its leader in the
+  environment LWS gives it (`dsv4_engine.engine_config.place_pod`); LWS makes the group's
+  headless Service itself.
 """
 
 from __future__ import annotations
@@ -14,7 +21,6 @@ from typing import Any
 
 from dsv4_engine.engine_config import GroupRole
 from dsv4_engine.features import Role
-from dsv4_operator.api.names import WORKERS_SUFFIX
 from dsv4_operator.api.spec import DSV4DeploymentSpec, RoleSpec
 from dsv4_operator.render.engine import (
     DIST_INIT_PORT,
@@ -23,6 +29,7 @@ from dsv4_operator.render.engine import (
     config_map_name,
     role_name,
 )
+from dsv4_operator.render.lws import LWS_API_VERSION, LWS_GROUP_KEY, LWS_KIND
 from dsv4_operator.render.meta import (
     ANNOTATION_CONFIG_HASH,
     LABEL_GROUP_ROLE,
@@ -67,10 +74,6 @@ def _engine_container(
 ) -> dict[str, Any]:
     role_spec = spec.role_spec(role)
     env = [{"name": e.name, "value": e.value} for e in role_spec.env]
-    env += [
-        {"name": "DSV4_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-        {"name": "DSV4_GROUP_ROLE", "value": group_role.value},
-    ]
     ports = [{"name": "dist", "containerPort": DIST_INIT_PORT}]
     container: dict[str, Any] = {
         "name": "engine",
@@ -106,7 +109,17 @@ def engine_pod_labels(owner: Owner, role: Role, slot: Slot, transfer: str) -> di
     return {**labels, LABEL_SLOT: slot.value, LABEL_TRANSFER: transfer}
 
 
-def _stateful_set(
+def serving_labels(owner: Owner, role: Role) -> dict[str, str]:
+    """The labels of a role's serving pods in every slot of the stable slice: one per
+    replica, the node-rank-0 pod (what an autoscaler reads a role's load from)."""
+    return {**selector_labels(owner, role.value), LABEL_GROUP_ROLE: GroupRole.LEADER.value}
+
+
+def workload_kind(role_spec: RoleSpec) -> str:
+    return LWS_KIND if role_spec.nodes_per_replica > 1 else "StatefulSet"
+
+
+def _pod_template(
     owner: Owner,
     spec: DSV4DeploymentSpec,
     role: Role,
@@ -116,18 +129,17 @@ def _stateful_set(
     slot: Slot,
     transfer: str,
 ) -> dict[str, Any]:
-    role_spec = spec.role_spec(role)
-    base = role_name(owner, role, slot)
-    name = base if group_role is GroupRole.LEADER else f"{base}{WORKERS_SUFFIX}"
-    replicas = role_spec.replicas * (
-        1 if group_role is GroupRole.LEADER else role_spec.nodes_per_replica - 1
-    )
-    selector = {**selector_labels(owner, role.value), **slot_selector(slot)}
-    selector[LABEL_GROUP_ROLE] = group_role.value
-    pod_labels = {**engine_pod_labels(owner, role, slot, transfer), **selector}
+    """The pod of one place in a replica (leader or worker), whatever wraps it."""
+    role_selector = selector_labels(owner, role.value)
+    labels = {
+        **engine_pod_labels(owner, role, slot, transfer),
+        **slot_selector(slot),
+        LABEL_GROUP_ROLE: group_role.value,
+    }
     annotations = {ANNOTATION_CONFIG_HASH: config_hash}
     if role is Role.PREFILL and group_role is GroupRole.LEADER:
         annotations[BOOTSTRAP_PORT_ANNOTATION] = str(spec.disaggregation.bootstrap_port)
+    multinode = spec.role_spec(role).nodes_per_replica > 1
     pod_spec = {
         # Engines never call the Kubernetes API: no token in their pods.
         "automountServiceAccountToken": False,
@@ -144,24 +156,68 @@ def _stateful_set(
             _model_volume(spec),
             {"name": "shm", "emptyDir": {"medium": "Memory"}},
         ],
-        **pod_placement(spec.placement, selector_labels(owner, role.value)),
+        **pod_placement(spec.placement, role_selector, LWS_GROUP_KEY if multinode else None),
     }
-    meta = metadata(owner, name, role.value)
+    return {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod_spec}
+
+
+def _workload_metadata(owner: Owner, role: Role, slot: Slot) -> dict[str, Any]:
+    meta = metadata(owner, role_name(owner, role, slot), role.value)
     meta["labels"][LABEL_SLOT] = slot.value
-    # On the set itself too: status and rollout records tell a role's leaders from its workers.
-    meta["labels"][LABEL_GROUP_ROLE] = group_role.value
+    return meta
+
+
+def _stateful_set(
+    owner: Owner, role: Role, replicas: int, template: dict[str, Any], slot: Slot
+) -> dict[str, Any]:
+    """A single-node role: one pod per replica."""
+    selector = {**selector_labels(owner, role.value), **slot_selector(slot)}
+    # In the (immutable) selector since the sets had leader and worker siblings.
+    selector[LABEL_GROUP_ROLE] = GroupRole.LEADER.value
+    meta = _workload_metadata(owner, role, slot)
+    meta["labels"][LABEL_GROUP_ROLE] = GroupRole.LEADER.value
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
         "metadata": meta,
         "spec": {
             "replicas": replicas,
-            "serviceName": base,
+            "serviceName": role_name(owner, role, slot),
             "podManagementPolicy": "Parallel",
             "selector": {"matchLabels": selector},
-            "template": {
-                "metadata": {"labels": pod_labels, "annotations": annotations},
-                "spec": pod_spec,
+            "template": template,
+        },
+    }
+
+
+def _leader_worker_set(
+    owner: Owner,
+    role: Role,
+    role_spec: RoleSpec,
+    leader: dict[str, Any],
+    worker: dict[str, Any],
+    slot: Slot,
+) -> dict[str, Any]:
+    """A multi-node role: one LWS group per replica, group size = nodes per replica."""
+    return {
+        "apiVersion": LWS_API_VERSION,
+        "kind": LWS_KIND,
+        "metadata": _workload_metadata(owner, role, slot),
+        "spec": {
+            "replicas": role_spec.replicas,
+            # Workers start with their leader, not after it is Ready: rank 0 becomes Ready
+            # only once every rank has joined it.
+            "startupPolicy": "LeaderCreated",
+            "rolloutStrategy": {
+                "type": "RollingUpdate",
+                "rollingUpdateConfiguration": {"maxUnavailable": 1, "maxSurge": 0},
+            },
+            "networkConfig": {"subdomainPolicy": "Shared"},
+            "leaderWorkerTemplate": {
+                "size": role_spec.nodes_per_replica,
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "leaderTemplate": leader,
+                "workerTemplate": worker,
             },
         },
     }
@@ -210,12 +266,15 @@ def role_objects(
 ) -> list[dict[str, Any]]:
     role_spec = spec.role_spec(role)
     memory = host_memory(spec, role)
-    groups = [GroupRole.LEADER] + ([GroupRole.WORKER] if role_spec.nodes_per_replica > 1 else [])
-    sets = [
-        _stateful_set(owner, spec, role, g, config_hash, memory, slot, transfer) for g in groups
-    ]
-    return [
-        *sets,
-        _headless_service(owner, role, slot),
-        _disruption_budget(owner, role, role_spec, slot),
-    ]
+
+    def template(group_role: GroupRole) -> dict[str, Any]:
+        return _pod_template(owner, spec, role, group_role, config_hash, memory, slot, transfer)
+
+    budget = _disruption_budget(owner, role, role_spec, slot)
+    if workload_kind(role_spec) == LWS_KIND:
+        lws = _leader_worker_set(
+            owner, role, role_spec, template(GroupRole.LEADER), template(GroupRole.WORKER), slot
+        )
+        return [lws, budget]
+    sts = _stateful_set(owner, role, role_spec.replicas, template(GroupRole.LEADER), slot)
+    return [sts, _headless_service(owner, role, slot), budget]

@@ -9,21 +9,32 @@ from typing import Any
 
 from dsv4_engine.features import Role
 from dsv4_operator.api.rollout import Slot
+from dsv4_operator.render.lws import LWS_KIND
 from dsv4_operator.render.meta import (
     ANNOTATION_APPLIED_HASH,
     ANNOTATION_CONFIG_HASH,
+    ENGINE_KINDS,
     LABEL_COMPONENT,
     LABEL_SLOT,
+    WORKLOAD_KINDS,
 )
 
 
-def _template_hash(stateful_set: dict[str, Any]) -> str | None:
-    template = stateful_set.get("spec", {}).get("template", {}).get("metadata", {})
-    return (template.get("annotations") or {}).get(ANNOTATION_CONFIG_HASH)
+def _template_hash(workload: dict[str, Any]) -> str | None:
+    """The engine config hash a workload's pods are made with (an LWS's leaders and workers
+    carry the same one)."""
+    spec = workload.get("spec", {})
+    if workload["kind"] == LWS_KIND:
+        spec = spec.get("leaderWorkerTemplate", {})
+        template = spec.get("leaderTemplate") or spec.get("workerTemplate") or {}
+    else:
+        template = spec.get("template", {})
+    return (template.get("metadata", {}).get("annotations") or {}).get(ANNOTATION_CONFIG_HASH)
 
 
 def settled(workload: dict[str, Any]) -> bool:
-    """Every replica is updated to the current template and ready."""
+    """Every replica is updated to the current template and ready (an LWS counts groups,
+    and has no revisions in its status: its updated groups are the current template's)."""
     spec, status = workload.get("spec", {}), workload.get("status") or {}
     want = spec.get("replicas", 1)
     if status.get("observedGeneration", 0) < workload["metadata"].get("generation", 0):
@@ -40,14 +51,15 @@ def settled(workload: dict[str, Any]) -> bool:
 
 
 def rolled_roles(desired: list[dict[str, Any]], live: list[dict[str, Any]]) -> frozenset[Role]:
-    """Roles whose live StatefulSets run the engine config rendered now, all replicas Ready."""
-    live_sets = {o["metadata"]["name"]: o for o in live if o["kind"] == "StatefulSet"}
+    """Roles whose live engine workloads run the engine config rendered now, all replicas
+    Ready."""
+    live_sets = {o["metadata"]["name"]: o for o in live if o["kind"] in ENGINE_KINDS}
     done = set()
     for role in Role:
         wanted = [
             o
             for o in desired
-            if o["kind"] == "StatefulSet"
+            if o["kind"] in ENGINE_KINDS
             and o["metadata"]["labels"].get(LABEL_COMPONENT) == role.value
         ]
         if wanted and all(
@@ -63,12 +75,12 @@ def rolled_roles(desired: list[dict[str, Any]], live: list[dict[str, Any]]) -> f
 def slice_ready(desired: list[dict[str, Any]], live: list[dict[str, Any]]) -> bool:
     """Every workload of a slice exists with the rendered config and is settled."""
     live_by_name = {(o["kind"], o["metadata"]["name"]): o for o in live}
-    workloads = [o for o in desired if o["kind"] in ("StatefulSet", "Deployment")]
+    workloads = [o for o in desired if o["kind"] in WORKLOAD_KINDS]
     for want in workloads:
         current = live_by_name.get((want["kind"], want["metadata"]["name"]))
         if current is None or not settled(current):
             return False
-        if want["kind"] == "StatefulSet" and _template_hash(current) != _template_hash(want):
+        if want["kind"] in ENGINE_KINDS and _template_hash(current) != _template_hash(want):
             return False
     return bool(workloads)
 
@@ -81,7 +93,7 @@ def settled_slots(desired: list[dict[str, Any]], live: list[dict[str, Any]]) -> 
     state: dict[Slot, bool] = {}
     for want in desired:
         slot = (want["metadata"].get("labels") or {}).get(LABEL_SLOT)
-        if want["kind"] not in ("StatefulSet", "Deployment") or slot is None:
+        if want["kind"] not in WORKLOAD_KINDS or slot is None:
             continue
         current = live_by_name.get((want["kind"], want["metadata"]["name"]))
         done = current is not None and _applied(current) == _applied(want) and settled(current)

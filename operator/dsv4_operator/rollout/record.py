@@ -16,12 +16,17 @@ from pydantic import ValidationError
 
 from dsv4_engine.features import Role
 from dsv4_operator.api.rollout import FlagSet, Slot
-from dsv4_operator.render.meta import LABEL_COMPONENT, LABEL_GROUP_ROLE, LABEL_SLOT
+from dsv4_operator.render.meta import (
+    ENGINE_KINDS,
+    LABEL_COMPONENT,
+    LABEL_GROUP_ROLE,
+    LABEL_SLOT,
+    WORKLOAD_KINDS,
+)
 
 ANNOTATION_STABLE = "inference.dsv4.dev/stable-flags"
 ANNOTATION_RUNS = "inference.dsv4.dev/flags"
 ANNOTATION_REJECTED = "inference.dsv4.dev/rejected-revision"
-WORKLOAD_KINDS = ("StatefulSet", "Deployment")
 
 
 def _dump(flags: FlagSet) -> str:
@@ -29,9 +34,10 @@ def _dump(flags: FlagSet) -> str:
 
 
 def role_of(workload: dict[str, Any]) -> Role | None:
-    """The engine role of a role's leader StatefulSet; None for anything else."""
+    """The engine role of a role's engine workload; None for anything else (a workers'
+    StatefulSet of an older operator included)."""
     labels = workload["metadata"].get("labels") or {}
-    if workload["kind"] != "StatefulSet" or labels.get(LABEL_GROUP_ROLE) == "worker":
+    if workload["kind"] not in ENGINE_KINDS or labels.get(LABEL_GROUP_ROLE) == "worker":
         return None
     component = labels.get(LABEL_COMPONENT)
     return Role(component) if component in tuple(Role) else None
@@ -44,7 +50,7 @@ def with_record(
     rejected: str | None,
 ) -> list[dict[str, Any]]:
     """``objects`` with the record on every workload: the stable flags, the rejected
-    revision, and on each role's StatefulSets the flags that role runs."""
+    revision, and on each role's engine workload the flags that role runs."""
     out = []
     for obj in objects:
         if obj["kind"] not in WORKLOAD_KINDS:
@@ -55,7 +61,7 @@ def with_record(
         if rejected is not None:
             record[ANNOTATION_REJECTED] = rejected
         component = (meta.get("labels") or {}).get(LABEL_COMPONENT)
-        if obj["kind"] == "StatefulSet" and component in tuple(Role):
+        if obj["kind"] in ENGINE_KINDS and component in tuple(Role):
             record[ANNOTATION_RUNS] = _dump(runs[Role(component)])
         annotations = {**meta.get("annotations", {}), **record}
         out.append({**obj, "metadata": {**meta, "annotations": annotations}})

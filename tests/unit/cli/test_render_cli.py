@@ -104,8 +104,11 @@ def test_every_shipped_sample_renders(capsys):
     for path in sorted(SHIPPED_DIR.glob("*.yaml")):
         if yaml.safe_load(path.read_text()).get("kind") != KIND:
             continue
+        spec = yaml.safe_load(path.read_text())["spec"]
+        multinode = any(spec[r].get("nodesPerReplica", 1) > 1 for r in ("prefill", "decode"))
         kinds = {o["kind"] for o in rendered(capsys, str(path))}
-        assert {"StatefulSet", "Deployment", "Service", "ConfigMap"} <= kinds, path
+        engines = "LeaderWorkerSet" if multinode else "StatefulSet"
+        assert {engines, "Deployment", "Service", "ConfigMap"} <= kinds, path
 
 
 @pytest.mark.parametrize(

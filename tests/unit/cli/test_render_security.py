@@ -19,6 +19,7 @@ from dsv4_operator.render.security import IMAGE_UID
 ROOT = Path(__file__).resolve().parents[3]
 SAMPLES = sorted(p for p in SHIPPED_DIR.glob("*-*.yaml"))
 WORKLOADS = ("StatefulSet", "Deployment", "Job")
+LWS_TEMPLATES = ("leaderTemplate", "workerTemplate")
 POD_CONTEXT = {
     "runAsNonRoot": True,
     "runAsUser": IMAGE_UID,
@@ -34,8 +35,13 @@ def rendered(capsys, path, *extra):
 
 
 def pods(objects):
-    """(workload, pod spec) of every workload rendered."""
-    return [(o, o["spec"]["template"]["spec"]) for o in objects if o["kind"] in WORKLOADS]
+    """(workload, pod spec) of every workload rendered, both templates of a LeaderWorkerSet."""
+    out = [(o, o["spec"]["template"]["spec"]) for o in objects if o["kind"] in WORKLOADS]
+    for o in objects:
+        if o["kind"] == "LeaderWorkerSet":
+            group = o["spec"]["leaderWorkerTemplate"]
+            out += [(o, group[t]["spec"]) for t in LWS_TEMPLATES]
+    return out
 
 
 def component(workload):

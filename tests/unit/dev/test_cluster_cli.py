@@ -62,9 +62,39 @@ def test_gpu_nodes_have_labels_capacity_and_taint():
         "pods": "110",
         "ephemeral-storage": "4Ti",
         "nvidia.com/gpu": "8",
+        "rdma/ib": "8",
+        "hugepages-1Gi": "64Gi",
     }
     assert node["spec"]["taints"] == [
         {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
     ]
     assert node["metadata"]["annotations"]["kwok.x-k8s.io/node"] == "fake"
     assert len({n["metadata"]["name"] for n in nodes}) == 6
+
+
+def test_gb200_nodes_split_into_cliques_of_consecutive_trays():
+    pools = default_pools(gpu_nodes=36, gpu_product="NVIDIA-GB200", gpus_per_node=4, gpu_cliques=2)
+    gpu = [n for n in node_manifests(pools) if "nvidia.com/gpu.product" in n["metadata"]["labels"]]
+    cliques = [n["metadata"]["labels"]["nvidia.com/gpu.clique"] for n in gpu]
+    assert len(set(cliques)) == 2
+    assert cliques[:18] == [cliques[0]] * 18 and cliques[18:] == [cliques[18]] * 18
+    plain = node_manifests(default_pools(gpu_nodes=2))
+    assert not any("nvidia.com/gpu.clique" in n["metadata"]["labels"] for n in plain)
+
+
+def test_more_cliques_than_gpu_nodes_is_one_line_naming_the_flag(tmp_path, capsys):
+    code = main(
+        ["cluster", "--name", "x", "--workdir", str(tmp_path), "up"]
+        + ["--gpu-nodes", "2", "--gpu-cliques", "3"]
+    )
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1, err
+    assert "--gpu-cliques 3: must be between 0 and --gpu-nodes (2)" in err
+
+
+def test_missing_lws_controller_names_it_and_the_fix(tmp_path, monkeypatch):
+    from dsv4_dev.cluster.binaries import MissingBinaryError, lws_file
+
+    monkeypatch.setenv("DSV4_LWS_DIR", str(tmp_path / "empty"))
+    with pytest.raises(MissingBinaryError, match="lws-controller not found .*make control-plane"):
+        lws_file("lws-controller")

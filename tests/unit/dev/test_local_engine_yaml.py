@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from dsv4_dev.localrun.runtime import INJECT_ENV, NotReference, local_engine_yaml
+from dsv4_dev.localrun.runtime import NotReference, local_engine_yaml
+from dsv4_engine.commands.launch import UNGATED_INDEX_K_ENV
 from dsv4_engine.engine_config import Backend, EngineConfig, dump_engine_yaml, load_engine_yaml
 from dsv4_engine.features import EngineFeatures, FaultInjection, HiCacheFeature, IndexDtype, Role
 
@@ -43,7 +44,10 @@ def test_flags_are_kept_and_cpu_only_fields_are_replaced():
 def test_the_demo_fault_reaches_the_engine_as_its_environment_switch():
     features = EngineFeatures(fault_injection=FaultInjection(ungated_index_k=True))
     _, env = local_engine_yaml(rendered(features), port=31001, bootstrap_port=31002)
-    assert env == {INJECT_ENV: "1"}
+    assert env == {UNGATED_INDEX_K_ENV: "1"}
+    aimed = EngineFeatures(fault_injection=FaultInjection(ungated_index_k=True, ungated_share=0.15))
+    _, env = local_engine_yaml(rendered(aimed), port=31001, bootstrap_port=31002)
+    assert env == {UNGATED_INDEX_K_ENV: "0.15"}
 
 
 def test_an_sglang_pod_is_never_swapped_for_the_reference_engine():

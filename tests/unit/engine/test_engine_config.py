@@ -5,14 +5,12 @@ from pydantic import ValidationError
 
 from dsv4_engine.engine_config import (
     EngineConfig,
-    GroupRole,
     MultiNode,
     dump_engine_yaml,
     load_engine_yaml,
     owned_flag_in,
     place_pod,
     plugin_env,
-    pod_ordinal,
     to_sglang_args,
 )
 from dsv4_engine.features import EngineFeatures, HiCacheFeature, IndexDtype, KvCanary, Role
@@ -57,26 +55,39 @@ def test_dp_attention_and_fp4_indexer():
     assert "--enable-deepseek-v4-fp4-indexer" in args
 
 
-def test_multi_node_needs_and_uses_the_rendezvous():
-    mn = MultiNode(
-        nnodes=3, leader_stateful_set="f-prefill", headless_service="f-prefill", namespace="ns"
-    )
+# What LWS's pod webhook sets in a group's pods (lws pkg/utils/pod AddLWSVariables):
+# `<lws>-<group>.<lws>.<namespace>` for the leader, the pod's worker index, the group size.
+LWS_ENV = {"LWS_LEADER_ADDRESS": "f-prefill-2.f-prefill.ns", "LWS_GROUP_SIZE": "3"}
+
+
+def test_multi_node_rank_and_rendezvous_come_from_the_lws_group():
+    mn = MultiNode(nnodes=3)
     cfg = config(multinode=mn)
     with pytest.raises(ValueError, match="dist_init_addr"):
         to_sglang_args(cfg)
-    placement = place_pod(mn, GroupRole.WORKER, pod_ordinal("f-prefill-workers-5"))
-    assert placement.node_rank == 2  # worker 5 of 2 per replica: replica 2, rank 1+1
-    assert placement.dist_init_addr == "f-prefill-2.f-prefill.ns.svc:5000"
+    placement = place_pod(mn, {**LWS_ENV, "LWS_WORKER_INDEX": "2"})
+    assert placement.node_rank == 2
+    assert placement.dist_init_addr == "f-prefill-2.f-prefill.ns:5000"
     args = to_sglang_args(cfg, placement.node_rank, placement.dist_init_addr)
     assert value(args, "--nnodes") == "3" and value(args, "--node-rank") == "2"
-    leader = place_pod(mn, GroupRole.LEADER, 1)
-    assert (leader.node_rank, leader.dist_init_addr) == (0, "f-prefill-1.f-prefill.ns.svc:5000")
+    leader = place_pod(mn, {**LWS_ENV, "LWS_WORKER_INDEX": "0"})
+    assert (leader.node_rank, leader.dist_init_addr) == (0, "f-prefill-2.f-prefill.ns:5000")
 
 
-@pytest.mark.parametrize("name", ["nodash", "a-b-x", "-3"])
-def test_pod_ordinal_refuses_non_statefulset_names(name):
-    with pytest.raises(ValueError, match="StatefulSet pod name"):
-        pod_ordinal(name)
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({}, "LWS_LEADER_ADDRESS, LWS_WORKER_INDEX, LWS_GROUP_SIZE not set"),
+        ({**LWS_ENV, "LWS_WORKER_INDEX": "3"}, "LWS_WORKER_INDEX='3' is not a rank below 3"),
+        (
+            {**LWS_ENV, "LWS_WORKER_INDEX": "1", "LWS_GROUP_SIZE": "4"},
+            "LWS_GROUP_SIZE='4', but the engine config has nnodes 3",
+        ),
+    ],
+)
+def test_a_pod_outside_a_matching_group_is_refused(env, message):
+    with pytest.raises(ValueError, match=message):
+        place_pod(MultiNode(nnodes=3), env)
 
 
 def test_extra_args_cannot_set_owned_flags_even_abbreviated():

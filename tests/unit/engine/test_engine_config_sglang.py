@@ -8,7 +8,6 @@ from dsv4_engine.engine_config import (
     OPERATOR_OWNED_FLAGS,
     Disaggregation,
     EngineConfig,
-    GroupRole,
     MultiNode,
     place_pod,
     to_sglang_args,
@@ -36,9 +35,7 @@ def full_config():
         dp=4,
         ep=8,
         enable_dp_attention=True,
-        multinode=MultiNode(
-            nnodes=2, leader_stateful_set="f-prefill", headless_service="f-prefill", namespace="ns"
-        ),
+        multinode=MultiNode(nnodes=2),
         disaggregation=Disaggregation(transfer_backend="nixl", ib_devices=("mlx5_0", "mlx5_1")),
         features=EngineFeatures(
             hicache=HiCacheFeature(
@@ -53,14 +50,19 @@ def full_config():
 
 def test_every_rendered_flag_parses_to_the_intended_value(parser):
     cfg = full_config()
-    placement = place_pod(cfg.multinode, GroupRole.WORKER, 0)
+    lws_env = {
+        "LWS_LEADER_ADDRESS": "f-prefill-0.f-prefill.ns",
+        "LWS_WORKER_INDEX": "1",
+        "LWS_GROUP_SIZE": "2",
+    }
+    placement = place_pod(cfg.multinode, lws_env)
     ns = parser.parse_args(to_sglang_args(cfg, placement.node_rank, placement.dist_init_addr))
     assert ns.model_path == "/models/flash"
     assert ns.served_model_name == "deepseek-v4-flash"
     assert ns.tool_call_parser == "deepseekv4"
     assert (ns.tp_size, ns.attn_dp_size, ns.ep_size) == (16, 4, 8)
     assert (ns.nnodes, ns.node_rank) == (2, 1)
-    assert ns.dist_init_addr == "f-prefill-0.f-prefill.ns.svc:5000"
+    assert ns.dist_init_addr == "f-prefill-0.f-prefill.ns:5000"
     assert ns.disaggregation_mode == "prefill"
     assert ns.disaggregation_transfer_backend == "nixl"
     assert ns.disaggregation_ib_device == "mlx5_0,mlx5_1"

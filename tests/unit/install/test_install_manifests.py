@@ -176,14 +176,20 @@ def engine_of(path) -> str:
 
 def test_there_are_the_samples_the_docs_promise():
     """Two GPU deployments on SGLang (the kustomization applies both) and the CPU reference
-    engine's, for the local playground and CI (applied on its own: it is also `flash`)."""
+    engine's, for the local playground and CI (each applied on its own: each is `flash`):
+    the random model's that `make demo` applies, and the echo model's that `make demo-incident`
+    applies."""
     gpu = [p for p in SAMPLES if engine_of(p) == "sglang"]
     names = {yaml.safe_load(p.read_text())["metadata"]["name"] for p in gpu}
     assert names == {"flash", "pro"}
     (kustomization,) = load("samples", "kustomization.yaml")
     assert sorted(kustomization["resources"]) == [p.name for p in gpu]
-    (reference,) = [p.name for p in SAMPLES if engine_of(p) == "reference"]
-    assert reference == "flash-reference.yaml"
+    reference = {
+        p.name: yaml.safe_load(p.read_text())["spec"]["model"].get("referenceModel", "random")
+        for p in SAMPLES
+        if engine_of(p) == "reference"
+    }
+    assert reference == {"flash-reference.yaml": "random", "flash-echo.yaml": "echo"}
 
 
 @pytest.mark.parametrize("path", SAMPLES, ids=[p.stem for p in SAMPLES])

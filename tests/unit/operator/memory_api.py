@@ -57,6 +57,8 @@ class MemoryApi:
     # Writes the "server" refuses: (verb, kind) -> the error it answers (403, 422, ...).
     refuse: dict[tuple[str, str], ApiError] = field(default_factory=dict)
     lists: Counter[str] = field(default_factory=Counter)  # list requests, by kind
+    # Kinds this "server" does not serve (a CRD not installed: LeaderWorkerSet without LWS).
+    unserved: set[str] = field(default_factory=set)
     _versions: itertools.count = field(default_factory=lambda: itertools.count(1))
     _uids: itertools.count = field(default_factory=lambda: itertools.count(1))
 
@@ -90,6 +92,8 @@ class MemoryApi:
         field_selector: str | None = None,
     ) -> list[dict[str, Any]]:
         self.lists[kind] += 1
+        if kind in self.unserved:
+            raise ApiError(404, f"the server could not find the requested resource ({kind})")
         match = parse_selector(selector or "")
         fields = parse_selector(field_selector or "")
         return [
@@ -210,14 +214,15 @@ class MemoryApi:
         return {name for (k, _, name) in self.objects if k == kind}
 
     def settle(self, held: Callable[[dict[str, Any]], bool] = lambda obj: False) -> None:
-        """Every StatefulSet and Deployment rolled out and Ready, but those ``held`` (kept at
-        their previous template, as when pods cannot be scheduled)."""
+        """Every StatefulSet, LeaderWorkerSet and Deployment rolled out and Ready, but those
+        ``held`` (kept at their previous template, as when pods cannot be scheduled).  An
+        LWS's status counts groups and carries no revisions (as the real one's)."""
         for (kind, _, _), obj in self.objects.items():
-            if kind not in ("StatefulSet", "Deployment") or held(obj):
+            if kind not in ("StatefulSet", "LeaderWorkerSet", "Deployment") or held(obj):
                 continue
             replicas = obj["spec"].get("replicas", 1)
             revision = _digest(obj["spec"].get("template"))
-            status = {
+            status: dict[str, Any] = {
                 "observedGeneration": obj["metadata"]["generation"],
                 "replicas": replicas,
                 "readyReplicas": replicas,
@@ -226,6 +231,8 @@ class MemoryApi:
                 "currentRevision": revision,
                 "updateRevision": revision,
             }
+            if kind == "LeaderWorkerSet":
+                status = {k: v for k, v in status.items() if not k.endswith("Revision")}
             if obj.get("status") != status:
                 obj["status"] = status
                 self._bump(obj)

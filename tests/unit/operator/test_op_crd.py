@@ -46,7 +46,8 @@ def test_api_identity_printer_columns_and_status():
     version = crd["spec"]["versions"][0]
     assert crd["spec"]["group"] == GROUP and version["name"] == VERSION
     assert crd["spec"]["names"]["shortNames"] == ["dsv4"]
-    assert version["subresources"] == {"status": {}}
+    assert version["subresources"]["status"] == {}
+    assert version["subresources"]["scale"]["specReplicasPath"] == ".spec.decode.replicas"
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
     assert columns == [
         "Phase", "Prefill", "Decode", "HiCache", "IndexDtype", "Canary", "Transfer", "Age",

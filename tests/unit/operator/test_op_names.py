@@ -10,6 +10,7 @@ Service names (DNS-1035 labels) and the instance label the operator sets.
 import re
 
 import pytest
+from pydantic import ValidationError
 
 from dsv4_engine.features import Role
 from dsv4_operator.api.crd import build_crd
@@ -33,6 +34,8 @@ LABEL_MAX = 63
 DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 # The longest hash `HashControllerRevision` can write: the largest uint32 in decimal.
 LONGEST_REVISION_HASH = str(2**32 - 1)
+# The largest group index a LeaderWorkerSet can have (spec: replicas <= 1024, checked below).
+LAST_GROUP = 1023
 
 SINGLE = DSV4DeploymentSpec.model_validate(load_sample()["spec"])
 MULTI = DSV4DeploymentSpec.model_validate(shipped_sample("pro-gb200-nvl72")["spec"])
@@ -57,6 +60,15 @@ def derived_labels(objects: list[dict]) -> list[str]:
         if obj["kind"] == "StatefulSet":
             out.append(f"{meta['name']}-{LONGEST_REVISION_HASH}")  # controller-revision-hash
             out.append(f"{meta['name']}-{obj['spec']['replicas'] - 1}")  # the last pod's name
+        if obj["kind"] == "LeaderWorkerSet":
+            # LWS makes StatefulSet <lws> (leaders <lws>-<group>) and, per group, the
+            # workers' StatefulSet <lws>-<group> (pods <lws>-<group>-<index>).
+            workers = f"{meta['name']}-{LAST_GROUP}"
+            size = obj["spec"]["leaderWorkerTemplate"]["size"]
+            out.append(f"{meta['name']}-{LONGEST_REVISION_HASH}")
+            out.append(workers)
+            out.append(f"{workers}-{LONGEST_REVISION_HASH}")
+            out.append(f"{workers}-{size - 1}")
     return out
 
 
@@ -75,9 +87,14 @@ def test_at_the_limit_every_derived_label_fits_and_one_past_it_one_does_not(spec
 
 
 def test_the_limits():
-    # 63 - len("-4294967295") - len("--canary") - len("-prefill") [- len("-workers")]
-    assert (SINGLE_NODE_MAX, MULTINODE_MAX) == (36, 28)
+    # 63 - len("-4294967295") - len("--canary") - len("-prefill") [- len("-1023")]
+    assert (SINGLE_NODE_MAX, MULTINODE_MAX) == (36, 31)
     assert max(len(f"-{r.value}") for r in Role) == len("-prefill")
+    past_last_group = merge_patch(
+        shipped_sample("pro-gb200-nvl72")["spec"], {"decode": {"replicas": LAST_GROUP + 2}}
+    )
+    with pytest.raises(ValidationError, match="less than or equal to 1024"):
+        DSV4DeploymentSpec.model_validate(past_last_group)
 
 
 @pytest.mark.parametrize(
@@ -105,7 +122,7 @@ def test_the_crd_carries_the_same_rules_with_the_same_numbers():
     assert f"size() <= {SINGLE_NODE_MAX}" in rules[2]["rule"]
     assert f"size() <= {MULTINODE_MAX}" in rules[3]["rule"]
     assert "metadata.name: at most 36 characters" in TOO_LONG
-    assert "metadata.name: at most 28 characters when a role has nodesPerReplica > 1" in (
+    assert "metadata.name: at most 31 characters when a role has nodesPerReplica > 1" in (
         TOO_LONG_MULTINODE
     )
 

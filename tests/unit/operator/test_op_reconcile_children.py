@@ -39,12 +39,12 @@ def test_stable_and_canary_children_come_from_one_list_per_kind():
     other = child("StatefulSet", Owner("other", "serving", "u-2"), "other-decode")
     kube = ListingKube([stable_sts, canary_sts, canary_cm, other])
 
-    stable, canary_live, foreign = Reconciler(kube, rollout=None)._children(OWNER)
+    stable, canary_live, foreign, unserved = Reconciler(kube, rollout=None)._children(OWNER)
 
     # The canary's objects never count as the stable slice's (it would prune them).
     assert stable == [stable_sts]
     assert canary_live == [canary_cm, canary_sts]
-    assert foreign == []
+    assert foreign == [] and unserved == frozenset()
     assert [(kind, ns) for kind, ns, _ in kube.lists] == [(k, "serving") for k in CHILD_KINDS]
     assert {selector for _, _, selector in kube.lists} == {
         "app.kubernetes.io/instance in (flash,flash--canary),"
@@ -58,7 +58,7 @@ def test_children_with_our_labels_but_another_owner_are_foreign_never_ours():
     other controller labelled like ours: matched by label, refused by owner UID."""
     leftover = child("StatefulSet", OWNER, "flash-decode", uid="uid-of-a-deleted-flash")
     kube = ListingKube([leftover])
-    stable, canary_live, foreign = Reconciler(kube, rollout=None)._children(OWNER)
+    stable, canary_live, foreign, _ = Reconciler(kube, rollout=None)._children(OWNER)
     assert (stable, canary_live, foreign) == ([], [], [leftover])
 
 

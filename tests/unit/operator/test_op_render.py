@@ -103,18 +103,52 @@ def test_decode_replicas_change_touches_only_the_decode_statefulset():
     assert after[("StatefulSet", "flash-decode")]["spec"]["replicas"] == 3
 
 
-def test_multi_node_replicas_get_leaders_workers_and_a_rendezvous():
+def test_a_multi_node_role_is_one_leaderworkerset_group_per_replica():
     objs = render({"prefill": {"replicas": 2, "nodesPerReplica": 3, "gpusPerNode": 8, "tp": 24}})
-    leaders = objs[("StatefulSet", "flash-prefill")]
-    workers = objs[("StatefulSet", "flash-prefill-workers")]
-    assert leaders["spec"]["replicas"] == 2 and workers["spec"]["replicas"] == 4
-    assert leaders["spec"]["serviceName"] == workers["spec"]["serviceName"] == "flash-prefill"
+    lws = objs[("LeaderWorkerSet", "flash-prefill")]
+    assert lws["apiVersion"] == "leaderworkerset.x-k8s.io/v1"
+    assert lws["spec"]["replicas"] == 2
+    group = lws["spec"]["leaderWorkerTemplate"]
+    assert group["size"] == 3 and group["restartPolicy"] == "RecreateGroupOnPodRestart"
+    assert lws["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"] == {
+        "maxUnavailable": 1,
+        "maxSurge": 0,
+    }
+    # No StatefulSet or Service of ours for it: LWS makes its sets and the headless Service.
+    assert ("StatefulSet", "flash-prefill") not in objs
+    assert ("Service", "flash-prefill") not in objs
+    assert ("StatefulSet", "flash-decode") in objs  # the single-node role stays a StatefulSet
     assert objs[("PodDisruptionBudget", "flash-prefill")]["spec"]["maxUnavailable"] == 3
+    leader, worker = group["leaderTemplate"], group["workerTemplate"]
+    assert leader["metadata"]["labels"]["inference.dsv4.dev/group-role"] == "leader"
+    assert worker["metadata"]["labels"]["inference.dsv4.dev/group-role"] == "worker"
+    hashes = {t["metadata"]["annotations"][ANNOTATION_CONFIG_HASH] for t in (leader, worker)}
+    assert len(hashes) == 1  # one engine.yaml for the whole group
+    (leader_c,), (worker_c,) = leader["spec"]["containers"], worker["spec"]["containers"]
+    assert [p["name"] for p in worker_c["ports"]] == ["dist"]
+    assert "readinessProbe" in leader_c and "readinessProbe" not in worker_c
     config = load_engine_yaml(objs[("ConfigMap", "flash-engine")]["data"]["prefill.yaml"])
     assert config.multinode is not None and config.multinode.nnodes == 3
-    assert config.multinode.leader_stateful_set == "flash-prefill"
-    worker_ports = workers["spec"]["template"]["spec"]["containers"][0]["ports"]
-    assert [p["name"] for p in worker_ports] == ["dist"]
+
+
+def test_with_a_topology_key_a_groups_pods_share_one_domain():
+    """Pod affinity on the NVLink-domain label, per group: `matchLabelKeys` takes the
+    incoming pod's own LWS group key, so one template holds every group together (the e2e
+    test shows the scheduler doing it); single-node roles get no such term."""
+    topology = {"placement": {"topologyKey": "nvidia.com/gpu.clique"}}
+    objs = render({**topology, "decode": {"nodesPerReplica": 2, "gpusPerNode": 8, "tp": 16}})
+    group = objs[("LeaderWorkerSet", "flash-decode")]["spec"]["leaderWorkerTemplate"]
+    for template in (group["leaderTemplate"], group["workerTemplate"]):
+        (term,) = template["spec"]["affinity"]["podAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ]
+        assert term["topologyKey"] == "nvidia.com/gpu.clique"
+        assert term["matchLabelKeys"] == ["leaderworkerset.sigs.k8s.io/group-key"]
+        assert term["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] == "decode"
+    assert "podAffinity" not in pod_spec(objs, "flash-prefill")["affinity"]
+    no_key = render({"decode": {"nodesPerReplica": 2, "gpusPerNode": 8, "tp": 16}})
+    group = no_key[("LeaderWorkerSet", "flash-decode")]["spec"]["leaderWorkerTemplate"]
+    assert "podAffinity" not in group["leaderTemplate"]["spec"]["affinity"]
 
 
 def test_router_discovers_leaders_by_label_and_uses_the_policy():
@@ -140,3 +174,15 @@ def test_model_from_a_pvc_and_the_host_memory_seam():
     assert spec["containers"][0]["resources"]["requests"]["memory"] == "300Gi"
     data = yaml.safe_load(objs[("ConfigMap", "flash-engine")]["data"]["decode.yaml"])
     assert data["modelPath"] == "/models/v4/flash"
+
+
+def test_the_reference_model_reaches_each_roles_engine_yaml():
+    """spec.model.referenceModel is what the reference engine of every role builds."""
+    data = render({"engine": "reference", "model": {"referenceModel": "echo"}})[
+        ("ConfigMap", "flash-engine")
+    ]["data"]
+    assert {load_engine_yaml(data[f"{r.value}.yaml"]).reference_model.value for r in Role} == {
+        "echo"
+    }
+    default = render({"engine": "reference"})[("ConfigMap", "flash-engine")]["data"]
+    assert load_engine_yaml(default["decode.yaml"]).reference_model.value == "random"

@@ -76,24 +76,16 @@ def test_unchanged_world_gives_an_equal_status_later():
 
 
 def test_role_status_counts_replicas_not_pods():
-    assert role_status(2, 1, [sts(2, 2)]) == RoleStatus(
-        desired=2, ready=2, updated=2, summary="2/2"
-    )
-    multi = role_status(2, 3, [sts(2, 2), sts(3, 4, group="worker")])
-    assert (multi.ready, multi.updated) == (1, 2)
-    stale = role_status(1, 1, [sts(1, 1, generation=3, observed=2)])
+    assert role_status(2, [sts(2, 2)]) == RoleStatus(desired=2, ready=2, updated=2, summary="2/2")
+    stale = role_status(1, [sts(1, 1, generation=3, observed=2)])
     assert (stale.ready, stale.updated) == (1, 0)
-    assert role_status(1, 1, []).ready == 0
+    assert role_status(1, []).ready == 0
 
 
 def test_role_status_sums_both_slots_of_a_paired_promotion():
-    """Mid-pairing the old slot and the new one both serve: each counts what it has, a
-    multi-node slot only its complete replicas."""
-    both = role_status(2, 1, [sts(1, 1), sts(1, 1, slot="green")])
+    """Mid-pairing the old slot and the new one both serve: each counts what it has."""
+    both = role_status(2, [sts(1, 1), sts(1, 1, slot="green")])
     assert (both.ready, both.summary) == (2, "2/2")
-    multi = [sts(2, 2), sts(2, 2, group="worker"), sts(1, 1, slot="green")]
-    # green has its leader but no workers' set yet: none of its replicas is complete.
-    assert role_status(2, 2, multi).ready == 2
 
 
 def test_degraded_before_anything_ran_claims_no_flags():
@@ -101,25 +93,32 @@ def test_degraded_before_anything_ran_claims_no_flags():
     assert status.active_features is None and status.feature_revision is None
 
 
-def test_a_rendered_multinode_role_is_ready_once_leaders_and_workers_are():
-    """The StatefulSets as rendered (not hand-built): the workers' set is told apart."""
+def test_a_rendered_multinode_role_counts_leaderworkerset_groups():
+    """The workloads as rendered (not hand-built): a multi-node role is one LeaderWorkerSet,
+    whose status counts groups (a group is ready when all its pods are; LWS's own rule)."""
     from dsv4_operator.api.samples import shipped_sample
     from dsv4_operator.api.spec import DSV4DeploymentSpec
     from dsv4_operator.reconcile.status import observe_roles
     from dsv4_operator.render import render_all
-    from dsv4_operator.render.meta import Owner
+    from dsv4_operator.render.meta import WORKLOAD_KINDS, Owner
 
     spec = DSV4DeploymentSpec.model_validate(shipped_sample("pro-gb200-nvl72")["spec"])
     workloads = [
         {**o, "status": {"readyReplicas": o["spec"]["replicas"], "observedGeneration": 1,
                          "updatedReplicas": o["spec"]["replicas"]}}
         for o in render_all(Owner("pro", "ns", "uid"), spec)
-        if o["kind"] in ("StatefulSet", "Deployment")
+        if o["kind"] in WORKLOAD_KINDS
     ]  # fmt: skip
+    assert {o["kind"] for o in workloads} == {"LeaderWorkerSet", "Deployment"}
     for o in workloads:
         o["metadata"]["generation"] = 1
-    roles = observe_roles(spec, workloads)
+    owner = Owner("pro", "ns", "uid")
+    roles = observe_roles(spec, workloads, owner)
     assert roles["prefill"].summary == "2/2" and roles["decode"].summary == "1/1"
-    workers = next(o for o in workloads if o["metadata"]["name"] == "pro-decode-workers")
-    workers["status"]["readyReplicas"] = 6  # one of decode's 7 worker pods is not ready
-    assert observe_roles(spec, workloads)["decode"].summary == "0/1"
+    assert roles["decode"].selector == (
+        "app.kubernetes.io/name=dsv4,app.kubernetes.io/instance=pro,"
+        "app.kubernetes.io/component=decode,inference.dsv4.dev/group-role=leader"
+    )
+    decode = next(o for o in workloads if o["metadata"]["name"] == "pro-decode")
+    decode["status"]["readyReplicas"] = 0  # a pod of decode's one group is not ready
+    assert observe_roles(spec, workloads, owner)["decode"].summary == "0/1"

@@ -2,6 +2,7 @@
 three charts; it references nothing outside the page."""
 
 import asyncio
+import html
 import re
 import shutil
 import subprocess
@@ -64,3 +65,10 @@ def test_html_report_renders_in_headless_chromium(tmp_path):
         assert f'id="{chart}"' in dom
     assert f"threshold {report['threshold']:.2%}" in dom
     assert report["verdict"] in dom
+    # Each damaged answer sits in one table row beside the clean answer it should have been
+    # (an HTML parser drops the newline that opens a <pre>).
+    rows = re.findall(r"<tr><td><pre>(.*?)</pre></td><td><pre>(.*?)</pre></td></tr>", dom, re.S)
+    shown = {(html.unescape(a), html.unescape(b)) for a, b in rows}
+    for example in report["examples"]["ARG_CORRUPTION"]:
+        pair = (example["expected"].removeprefix("\n"), example["excerpt"].removeprefix("\n"))
+        assert pair in shown

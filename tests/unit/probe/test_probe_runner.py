@@ -24,7 +24,10 @@ from dsv4_engine.probe import (
     run_probes,
 )
 from dsv4_engine.probe.dsml import DsmlFormat
-from dsv4_engine.probe.scripted_server import ScriptedCompletionServer, render_dsml
+from dsv4_engine.probe.dsml_format import render_dsml
+from dsv4_engine.probe.report import summary_table
+from dsv4_engine.probe.scripted_server import ScriptedCompletionServer
+from dsv4_engine.probe.settings import DEFAULT_PROBES, ECHO_MODEL_PROBES
 from dsv4_engine.probe.validate import classify_completion
 from dsv4_engine.probe.workload import ECHO_TOOL_NAME, document, random_echo
 from dsv4_engine.reference.model import REFERENCE_SHAPE, ModelConfig
@@ -131,7 +134,7 @@ async def test_reference_backend_consistency_catches_changed_warm_answers(serve)
         long_context_words=256,
     )
     result = await run_probes(settings)
-    assert result.applicable == settings.probe_set
+    assert result.applicable == settings.probe_set()
     assert result.verdict is Verdict.FAIL
     assert result.tally.fail_at <= 100
     assert server.offloads >= result.judged  # one offload between every cold and warm answer
@@ -144,7 +147,7 @@ async def test_consistency_on_a_nondeterministic_engine_is_not_applicable(serve)
     settings = ProbeSettings(base_url=url, backend=Backend.REFERENCE, requests=50)
     result = await run_probes(settings)
     assert result.verdict is Verdict.INCONCLUSIVE
-    assert set(result.not_applicable) == set(settings.probe_set)
+    assert set(result.not_applicable) == set(settings.probe_set())
     assert "not deterministic" in next(iter(result.not_applicable.values()))
     assert result.judged == 0 and server.chat_requests == 0
 
@@ -308,3 +311,74 @@ async def test_the_probe_judges_an_answer_relative_to_its_request(unused_tcp_por
     echo = random_echo(random.Random(0))
     alone = prose + render_dsml(DsmlFormat.V4, echo.tool, echo.args)
     assert classify_completion(alone, DsmlFormat.V4).valid  # without the request: could be quoting
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        ("echo", ECHO_MODEL_PROBES),
+        ("random", DEFAULT_PROBES[Backend.REFERENCE]),
+        (None, DEFAULT_PROBES[Backend.REFERENCE]),
+    ],
+)
+async def test_the_reference_engines_model_picks_the_default_probe_set(serve, model, expected):
+    """The echo model follows the echo prompt: by default it gets the probe set a real model
+    gets, tool-call echo included; the random model (or an engine that does not say) gets
+    consistency only."""
+    info = {"deterministic": True} | ({"reference_model": model} if model else {})
+    _, url = await serve(server_info=info)
+    settings = ProbeSettings(base_url=url, backend=Backend.REFERENCE, concurrency=8, requests=16)
+    result = await run_probes(settings)
+    assert result.applicable == expected and result.judged == 16
+    assert ECHO_MODEL_PROBES == DEFAULT_PROBES[Backend.SGLANG]
+
+
+@pytest.mark.asyncio
+async def test_echo_requests_make_a_host_round_trip_where_the_engine_offers_one(serve):
+    """With a host-tier offload (the reference engine), each echo request is preceded by a
+    one-token answer to the same prompt and an offload, so it is answered while its prefix
+    loads back; SGLang has no such call, and its echo requests go out alone."""
+    reference, url = await serve()
+    await run_probes(_settings(url, backend=Backend.REFERENCE, concurrency=4, requests=12))
+    assert reference.chat_requests == 2 * 12
+    assert reference.offloads == 1 + 12  # the preflight's, then one per sample
+    sglang, url = await serve()
+    await run_probes(_settings(url, concurrency=4, requests=12))
+    assert (sglang.chat_requests, sglang.offloads) == (12, 0)
+
+
+@pytest.mark.asyncio
+async def test_each_example_shows_the_clean_answer_beside_the_damaged_one(serve):
+    """An echo example carries the call the prompt asked for; a consistency example, the
+    cold answer the warm one should have repeated."""
+    _, url = await serve(corruption_rate=0.3, seed=4)
+    probes = (ProbeName.TOOLCALL_ECHO, ProbeName.CACHE_CONSISTENCY)
+    settings = ProbeSettings(
+        base_url=url, backend=Backend.REFERENCE, probes=probes, concurrency=8, requests=60,
+        max_corruption_rate=0.9,
+    )  # fmt: skip
+    report = build_report(await run_probes(settings))
+    jsonschema.Draft202012Validator(report_schema()).validate(report)
+    for example in report["examples"]["ARG_CORRUPTION"]:
+        echo = random_echo(random.Random(f"{settings.seed}:{example['sample']}"))
+        assert example["expected"] == render_dsml(DsmlFormat.V4, echo.tool, echo.args)
+        assert example["excerpt"] != example["expected"]
+    for example in report["examples"]["CACHE_MISMATCH"]:
+        assert example["excerpt"] == example["expected"][::-1]  # the scripted warm damage
+    summary = summary_table(report).splitlines()
+    shown = [i for i, line in enumerate(summary) if line.startswith("example ")]
+    assert len(shown) == 3  # a few: each class once before any shows twice
+    assert {summary[i].split()[1] for i in shown[:2]} == {"ARG_CORRUPTION", "CACHE_MISMATCH"}
+    for i in shown:
+        assert summary[i + 1].startswith("  expected  ") and summary[i + 2].startswith(
+            "  answered  "
+        )
+
+
+def test_an_echo_answer_budget_per_backend():
+    """A tool call is ~100 DeepSeek tokens and ~410 byte-level ones: each backend's default
+    leaves room; an explicit max_tokens wins."""
+    assert ProbeSettings(base_url="http://x").echo_tokens == 256
+    assert ProbeSettings(base_url="http://x", backend=Backend.REFERENCE).echo_tokens == 512
+    assert ProbeSettings(base_url="http://x", max_tokens=64).echo_tokens == 64

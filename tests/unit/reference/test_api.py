@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dsv4_engine.probe.dsml import DsmlFormat
-from dsv4_engine.probe.scripted_server import render_dsml
+from dsv4_engine.probe.dsml_format import render_dsml
 from dsv4_engine.reference import chat, openai_api, tokenizer
 
 TOOL = {

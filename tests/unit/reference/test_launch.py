@@ -10,7 +10,13 @@ import pytest
 from dsv4_engine.cliutil import CommandError
 from dsv4_engine.commands import launch, serve
 from dsv4_engine.engine_config import EngineConfig, dump_engine_yaml, to_sglang_args
-from dsv4_engine.features import EngineFeatures, HiCacheFeature, IndexDtype, Role
+from dsv4_engine.features import (
+    EngineFeatures,
+    FaultInjection,
+    HiCacheFeature,
+    IndexDtype,
+    Role,
+)
 
 
 def config(**kw) -> EngineConfig:
@@ -35,6 +41,16 @@ def test_reference_command_parses_into_the_intended_serve_settings():
     assert settings.index_dtype is IndexDtype.BF16
     assert settings.enable_hierarchical_cache and settings.hicache_ratio == 3.0
     assert settings.disaggregation_mode.value == "decode"
+    assert settings.reference_model.value == "random"
+
+
+def test_the_reference_model_and_the_aimed_fault_reach_the_reference_engine():
+    faulty = EngineFeatures(fault_injection=FaultInjection(ungated_index_k=True, ungated_share=0.2))
+    argv, env = launch.command(config(backend="reference", reference_model="echo", features=faulty))
+    parser = argparse.ArgumentParser()
+    serve.add_serve_arguments(parser)
+    assert serve.settings_from_args(parser.parse_args(argv[4:])).reference_model.value == "echo"
+    assert env == {launch.UNGATED_INDEX_K_ENV: "0.2"}
 
 
 def test_sglang_command_is_to_sglang_args_with_the_plugin_enabled():

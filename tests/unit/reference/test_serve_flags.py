@@ -58,10 +58,14 @@ def test_port_in_use_exits_with_one_line():
     )
 
 
-def test_bad_injection_variable_is_refused():
-    result = serve(env={"DSV4_INJECT_UNGATED_INDEX_K": "yes"})
+@pytest.mark.parametrize("value", ["yes", "1.5"])
+def test_bad_injection_variable_is_refused(value):
+    result = serve(env={"DSV4_INJECT_UNGATED_INDEX_K": value})
     assert result.returncode == 2
-    assert "DSV4_INJECT_UNGATED_INDEX_K='yes': expected 0 or 1" in result.stderr
+    assert result.stderr.strip() == (
+        f"dsv4-engine serve: error: DSV4_INJECT_UNGATED_INDEX_K={value!r}: "
+        "expected 0, 1 or a share of loads in between"
+    )
 
 
 def parsed(*flags: str) -> ServeSettings:

@@ -79,10 +79,33 @@ def test_injection_is_off_unless_asked(monkeypatch, caplog):
     assert not pool.ungated_index_k and not caplog.records
 
 
-def test_a_bad_injection_value_is_rejected(monkeypatch):
-    monkeypatch.setenv(UNGATED_INDEX_K_ENV, "yes")
-    with pytest.raises(ValueError, match=f"{UNGATED_INDEX_K_ENV}='yes': expected 0 or 1"):
+@pytest.mark.parametrize("value", ["yes", "-0.1", "2"])
+def test_a_bad_injection_value_is_rejected(monkeypatch, value):
+    monkeypatch.setenv(UNGATED_INDEX_K_ENV, value)
+    with pytest.raises(ValueError, match=f"{UNGATED_INDEX_K_ENV}='{value}': expected 0, 1 or"):
         DevicePool(TINY_SHAPE, 2, IndexDtype.BF16)
+
+
+def test_a_share_skips_only_the_loads_that_drew_the_race(monkeypatch):
+    """DSV4_INJECT_UNGATED_INDEX_K=0.5: index-K reads wait for a load that did not draw the
+    race and skip one that did; KV reads wait for both."""
+    monkeypatch.setenv(UNGATED_INDEX_K_ENV, "0.5")
+    pool = DevicePool(TINY_SHAPE, 2, IndexDtype.BF16)
+    draws = [pool._load_races() for _ in range(400)]
+    assert 0.4 < sum(draws) / len(draws) < 0.6  # each load draws with the share
+    raced = LayerLoad(TINY_SHAPE.num_layers, raced=True)
+    pool.gate.register(raced)
+    assert _read_in_thread(pool, 1, BufferKind.INDEX_K).wait(5)
+    kv = _read_in_thread(pool, 1, BufferKind.KV)
+    assert not kv.wait(SETTLE_S)
+    gated = LayerLoad(TINY_SHAPE.num_layers)
+    pool.gate.register(gated)
+    index_k = _read_in_thread(pool, 1, BufferKind.INDEX_K)
+    assert not index_k.wait(SETTLE_S)
+    for load in (raced, gated):  # release the blocked readers
+        for layer in range(TINY_SHAPE.num_layers):
+            load.layer_done(layer)
+    assert kv.wait(5) and index_k.wait(5)
 
 
 def test_a_stuck_load_times_out_instead_of_hanging():
