@@ -6,7 +6,7 @@ VENV = $(shell hack/venv.sh)
 PY = $(VENV)/bin/python
 export PATH := $(VENV)/bin:$(PATH)
 
-.PHONY: help venv control-plane test test-unit test-e2e lint demo demo-incident cluster-up cluster-down manifests bench bench-engine bench-engine-server bench-validator bench-echo
+.PHONY: help venv control-plane test test-unit test-e2e lint demo demo-incident cluster-up cluster-down manifests bench bench-engine bench-engine-server bench-validator bench-echo bench-scale
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -50,7 +50,7 @@ manifests: venv ## Regenerate crds/ from the typed API models (operator/dsv4_ope
 	$(PY) -m dsv4_operator.api.crd crds/dsv4deployment.yaml
 	$(PY) hack/api_reference.py crds/dsv4deployment.yaml docs/api-reference.md
 
-bench: bench-plan bench-probe bench-echo bench-validator bench-engine-server bench-engine bench-rollout ## Run every benchmark (each bench-* target adds itself here)
+bench: bench-plan bench-probe bench-echo bench-validator bench-engine-server bench-engine bench-rollout bench-scale ## Run every benchmark (each bench-* target adds itself here)
 
 bench-probe: venv ## Probe client throughput at concurrency 64, samples needed to PASS / FAIL
 	$(PY) bench/bench_probe.py
@@ -60,6 +60,9 @@ bench-echo: venv ## Echo model under the injected race: rate per share, samples 
 
 bench-rollout: venv control-plane ## On the shipped defaults: flag change -> FAIL / PASS verdict -> rollout done, samples, API writes
 	$(PY) bench/bench_rollout.py
+
+bench-scale: venv control-plane ## 500 DSV4Deployments on 1,000 fake GPU nodes: time to Ready, passes, API requests, CPU, RSS, a 50-way flag change
+	$(PY) bench/bench_scale.py
 
 bench-validator: venv ## Validator per-class precision/recall on the combined DSML corpus, and its speed
 	$(PY) bench/bench_validator.py

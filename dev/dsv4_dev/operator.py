@@ -118,8 +118,9 @@ def dev_wiring(kube: Kube, args: argparse.Namespace) -> runtime.Wiring:
         wiring = runtime.job_wiring(kube, args)
     else:
         wiring = runtime.Wiring(
-            executor=lambda done: LocalProbeExecutor(kube.apply, asyncio.get_running_loop(), done),
-            watch_probe_jobs=False,
+            executor=lambda done, _: LocalProbeExecutor(
+                kube.apply, asyncio.get_running_loop(), done
+            ),
         )
     if args.local_endpoints:
         local = endpoints.resolver(kube)

@@ -106,6 +106,7 @@ def try_hold(kube: Kube, config: LeaseConfig) -> bool:
     timeout = config.request_timeout_s
     now = dt.datetime.now(dt.UTC)
     lease = kube.get("Lease", config.namespace, config.name, timeout=timeout)
+    sent: dict[str, Any] | None = None  # the renewal or takeover, once sent
     try:
         if lease is None:
             kube.create(lease_body(config, now, None), timeout=timeout)
@@ -116,12 +117,25 @@ def try_hold(kube: Kube, config: LeaseConfig) -> bool:
         acquired = lease["spec"].get("acquireTime") if verdict == "renew" else None
         body = lease_body(config, now, acquired)
         body["metadata"]["resourceVersion"] = lease["metadata"]["resourceVersion"]
+        sent = body["spec"]
         kube.replace(body, timeout=timeout)
         return True
     except ApiError as err:
         if err.status == 409:
-            return False
+            return sent is not None and _landed(kube, config, sent)
         raise
+
+
+def _landed(kube: Kube, config: LeaseConfig, sent: dict[str, Any]) -> bool:
+    """After a 409: did our own write land all the same?  A renewal whose answer timed out
+    is sent again by the HTTP client (PUT is idempotent), and the repeat finds the version
+    the first one made: refused, though the Lease is ours with our renewal in it.  Only a
+    Lease that shows someone else's write means another holder."""
+    lease = kube.get("Lease", config.namespace, config.name, timeout=config.request_timeout_s)
+    spec = (lease or {}).get("spec") or {}
+    return (
+        spec.get("holderIdentity") == config.identity and spec.get("renewTime") == sent["renewTime"]
+    )
 
 
 async def acquire(kube: Kube, leadership: Leadership) -> None:

@@ -32,7 +32,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from dsv4_operator import leader, metrics
 from dsv4_operator.api import host_paths
-from dsv4_operator.reconcile.handlers import register, resync_forever
+from dsv4_operator.reconcile import watches
+from dsv4_operator.reconcile.cache import Cache, Reader
+from dsv4_operator.reconcile.controller import WORKERS, Controller
+from dsv4_operator.reconcile.handlers import register
 from dsv4_operator.reconcile.kube import ApiError, Kube
 from dsv4_operator.reconcile.reconciler import Reconciler
 from dsv4_operator.render.meta import Owner
@@ -86,7 +89,18 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         help="Watch only this namespace (repeatable); without it, every namespace.",
     )
     run.add_argument("--health-port", type=int, default=8080)
-    run.add_argument("--resync-seconds", type=float, default=60.0)
+    run.add_argument(
+        "--resync-seconds",
+        type=float,
+        default=60.0,
+        help="Each deployment gets a pass at least this often (from the cache: no requests).",
+    )
+    run.add_argument(
+        "--workers",
+        type=int,
+        default=WORKERS,
+        help="Passes run at once (different deployments; one deployment never runs two).",
+    )
     run.add_argument("--lease-name", default="dsv4-operator")
     run.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "default"))
     run.add_argument("--identity", default=f"{socket.gethostname()}-{os.getpid()}")
@@ -117,7 +131,13 @@ def _host_prefixes(text: str) -> tuple[str, ...]:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    return build_parser()[0].parse_args(argv)
+    parser = build_parser()[0]
+    args = parser.parse_args(argv)
+    if args.workers < 1:
+        parser.error(f"--workers: at least 1 (got {args.workers})")
+    if args.resync_seconds <= 0:
+        parser.error(f"--resync-seconds: more than 0 (got {args.resync_seconds:g})")
+    return args
 
 
 def probe_image(kube: Kube, explicit: str | None) -> str:
@@ -165,10 +185,10 @@ class Wiring:
     """How this process probes canaries and reaches Services, and what more its health
     port serves.  `job_wiring` is the image's; a development launcher brings its own."""
 
-    executor: Callable[[ProbeDone], ProbeExecutor]
+    # Made once the cache exists: (who to tell of a filed verdict, where passes read).
+    executor: Callable[[ProbeDone, Reader], ProbeExecutor]
     probe_url: ServiceUrl = cluster_service_url  # where the probes reach a Service
     serving: Serving | None = None  # whether a Service serves; None: its EndpointSlices
-    watch_probe_jobs: bool = True
     routes: list[Route] = field(default_factory=list)
 
 
@@ -176,23 +196,30 @@ def job_wiring(kube: Kube, args: argparse.Namespace) -> Wiring:
     """Probes run as Jobs of the probe image, in the cluster, reaching Services by DNS."""
     image = probe_image(kube, args.probe_image)
     log.info("probes run as Jobs", extra={"probe_image": image})
-    return Wiring(executor=lambda _: JobProbeExecutor(kube, image))
+    return Wiring(executor=lambda _, cache: JobProbeExecutor(kube, cache, image))
 
 
 class Health:
     def __init__(self, kube: Kube, leadership: leader.Leadership) -> None:
         self.kube = kube
         self.leadership = leadership
-        self.watching = asyncio.Event()
+        self.watching = asyncio.Event()  # kopf watches the DSV4Deployments
+        self.synced = asyncio.Event()  # the informers' caches are filled
+        self.controller: Controller | None = None
 
     async def healthz(self, _: web.Request) -> web.Response:
         return web.json_response({"ok": True})
 
     async def readyz(self, _: web.Request) -> web.Response:
         leading = self.leadership.held()
-        ready = leading and self.watching.is_set()
-        body = {"leader": leading, "watching": self.watching.is_set()}
+        watching, synced = self.watching.is_set(), self.synced.is_set()
+        ready = leading and watching and synced
+        body = {"leader": leading, "watching": watching, "synced": synced}
         return web.json_response(body, status=200 if ready else 503)
+
+    async def passes(self, _: web.Request) -> web.Response:
+        """The reconcile passes run so far and how long each took (for the benchmarks)."""
+        return web.json_response(self.controller.stats() if self.controller else {})
 
     async def metrics(self, _: web.Request) -> web.Response:
         body = generate_latest(metrics.REGISTRY)
@@ -203,6 +230,7 @@ class Health:
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)
+        app.router.add_get("/debug/passes", self.passes)
         for path, handler in routes:
             app.router.add_get(path, handler)
         runner = web.AppRunner(app, access_log=None)
@@ -216,7 +244,10 @@ async def serve(
     wire: Callable[[Kube, argparse.Namespace], Wiring] = job_wiring,
 ) -> int:
     load_kube_config()
-    api = client.ApiClient()
+    configuration = client.Configuration.get_default_copy()
+    # One connection per informer's watch, and more for the passes' requests.
+    configuration.connection_pool_maxsize = 64
+    api = client.ApiClient(configuration)
     api.user_agent = USER_AGENT  # so the API server's audit log tells the operator's requests
     kube = Kube(api)
     wiring = await asyncio.to_thread(wire, kube, args)
@@ -254,23 +285,26 @@ async def _lead(
     lost: asyncio.Event,
 ) -> int:
     loop = asyncio.get_running_loop()
-    background: set[asyncio.Task] = set()
+    cache = Cache(watches.stores())
 
     def probe_done(owner: Owner) -> None:
         # A verdict was filed: act on it now rather than at the next resync.
-        task = loop.create_task(reconciler.reconcile(owner.namespace, owner.name))
-        background.add(task)
-        task.add_done_callback(background.discard)
+        controller.wake(owner)
 
     rollout = RolloutController(
         kube,
-        wiring.executor(probe_done),
+        cache,
+        wiring.executor(probe_done, cache),
         probe_url=wiring.probe_url,
         serving=wiring.serving,
     )
-    reconciler = Reconciler(kube, rollout, model_host_paths=args.allowed_model_host_paths)
+    reconciler = Reconciler(kube, cache, rollout, model_host_paths=args.allowed_model_host_paths)
+    controller = Controller(
+        reconciler, cache, loop, workers=args.workers, resync_s=args.resync_seconds
+    )
+    health.controller = controller
     registry = kopf.OperatorRegistry()
-    register(registry, reconciler, watch_probe_jobs=wiring.watch_probe_jobs)
+    register(registry, controller)
     settings = kopf.OperatorSettings()
     settings.posting.enabled = False  # Events are the reconciler's, one per decision.
     stop_kopf = asyncio.Event()
@@ -279,9 +313,10 @@ async def _lead(
     # cluster-wide): without it, it serves the CRD it finds at start, which the namespaced
     # install applies first, and the operator needs no cluster-wide read but nodes'.
     settings.scanning.disabled = bool(namespaces)
+    controller.start_informers(kube, namespaces)
     tasks = [
         asyncio.create_task(leader.keep(kube, leadership, lost)),
-        asyncio.create_task(resync_forever(reconciler, namespaces, args.resync_seconds)),
+        asyncio.create_task(controller.run(health.synced)),
         asyncio.create_task(_stop_when(stop_kopf, stop, lost)),
     ]
     log.info("operator starting", extra={"namespaces": namespaces or "all"})

@@ -197,7 +197,7 @@ def test_a_restarted_operator_never_starts_a_second_job_for_one_attempt(cluster,
     ref = ReportRef("canary", "restart", attempt=1)
     report = ref.name(owner)
     settings = ProbeSettings(base_url="http://flash--canary-router.x.svc:8000", backend="reference")
-    JobProbeExecutor(kube, IMAGE).start(owner, ref, settings)
+    JobProbeExecutor(kube, kube, IMAGE).start(owner, ref, settings)
     job = wait_for(
         "the Job to end",
         lambda: (
@@ -207,7 +207,7 @@ def test_a_restarted_operator_never_starts_a_second_job_for_one_attempt(cluster,
         ),
         60,
     )
-    restarted = JobProbeExecutor(kube, IMAGE)
+    restarted = JobProbeExecutor(kube, kube, IMAGE)
     assert not restarted.running(owner, report)
     restarted.start(owner, ref, settings)
     restarted.start(owner, ref, settings)  # every later pass, too
@@ -231,10 +231,10 @@ def test_a_running_job_is_waited_for_across_restarts_and_stopped_when_told(clust
     ref = ReportRef("canary", "held", attempt=1)
     report = ref.name(owner)
     settings = ProbeSettings(base_url="http://flash--canary-router.x.svc:8000", backend="reference")
-    JobProbeExecutor(kube, IMAGE).start(owner, ref, settings)
+    JobProbeExecutor(kube, kube, IMAGE).start(owner, ref, settings)
     job = kube.get("Job", owner.namespace, report)
 
-    restarted = JobProbeExecutor(kube, IMAGE)
+    restarted = JobProbeExecutor(kube, kube, IMAGE)
     assert restarted.running(owner, report)
     restarted.start(owner, ref, settings)
     assert kube.get("Job", owner.namespace, report)["metadata"]["uid"] == job["metadata"]["uid"]

@@ -37,6 +37,7 @@ from dsv4_dev.cluster.nodes import (
 )
 
 READY_TIMEOUT_S = 120.0
+NODES_PER_APPLY = 100
 
 
 class ClusterError(RuntimeError):
@@ -246,8 +247,11 @@ class LocalCluster:
 
     def _register_nodes(self) -> None:
         desired = node_manifests(self.pools)
-        doc = json.dumps({"apiVersion": "v1", "kind": "List", "items": desired})
-        self.kubectl("apply", "-f", "-", input=doc)
+        # In batches: each kubectl call stays well inside its timeout at a thousand nodes.
+        for start in range(0, len(desired), NODES_PER_APPLY):
+            batch = desired[start : start + NODES_PER_APPLY]
+            doc = json.dumps({"apiVersion": "v1", "kind": "List", "items": batch})
+            self.kubectl("apply", "-f", "-", input=doc)
         wanted = {n["metadata"]["name"] for n in desired}
         stale = [
             n["metadata"]["name"]

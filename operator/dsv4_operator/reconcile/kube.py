@@ -32,6 +32,12 @@ FIELD_MANAGER = "dsv4-operator"
 WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 TRANSIENT_STATUS = frozenset({0, 429, 500, 502, 503, 504})
 REQUEST_TIMEOUT_S = 30.0
+# A watch is ended by the server after this long and resumed from its last version (a
+# list only when that version is too old): the watch requests of a steady state.
+WATCH_TIMEOUT_S = 600
+PAGE_SIZE = 500
+JSON = "application/json"
+METADATA_ONLY = "application/json;g=meta.k8s.io;v=v1"
 T = TypeVar("T")
 
 
@@ -136,27 +142,30 @@ class Kube:
         # Leader check before every write but the Lease's own (see `leader`); None: no fence.
         self.fence: Callable[[], bool] | None = None
 
-    def _once(
+    def _send(
         self,
         method: str,
         url_path: str,
         body: Any,
         content_type: str,
         query: list[tuple[str, str]],
-        timeout: float,
+        timeout: float | tuple[float, float],
+        accept: str = JSON,
+        counted_as: str | None = None,
     ) -> Any:
+        """Send one request; returns the undecoded response (checked for errors)."""
         write = method in WRITE_VERBS and "/leases" not in url_path
         if write and self.fence is not None and not self.fence():
             raise NotLeader(f"{method} {url_path}: this operator no longer holds the lease")
         with self._lock:
-            self.requests[(method, url_path)] += 1
+            self.requests[(counted_as or method, url_path)] += 1
             if self.counted is not None:
                 self.counted()
         serialized = self._api.param_serialize(
             method=method,
             resource_path=url_path,
             query_params=query,
-            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            header_params={"Content-Type": content_type, "Accept": accept},
             body=body,
             auth_settings=["BearerToken"],
         )
@@ -166,9 +175,25 @@ class Kube:
             raise ApiError(err.status or 0, str(err.reason)) from err
         except urllib3.exceptions.HTTPError as err:
             raise ApiError(0, f"connection: {err}") from err
-        data = response.read()
         if response.status >= 400:
-            raise ApiError(response.status, _message(data))
+            raise ApiError(response.status, _message(response.read()))
+        return response
+
+    def _once(
+        self,
+        method: str,
+        url_path: str,
+        body: Any,
+        content_type: str,
+        query: list[tuple[str, str]],
+        timeout: float,
+        accept: str = JSON,
+    ) -> Any:
+        response = self._send(method, url_path, body, content_type, query, timeout, accept)
+        try:
+            data = response.read()
+        except urllib3.exceptions.HTTPError as err:
+            raise ApiError(0, f"connection: {err}") from err
         return json.loads(data) if data else None
 
     def request(
@@ -179,9 +204,10 @@ class Kube:
         content_type: str = "application/json",
         query: list[tuple[str, str]] | None = None,
         timeout: float = REQUEST_TIMEOUT_S,
+        accept: str = JSON,
     ) -> Any:
         return retrying(
-            lambda: self._once(method, url_path, body, content_type, query or [], timeout),
+            lambda: self._once(method, url_path, body, content_type, query or [], timeout, accept),
             self._backoff,
             self._rng,
         )
@@ -204,12 +230,72 @@ class Kube:
         field_selector: str | None = None,
     ) -> list[dict[str, Any]]:
         """Items as full objects: a list response leaves apiVersion and kind off its items."""
-        query = [("labelSelector", selector)] if selector else []
-        if field_selector:
-            query.append(("fieldSelector", field_selector))
-        listed = self.request("GET", path(kind, namespace), query=query)
-        typed = {"apiVersion": listed["apiVersion"], "kind": kind}
-        return [{**item, **typed} for item in listed["items"]]
+        return self.snapshot(kind, namespace, selector, field_selector)[0]
+
+    def snapshot(
+        self,
+        kind: str,
+        namespace: str | None,
+        selector: str | None = None,
+        field_selector: str | None = None,
+        metadata_only: bool = False,
+    ) -> tuple[list[dict[str, Any]], str]:
+        """Every matching object and the resourceVersion of the list, read in pages (what a
+        watch then starts from).  ``metadata_only``: the objects' metadata alone
+        (PartialObjectMetadata), for what needs only labels and existence."""
+        query = _selectors(selector, field_selector) + [("limit", str(PAGE_SIZE))]
+        accept = f"{METADATA_ONLY};as=PartialObjectMetadataList" if metadata_only else JSON
+        items: list[dict[str, Any]] = []
+        token = ""
+        while True:
+            page = query + ([("continue", token)] if token else [])
+            listed = self.request("GET", path(kind, namespace), query=page, accept=accept)
+            items += listed.get("items") or []  # a metadata list of nothing says null
+            token = listed["metadata"].get("continue") or ""
+            if not token:
+                break
+        version = listed["metadata"].get("resourceVersion", "")
+        typed = {"apiVersion": api_version(kind), "kind": kind}
+        return [{**item, **typed} for item in items], version
+
+    def watch(
+        self,
+        kind: str,
+        namespace: str | None,
+        version: str,
+        selector: str | None = None,
+        field_selector: str | None = None,
+        metadata_only: bool = False,
+        timeout_s: int = WATCH_TIMEOUT_S,
+    ) -> Iterator[dict[str, Any]]:
+        """The changes after ``version``, one watch event at a time (bookmarks included),
+        until the server ends the watch (after about ``timeout_s``) or it fails.  Never
+        retried here: the caller knows where to resume."""
+        query = _selectors(selector, field_selector) + [
+            ("watch", "true"),
+            ("resourceVersion", version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(timeout_s)),
+        ]
+        accept = f"{METADATA_ONLY};as=PartialObjectMetadata" if metadata_only else JSON
+        response = self._send(
+            "GET",
+            path(kind, namespace),
+            None,
+            JSON,
+            query,
+            (REQUEST_TIMEOUT_S, timeout_s + REQUEST_TIMEOUT_S),
+            accept,
+            counted_as="WATCH",
+        )
+        try:
+            for line in response.response:
+                if line.strip():
+                    yield json.loads(line)
+        except urllib3.exceptions.HTTPError as err:
+            raise ApiError(0, f"watch connection: {err}") from err
+        finally:
+            response.response.release_conn()
 
     def apply(
         self, obj: dict[str, Any], subresource: str | None = None, manager: str = FIELD_MANAGER
@@ -232,6 +318,15 @@ class Kube:
         """A JSON patch (RFC 6902): `test` operations make it conditional (422 if not met)."""
         return self.request(
             "PATCH", path(kind, namespace, name), ops, content_type="application/json-patch+json"
+        )
+
+    def patch_merge(self, kind: str, namespace: str, name: str, changes: dict[str, Any]) -> Any:
+        """A JSON merge patch (RFC 7386): the given fields replaced, the rest left alone."""
+        return self.request(
+            "PATCH",
+            path(kind, namespace, name),
+            changes,
+            content_type="application/merge-patch+json",
         )
 
     def create(self, obj: dict[str, Any], timeout: float = REQUEST_TIMEOUT_S) -> dict[str, Any]:
@@ -261,6 +356,19 @@ class Kube:
             for (verb, url), n in self.requests.items()
             if verb in WRITE_VERBS and "/leases" not in url
         )
+
+
+def api_version(kind: str) -> str:
+    """The apiVersion of a kind's objects (a list or watch of them leaves it off)."""
+    prefix = RESOURCES[kind].prefix
+    return "v1" if prefix == "/api/v1" else prefix.removeprefix("/apis/")
+
+
+def _selectors(selector: str | None, field_selector: str | None) -> list[tuple[str, str]]:
+    query = [("labelSelector", selector)] if selector else []
+    if field_selector:
+        query.append(("fieldSelector", field_selector))
+    return query
 
 
 def _message(data: bytes) -> str:

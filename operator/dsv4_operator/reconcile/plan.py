@@ -26,6 +26,7 @@ class Action:
     name: str
     reason: str  # "missing" | "changed" | "drifted" | "orphaned"
     obj: dict[str, Any] | None = None
+    version: str | None = None  # the live object's resourceVersion (None: missing)
 
 
 def key(obj: dict[str, Any]) -> Key:
@@ -71,12 +72,19 @@ def plan(desired: list[dict[str, Any]], live: list[dict[str, Any]]) -> list[Acti
     live_by_key = {key(obj): obj for obj in live}
     actions = []
     for obj in desired:
-        reason = apply_reason(obj, live_by_key.get(key(obj)))
+        live = live_by_key.get(key(obj))
+        reason = apply_reason(obj, live)
         if reason is not None:
-            actions.append(Action("apply", obj["kind"], obj["metadata"]["name"], reason, obj))
+            name = obj["metadata"]["name"]
+            actions.append(Action("apply", obj["kind"], name, reason, obj, _version(live)))
     wanted = {key(obj) for obj in desired}
     for kind, name in sorted(live_by_key.keys() - wanted):
-        if live_by_key[(kind, name)]["metadata"].get("deletionTimestamp"):
+        live = live_by_key[(kind, name)]
+        if live["metadata"].get("deletionTimestamp"):
             continue  # already going (a foreground deletion waits for its pods)
-        actions.append(Action("delete", kind, name, "orphaned"))
+        actions.append(Action("delete", kind, name, "orphaned", version=_version(live)))
     return actions
+
+
+def _version(live: dict[str, Any] | None) -> str | None:
+    return live["metadata"].get("resourceVersion") if live is not None else None

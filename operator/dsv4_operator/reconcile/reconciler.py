@@ -1,27 +1,27 @@
 """One reconcile pass: read → decide → record the decision in the status → write the
 children → carry out the rollout's effects → Events.
 
-Level-triggered: every pass starts from what the API server says now (`PassState`, built
-once), so a pass can be interrupted anywhere (operator killed, leadership lost) and the next
-one converges.  The order is what makes that safe:
+Level-triggered: every pass starts from what the world looks like now (`PassState`, built
+once) — read from the watch-fed caches (`reconcile.cache`), so a steady-state pass sends no
+request at all — and a pass can be interrupted anywhere (operator killed, leadership lost)
+and the next one converges.  A cache may lag; the order is what makes that safe too:
 - the status — with the rollout's decision — is written first, with the resourceVersion the
   pass read as a precondition: if anything changed the resource meanwhile (a spec edit, an
   abort annotation), the write is refused, nothing was acted on, and the pass runs again
   on what is there now;
 - then the stable and the canary children, planned together and written through one path
-  (`_act`: its log line, Event and request counter for every write);
-- then the probes and the handled annotation.
+  (`_act`: its log line and request counter for every write; every write is remembered
+  until the cache shows it, `reconcile.expectations`);
+- then the probes and the handled annotation;
+- then one Event per decision — the children written are one Event, not one each.
 Children are keyed by name and matched by their owner's UID: a rerun never duplicates them,
 and an object another owner holds is never adopted, patched or deleted.
 """
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import logging
-import time
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,8 +43,11 @@ from dsv4_operator.reconcile.blockers import (
     FAILED_CREATE_SELECTOR,
     Blocker,
 )
+from dsv4_operator.reconcile.cache import Reader
 from dsv4_operator.reconcile.desired import Desired
-from dsv4_operator.reconcile.kube import ApiError, Kube, NotLeader
+from dsv4_operator.reconcile.events import EventRecorder
+from dsv4_operator.reconcile.expectations import Expectations, Write
+from dsv4_operator.reconcile.kube import ApiError, Kube
 from dsv4_operator.reconcile.plan import Action, plan
 from dsv4_operator.reconcile.state import PassState
 from dsv4_operator.reconcile.status import (
@@ -55,6 +58,7 @@ from dsv4_operator.reconcile.status import (
     decide_status,
     observe_roles,
 )
+from dsv4_operator.reconcile.watches import CHILD_KINDS
 from dsv4_operator.render.engine import feature_revision
 from dsv4_operator.render.lws import LWS_API_VERSION, LWS_KIND
 from dsv4_operator.render.memory import MemorySizingError, pod_memory
@@ -74,30 +78,23 @@ from dsv4_operator.rollout.observe import rolled_roles, settled, settled_slots
 from dsv4_operator.rollout.recover import Unrecoverable, recover
 from dsv4_operator.rollout.reports import FiledReport, report_selector
 from dsv4_operator.rollout.slices import canary_owner, spec_flags
+from dsv4_operator.spread import phase
 
 log = logging.getLogger("dsv4_operator.reconcile")
 
-CHILD_KINDS = (
-    "ConfigMap",
-    "StatefulSet",
-    LWS_KIND,
-    "Service",
-    "PodDisruptionBudget",
-    "ServiceAccount",
-    "Role",  # none rendered now: listed so the router Roles of earlier versions are pruned
-    "RoleBinding",
-    "Deployment",
-    "NetworkPolicy",
-)
-# A status write refused because the resource changed is redone on what is there now; a
-# resource changing this often under every pass is left to the next event.
+# A status write refused because the resource changed is redone on what is there now (read
+# from the API server: the cache had not seen the change); a resource changing this often
+# under every pass is left to the next event.
 STATUS_ATTEMPTS = 3
-# A deadline's recheck runs this long after it, so the pass surely finds it passed.
-RECHECK_SLACK_S = 1.0
 
 
 class StatusConflict(Exception):
     """The resource changed between the pass's read and its status write."""
+
+
+class CacheBehind(Exception):
+    """The cache has not seen an object the pass meant to create, and it is this
+    deployment's own: the pass stops, and runs again once the cache has caught up."""
 
 
 def parse_status(raw: dict[str, Any] | None) -> DSV4DeploymentStatus | None:
@@ -117,7 +114,7 @@ def parse_rollout(status: DSV4DeploymentStatus | None) -> RolloutStatus | None:
 
 
 def check_prerequisites(
-    kube: Kube,
+    cache: Reader,
     namespace: str,
     spec: DSV4DeploymentSpec,
     host_paths: tuple[str, ...] = (),
@@ -142,13 +139,13 @@ def check_prerequisites(
                 "install LeaderWorkerSet (kubernetes-sigs/lws) or use nodesPerReplica 1",
             )
     products = ",".join(spec.placement.gpu_products)
-    if not kube.list("Node", None, f"{GPU_PRODUCT_LABEL} in ({products})"):
+    if not cache.list("Node", None, f"{GPU_PRODUCT_LABEL} in ({products})"):
         return Problem(
             "NoAllowedGPUNodes",
             f"no node has label {GPU_PRODUCT_LABEL} in spec.placement.gpuProducts [{products}]",
         )
     pvc = spec.model.pvc
-    if pvc is not None and kube.get("PersistentVolumeClaim", namespace, pvc.claim_name) is None:
+    if pvc is not None and cache.get("PersistentVolumeClaim", namespace, pvc.claim_name) is None:
         return Problem(
             "PVCNotFound",
             f"spec.model.pvc.claimName: PersistentVolumeClaim {pvc.claim_name!r} "
@@ -180,73 +177,45 @@ class RolloutPass:
 
 
 class Reconciler:
-    """Serialises passes per DSV4Deployment; the blocking client runs in a worker thread."""
+    """One pass at a time per DSV4Deployment (`reconcile.controller` sees to it); reads go
+    to ``cache``, writes to ``kube``, whose blocking client runs in a worker thread."""
 
     def __init__(
         self,
         kube: Kube,
+        cache: Reader,
         rollout: RolloutController,
         host_memory: HostMemory = pod_memory,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
         model_host_paths: tuple[str, ...] = (),
     ) -> None:
         self.kube = kube
+        self.cache = cache
         self.rollout = rollout
         self.host_memory = host_memory
         self.clock = clock
         self.model_host_paths = model_host_paths  # allowed spec.model.hostPath prefixes
-        self._locks: defaultdict[tuple[str, str], asyncio.Lock] = defaultdict(asyncio.Lock)
-        self._rechecks: dict[tuple[str, str], asyncio.TimerHandle] = {}
-        self._pending: set[asyncio.Task[None]] = set()
-
-    async def reconcile(self, namespace: str, name: str) -> None:
-        async with self._locks[(namespace, name)]:
-            started = time.monotonic()
-            try:
-                recheck = await asyncio.to_thread(self.reconcile_now, namespace, name)
-                metrics.RECONCILES.labels("ok").inc()
-                self._recheck_in(namespace, name, recheck)
-            except ApiError as err:
-                # Retries are exhausted; the next event or resync pass tries again.
-                metrics.RECONCILES.labels("error").inc()
-                log.warning("reconcile of %s/%s failed: %s", namespace, name, err)
-            except NotLeader as err:
-                metrics.RECONCILES.labels("error").inc()
-                log.warning("reconcile of %s/%s stopped: %s", namespace, name, err)
-            finally:
-                metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
-
-    def _recheck_in(self, namespace: str, name: str, seconds: float | None) -> None:
-        """Run a pass again once a deadline this pass is waiting for has passed (the
-        progress deadline, a canary's placement timeout), events or not."""
-        key = (namespace, name)
-        handle = self._rechecks.pop(key, None)
-        if handle is not None:
-            handle.cancel()
-        if seconds is None:
-            return
-        loop = asyncio.get_running_loop()
-
-        def again() -> None:
-            task = loop.create_task(self.reconcile(namespace, name))
-            self._pending.add(task)  # held until done: the loop keeps only weak references
-            task.add_done_callback(self._pending.discard)
-
-        self._rechecks[key] = loop.call_later(seconds + RECHECK_SLACK_S, again)
+        self.expectations = Expectations()
+        self.events = EventRecorder(kube, clock)
 
     def reconcile_now(self, namespace: str, name: str) -> float | None:
         """One pass (redone on a status conflict); returns in how many seconds a deadline it
         waits for passes (None: none)."""
-        for _ in range(STATUS_ATTEMPTS):
+        for attempt in range(STATUS_ATTEMPTS):
             try:
-                return self._pass(namespace, name)
+                return self._pass(namespace, name, fresh=attempt > 0)
             except StatusConflict:
                 log.info("%s/%s changed during the pass; deciding again", namespace, name)
         raise ApiError(409, f"{namespace}/{name} changed under {STATUS_ATTEMPTS} passes in a row")
 
     # -- one pass -----------------------------------------------------------------------
-    def _pass(self, namespace: str, name: str) -> float | None:
-        obj = self.kube.get(KIND, namespace, name)
+    def _pass(self, namespace: str, name: str, fresh: bool = False) -> float | None:
+        """``fresh``: read the resource from the API server, not the cache (after a status
+        conflict the cache is known to be behind)."""
+        if fresh:
+            obj = self.kube.get(KIND, namespace, name)
+        else:
+            obj = self.cache.get(KIND, namespace, name)
         if obj is None or obj["metadata"].get("deletionTimestamp"):
             return None
         owner = Owner(name=name, namespace=namespace, uid=obj["metadata"]["uid"])
@@ -262,7 +231,7 @@ class Reconciler:
         pods, events = self._why_not_ready(owner, [*stable, *canary])
         now = self.clock()
         state = PassState(owner, obj, spec, previous, stable, canary, foreign, now, pods, events)
-        problem = check_prerequisites(self.kube, namespace, spec, self.model_host_paths, unserved)
+        problem = check_prerequisites(self.cache, namespace, spec, self.model_host_paths, unserved)
         rollout: RolloutPass | None = None
         actions: list[Action] = []
         if problem is None:
@@ -299,7 +268,7 @@ class Reconciler:
         version = self._write_status(obj, owner, previous, status)
         failure = None
         if state is not None:
-            failure = self._write_children(owner.namespace, actions)
+            failure = self._write_children(owner, actions)
             if failure is None and rollout is not None:
                 failure = self._carry_out(state, rollout)
         events = decision_events(actions, previous, status)
@@ -315,7 +284,7 @@ class Reconciler:
                 degraded,
             )
         for event in events:
-            self._event(obj, *event)
+            self.events.record(obj, *event)
         return _recheck(state, status)
 
     def _status(
@@ -360,6 +329,8 @@ class Reconciler:
         version = obj["metadata"].get("resourceVersion", "")
         if status == previous:
             return version
+        key = (owner.namespace, owner.name)
+        self.expectations.status_written(key, status)
         body = {
             "apiVersion": API_VERSION,
             "kind": KIND,
@@ -376,7 +347,10 @@ class Reconciler:
             if err.status == 409:
                 raise StatusConflict(str(err)) from None
             raise
-        return (written or {}).get("metadata", {}).get("resourceVersion", version)
+        after = (written or {}).get("metadata", {}).get("resourceVersion", version)
+        if after != version:
+            self.expectations.wrote(key, Write(KIND, owner.namespace, owner.name, version))
+        return str(after)
 
     # -- reading ------------------------------------------------------------------------
     def _children(
@@ -391,22 +365,15 @@ class Reconciler:
         canary = canary_owner(owner)
         found: dict[str, list[dict[str, Any]]] = {owner.name: [], canary.name: []}
         foreign = []
-        unserved = set()
+        unserved = frozenset(k for k in CHILD_KINDS if not self.cache.served(k))
         selector = instance_selector(owner, canary)
         for kind in CHILD_KINDS:
-            try:
-                items = self.kube.list(kind, owner.namespace, selector)
-            except ApiError as err:
-                if err.status != 404 or kind != LWS_KIND:
-                    raise
-                unserved.add(kind)
-                continue
-            for item in items:
+            for item in self.cache.list(kind, owner.namespace, selector):
                 if owned_by(item, owner.uid):
                     found[item["metadata"]["labels"][LABEL_INSTANCE]].append(item)
                 else:
                     foreign.append(item)
-        return found[owner.name], found[canary.name], foreign, frozenset(unserved)
+        return found[owner.name], found[canary.name], foreign, unserved
 
     def _why_not_ready(
         self, owner: Owner, children: list[dict[str, Any]]
@@ -416,8 +383,8 @@ class Reconciler:
         workloads = [o for o in children if o["kind"] in WORKLOAD_KINDS]
         if all(settled(w) for w in workloads):
             return [], []
-        pods = self.kube.list("Pod", owner.namespace, pod_selector(owner, canary_owner(owner)))
-        events = self.kube.list("Event", owner.namespace, field_selector=FAILED_CREATE_SELECTOR)
+        pods = self.cache.list("Pod", owner.namespace, pod_selector(owner, canary_owner(owner)))
+        events = self.cache.list("Event", owner.namespace, field_selector=FAILED_CREATE_SELECTOR)
         return pods, events
 
     def _before(self, state: PassState) -> tuple[RolloutStatus | None, list[tuple[str, str, str]]]:
@@ -426,7 +393,7 @@ class Reconciler:
         before = parse_rollout(state.previous)
         if before is not None:
             return before, []
-        listed = self.kube.list("ConfigMap", state.owner.namespace, report_selector(state.owner))
+        listed = self.cache.list("ConfigMap", state.owner.namespace, report_selector(state.owner))
         reports = [FiledReport.of(cm) for cm in listed]
         recovered = recover(state.stable_live, state.canary_live, reports, state.now)
         if recovered is None:
@@ -462,7 +429,13 @@ class Reconciler:
             canary_blocked=_blocked(canary, state.foreign) or _unplaceable(state),
         )
         decision = decide(
-            desired, before, observed, state.spec.canary, state.spec.rollout, renders.pairs
+            desired,
+            before,
+            observed,
+            state.spec.canary,
+            state.spec.rollout,
+            renders.pairs,
+            offset=phase(state.owner.uid),
         )
         return RolloutPass(before, decision, renders.children(decision.status), events)
 
@@ -486,17 +459,22 @@ class Reconciler:
         )
 
     # -- writing ------------------------------------------------------------------------
-    def _write_children(self, namespace: str, actions: list[Action]) -> Problem | None:
+    def _write_children(self, owner: Owner, actions: list[Action]) -> Problem | None:
         """Every child write of the pass; the first failure stops the rest and is returned
         (the status and an Event then name the object and why)."""
+        key = (owner.namespace, owner.name)
         for action in actions:
             try:
-                self._act(namespace, action)
+                self._act(owner, action)
             except ApiError as err:
                 return _write_failure(action, err)
+            gone = action.verb == "delete"
+            written = Write(action.kind, owner.namespace, action.name, action.version, gone)
+            self.expectations.wrote(key, written)
         return None
 
-    def _act(self, namespace: str, action: Action) -> None:
+    def _act(self, owner: Owner, action: Action) -> None:
+        namespace = owner.namespace
         log.info(
             "%s %s/%s (%s)",
             action.verb,
@@ -513,8 +491,11 @@ class Reconciler:
             return
         assert action.obj is not None
         if action.reason == "missing":
+            # Read from the API server, not the cache: what is there decides whether to write.
             existing = self.kube.get(action.kind, namespace, action.name)
-            if existing is not None:  # not ours (ours would have been listed): leave it be
+            if existing is not None and owned_by(existing, owner.uid):
+                raise CacheBehind(f"{action.kind} {action.name} exists but is not cached yet")
+            if existing is not None:  # another owner's: leave it be
                 raise ApiError(
                     409, f"{action.kind} {action.name} exists and belongs to {owner_text(existing)}"
                 )
@@ -529,31 +510,6 @@ class Reconciler:
         since = parse_stamp(status.phase_since).timestamp() if status.phase_since else 0.0
         metrics.record_phase(state.owner.namespace, state.owner.name, status.phase, since)
         return None
-
-    def _event(self, obj: dict[str, Any], kind: str, reason: str, message: str) -> None:
-        meta = obj["metadata"]
-        at = stamp(self.clock())
-        self.kube.create(
-            {
-                "apiVersion": "v1",
-                "kind": "Event",
-                "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-                "involvedObject": {
-                    "apiVersion": API_VERSION,
-                    "kind": KIND,
-                    "name": meta["name"],
-                    "namespace": meta["namespace"],
-                    "uid": meta["uid"],
-                },
-                "type": kind,
-                "reason": reason,
-                "message": message[:1024],
-                "source": {"component": "dsv4-operator"},
-                "firstTimestamp": at,
-                "lastTimestamp": at,
-                "count": 1,
-            }
-        )
 
 
 def _blocked(canary_objects: list[dict[str, Any]], foreign: list[dict[str, Any]]) -> str | None:
@@ -627,15 +583,9 @@ def decision_events(
     previous: DSV4DeploymentStatus | None,
     status: DSV4DeploymentStatus,
 ) -> list[tuple[str, str, str]]:
-    """(type, reason, message) of every decision this pass made; none when nothing changed."""
-    events = [
-        (
-            "Normal",
-            "Applied" if a.verb == "apply" else "Deleted",
-            f"{a.kind} {a.name}: {a.reason}",
-        )
-        for a in actions
-    ]
+    """(type, reason, message) of every decision this pass made; none when nothing changed.
+    The children written are one Event for the pass, however many there were."""
+    events = [written_event(actions)] if actions else []
     before = previous.phase if previous else None
     if status.phase != before:
         if status.phase is Phase.DEGRADED:
@@ -656,6 +606,18 @@ def decision_events(
     ):
         events.append(("Warning", progressing.reason, progressing.message))
     return events
+
+
+def written_event(actions: list[Action]) -> tuple[str, str, str]:
+    """One Event for every child a pass wrote: `Applied` (or `Deleted`, when it only
+    deleted), naming each object and why, grouped by why."""
+    by_reason: dict[str, list[str]] = {}
+    for a in actions:
+        verb = "applied" if a.verb == "apply" else "deleted"
+        by_reason.setdefault(f"{verb} ({a.reason})", []).append(f"{a.kind} {a.name}")
+    message = "; ".join(f"{why}: {', '.join(names)}" for why, names in by_reason.items())
+    only_deleted = all(a.verb == "delete" for a in actions)
+    return "Normal", "Deleted" if only_deleted else "Applied", message
 
 
 def _find_condition(status: DSV4DeploymentStatus | None, ctype: ConditionType) -> Condition | None:

@@ -18,6 +18,7 @@ from dsv4_engine.probe import ProbeSettings
 from dsv4_operator.api import KIND
 from dsv4_operator.api.rollout import CanarySpec, RolloutPhase, RolloutStatus, RolloutVerdict
 from dsv4_operator.api.spec import DSV4DeploymentSpec
+from dsv4_operator.reconcile.cache import Reader
 from dsv4_operator.reconcile.kube import ApiError
 from dsv4_operator.reconcile.state import PassState
 from dsv4_operator.render.router import ROUTER_PORT, router_name
@@ -66,11 +67,13 @@ def watch_report(status: RolloutStatus) -> ReportRef | None:
 class RolloutController:
     """Holds what outlives a pass: the probe executor and how probes reach a Service.
 
-    ``probe_url`` is where the probes reach a Service; ``serving`` whether it serves (by
-    default the Kubernetes API's word: the operator itself never calls an engine or a
-    router, so a NetworkPolicy need not let it in)."""
+    Reads go to ``cache`` (the reconciler's), writes to ``kube``.  ``probe_url`` is where
+    the probes reach a Service; ``serving`` whether it serves (by default the Kubernetes
+    API's word, read only while a canary starts: the operator itself never calls an engine
+    or a router, so a NetworkPolicy need not let it in)."""
 
     kube: Any
+    cache: Reader
     executor: ProbeExecutor
     probe_url: ServiceUrl = cluster_service_url
     serving: Serving | None = None
@@ -123,13 +126,13 @@ class RolloutController:
         return ready
 
     def _outcome(self, state: PassState, ref: ReportRef) -> ProbeOutcome | None:
-        config_map = self.kube.get("ConfigMap", state.owner.namespace, ref.name(state.owner))
+        config_map = self.cache.get("ConfigMap", state.owner.namespace, ref.name(state.owner))
         return outcome_from_config_map(config_map) if config_map else None
 
     def _canary_outcome(self, state: PassState, ref: ReportRef) -> ProbeOutcome | None:
         """The attempt's verdict; a PASS only if the report survives `distrust_pass`."""
         name = ref.name(state.owner)
-        config_map = self.kube.get("ConfigMap", state.owner.namespace, name)
+        config_map = self.cache.get("ConfigMap", state.owner.namespace, name)
         outcome = outcome_from_config_map(config_map) if config_map else None
         if outcome is None or config_map is None or outcome.verdict is not RolloutVerdict.PASS:
             return outcome
@@ -210,7 +213,7 @@ class RolloutController:
 
     def _prune_reports(self, state: PassState) -> None:
         owner = state.owner
-        listed = self.kube.list("ConfigMap", owner.namespace, report_selector(owner))
+        listed = self.cache.list("ConfigMap", owner.namespace, report_selector(owner))
         for name in stale_canary_reports([FiledReport.of(cm) for cm in listed]):
             self.kube.delete("ConfigMap", owner.namespace, name)
 

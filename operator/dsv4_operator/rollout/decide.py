@@ -32,6 +32,7 @@ from dsv4_operator.api.rollout import (
 )
 from dsv4_operator.api.times import parse_stamp, stamp
 from dsv4_operator.rollout.pairs import Pairs, paired, serves
+from dsv4_operator.spread import first_due
 
 
 class Effect(StrEnum):
@@ -128,8 +129,12 @@ def decide(
     canary: CanarySpec,
     rollout: RolloutSpec,
     pairs: Pairs,
+    offset: float = 0.5,
 ) -> Decision:
-    step = _Step(status, observed, stamp(observed.now), pairs)
+    """``offset``: the deployment's fraction of the watch interval (`spread.phase` of its
+    UID): where its first production watch run falls, so that deployments created together
+    never probe together."""
+    step = _Step(status, observed, stamp(observed.now), pairs, offset)
     step.release_retired_slot()
     handled = step.manual_control(desired)
     phase = step.status.phase  # after a control acted (an abort ends the canary phases)
@@ -155,11 +160,14 @@ def decide(
 class _Step:
     """One decision's working state: the status being rewritten, effects and events."""
 
-    def __init__(self, status: RolloutStatus, observed: Observed, now: str, pairs: Pairs) -> None:
+    def __init__(
+        self, status: RolloutStatus, observed: Observed, now: str, pairs: Pairs, offset: float
+    ) -> None:
         self.status = status
         self.observed = observed
         self.now = now
         self.pairs = pairs
+        self.offset = offset
         self.effects: list[Effect] = []
         self.events: list[tuple[str, str, str]] = []
 
@@ -421,7 +429,8 @@ class _Step:
     # -- production watch ---------------------------------------------------------------
     def watch_production(self, rollout: RolloutSpec) -> None:
         """Record a finished watch run, and start the next one when it is due (one at a
-        time; the interval counts from a run's start, the first from the phase's start)."""
+        time; the interval counts from a run's start; the first run comes half an interval
+        to one and a half after the phase's start, at the deployment's offset)."""
         watch = self.status.stable_probe
         outcome = self.observed.stable_probe
         if watch is not None and watch.pending and outcome is not None:
@@ -441,8 +450,14 @@ class _Step:
         interval = rollout.stable_probe_interval_seconds
         if not interval or self.observed.stable_probe_running:
             return
-        since = watch.started_at if watch is not None else self.status.phase_since
-        if self.waited(since) >= interval:
+        if watch is not None:
+            due = parse_stamp(watch.started_at).timestamp() + interval
+        elif self.status.phase_since is not None:
+            since = parse_stamp(self.status.phase_since).timestamp()
+            due = first_due(since, interval, self.offset)
+        else:
+            return
+        if self.observed.now.timestamp() >= due:
             started = watch or StableProbeStatus(started_at=self.now)
             self.update(stable_probe=started.model_copy(update={"started_at": self.now}))
             self.effects.append(Effect.START_STABLE_PROBE)

@@ -2,7 +2,9 @@
 
 Everything it knows lives in the API: whether an attempt runs is whether its Job is
 active, and its verdict is its report ConfigMap.  A restarted operator therefore finds a
-running Job and waits for it instead of starting a second probe.
+running Job and waits for it instead of starting a second probe.  It reads Jobs and reports
+from the cache, but for the one decision a stale read could make wrong: whether a Job that
+ended filed its report (read from the API server before recording INCONCLUSIVE over it).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import logging
 from typing import Any
 
 from dsv4_engine.probe import ProbeSettings
+from dsv4_operator.reconcile.cache import Reader
 from dsv4_operator.render.meta import Owner
 from dsv4_operator.rollout.executor import record
 from dsv4_operator.rollout.probe_job import (
@@ -33,8 +36,9 @@ log = logging.getLogger("dsv4_operator.rollout")
 
 
 class JobProbeExecutor:
-    def __init__(self, kube: Any, image: str) -> None:
+    def __init__(self, kube: Any, cache: Reader, image: str) -> None:
         self.kube = kube
+        self.cache = cache
         self.image = image
         # (namespace, report) of the Jobs this process saw running: their verdicts go into
         # the metrics once they end.  A Job that ended before this process started was
@@ -42,7 +46,7 @@ class JobProbeExecutor:
         self._watching: set[tuple[str, str]] = set()
 
     def running(self, owner: Owner, report: str) -> bool:
-        job = self.kube.get("Job", owner.namespace, job_name(report))
+        job = self.cache.get("Job", owner.namespace, job_name(report))
         state, _ = job_state(job)
         if state is JobState.ACTIVE:
             self._watching.add((owner.namespace, report))
@@ -52,12 +56,12 @@ class JobProbeExecutor:
 
     def completed(self, owner: Owner, report: str) -> bool | None:
         """A Job that is gone (its TTL passed) can no longer vouch for its report: False."""
-        state, _ = job_state(self.kube.get("Job", owner.namespace, job_name(report)))
+        state, _ = job_state(self.cache.get("Job", owner.namespace, job_name(report)))
         return state is JobState.SUCCEEDED
 
     def start(self, owner: Owner, ref: ReportRef, settings: ProbeSettings) -> None:
         report = ref.name(owner)
-        job = self.kube.get("Job", owner.namespace, job_name(report))
+        job = self.cache.get("Job", owner.namespace, job_name(report))
         state, why = job_state(job)
         if state is JobState.ACTIVE:
             return
@@ -72,7 +76,7 @@ class JobProbeExecutor:
 
     def stop(self, owner: Owner, report: str) -> None:
         name = job_name(report)
-        if job_state(self.kube.get("Job", owner.namespace, name))[0] is JobState.ACTIVE:
+        if job_state(self.cache.get("Job", owner.namespace, name))[0] is JobState.ACTIVE:
             # Background propagation: the API's default for a Job orphans its running pod.
             self.kube.delete("Job", owner.namespace, name, propagation="Background")
             log.info("probe %s: Job %s stopped", report, name)
@@ -99,7 +103,7 @@ class JobProbeExecutor:
         key = (owner.namespace, report)
         if key not in self._watching:
             return
-        config_map = self.kube.get("ConfigMap", owner.namespace, report)
+        config_map = self.cache.get("ConfigMap", owner.namespace, report)
         outcome = outcome_from_config_map(config_map) if config_map else None
         if outcome is None or config_map is None:
             return  # none filed: `start` records the INCONCLUSIVE it files instead

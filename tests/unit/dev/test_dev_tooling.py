@@ -15,6 +15,7 @@ from dsv4_dev import operator as dev_operator
 from dsv4_dev.cli import cluster as cluster_cli
 from dsv4_dev.localrun import endpoints
 from dsv4_operator.cli.main import PLUGINS
+from dsv4_operator.reconcile.cache import Cache
 from dsv4_operator.reconcile.kube import Kube
 from dsv4_operator.rollout.executor import LocalProbeExecutor
 from dsv4_operator.rollout.job_executor import JobProbeExecutor
@@ -76,7 +77,6 @@ def wiring(*argv: str):
 
 def test_the_local_wiring_probes_in_process_through_the_endpoint_map(monkeypatch):
     kube, local = wiring("--local-endpoints")
-    assert not local.watch_probe_jobs
     with socket.socket() as closed:  # bound, never listening: nothing answers there
         closed.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{closed.getsockname()[1]}"
@@ -90,12 +90,12 @@ def test_the_local_wiring_probes_in_process_through_the_endpoint_map(monkeypatch
 @pytest.mark.asyncio
 async def test_the_local_executor_is_made_on_the_running_loop():
     _, local = wiring("--local-endpoints")
-    assert isinstance(local.executor(lambda owner: None), LocalProbeExecutor)
+    assert isinstance(local.executor(lambda owner: None, Cache([])), LocalProbeExecutor)
 
 
 def test_job_mode_on_the_local_cluster_probes_by_cluster_dns():
     _, jobs = wiring("--local-endpoints", "--probe-mode", "job", "--probe-image", "op:1")
-    assert isinstance(jobs.executor(lambda owner: None), JobProbeExecutor)
+    assert isinstance(jobs.executor(lambda owner: None, Cache([])), JobProbeExecutor)
     assert jobs.probe_url("ns", "svc", 8000) == "http://svc.ns.svc:8000"
 
 

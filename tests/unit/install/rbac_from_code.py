@@ -2,7 +2,8 @@
 
 Every request of the operator goes through `Kube` (reconcile/kube.py), so the permissions it
 needs are the `kube.<method>(...)` calls in the modules the operator process runs, plus
-the watches kopf opens for its handlers.  This module finds those calls with `ast`,
+the lists and watches of its informers (reconcile/watches.py: what the `cache.<method>`
+reads are served from) and the watches kopf opens for its handlers.  This module finds those calls with `ast`,
 resolves which kind each one addresses (a literal, a module constant, a loop over a
 constant, a dict literal's "kind", a helper that returns one, or a plan Action whose kinds
 are what the reconciler renders and lists) and turns them into RBAC (group, resource,
@@ -26,7 +27,7 @@ import yaml
 from dsv4_operator.api.samples import load_sample
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.reconcile import kube as kube_module
-from dsv4_operator.reconcile.reconciler import CHILD_KINDS
+from dsv4_operator.reconcile.watches import CHILD_KINDS, WATCHES
 from dsv4_operator.render import render_all
 from dsv4_operator.render.meta import Owner
 from dsv4_operator.render.router import ROUTER_CLUSTER_ROLE, ROUTER_RULES
@@ -38,6 +39,8 @@ PACKAGE = Path(inspect.getfile(kube_module)).parents[1]
 NOT_THE_OPERATOR = ("cli",)
 # The module whose requests stay in the operator's own namespace (a Role, not cluster-wide).
 LEADER_ELECTION = "leader.py"
+# The module that lists and watches what `WATCHES` names (its calls take the kind from it).
+INFORMER = "informer.py"
 SAMPLES = sorted((PACKAGE.parents[1] / "manifests" / "samples").glob("*-*.yaml"))
 
 # What each `Kube` method sends, in RBAC verbs.  A server-side apply creates the object
@@ -46,14 +49,20 @@ SAMPLES = sorted((PACKAGE.parents[1] / "manifests" / "samples").glob("*-*.yaml")
 KUBE_VERBS: dict[str, tuple[str, ...]] = {
     "get": ("get",),
     "list": ("list",),
+    "snapshot": ("list",),
+    "watch": ("watch",),
     "apply": ("create", "patch"),
     "create": ("create",),
     "replace": ("update",),
     "delete": ("delete",),
     "patch_json": ("patch",),
+    "patch_merge": ("patch",),
 }
 # `kube.request(...)` is the raw door: a call to it cannot be mapped to a permission here.
 RAW = "request"
+SENDERS = ("request", "_send")  # the private methods that put a request on the wire
+# Methods whose first argument is a kind (the others take an object).
+BY_KIND = ("get", "list", "snapshot", "watch", "delete", "patch_json", "patch_merge")
 
 
 class UnresolvedAccess(AssertionError):
@@ -75,12 +84,18 @@ def api_group(kind: str) -> tuple[str, str]:
 
 
 def request_methods() -> set[str]:
-    """`Kube` methods that send a request themselves (their source calls self.request)."""
-    return {
-        name
+    """Public `Kube` methods that send requests: they call a sender or such a method."""
+    sources = {
+        name: inspect.getsource(fn)
         for name, fn in inspect.getmembers(kube_module.Kube, inspect.isfunction)
-        if not name.startswith("_") and name != RAW and "self.request(" in inspect.getsource(fn)
     }
+    sending = set(SENDERS)
+    while True:
+        more = {n for n, src in sources.items() if any(f"self.{s}(" in src for s in sending)}
+        if more <= sending:
+            break
+        sending |= more
+    return {name for name in sending if not name.startswith("_") and name != RAW}
 
 
 def operator_modules() -> Iterator[tuple[Path, ModuleType]]:
@@ -294,8 +309,7 @@ class _Resolver:
         if not uses:
             raise self.fail(ref, f"how {target.__name__} uses {param}")
         method = ref.attr
-        by_kind = ("get", "list", "delete", "patch_json")
-        resolve = home.kind_argument if method in by_kind else home.object_kinds
+        resolve = home.kind_argument if method in BY_KIND else home.object_kinds
         return set().union(*(resolve(argument) for argument in uses))
 
     def kind_argument(self, node: ast.expr) -> set[str]:
@@ -345,8 +359,18 @@ def _is_kube_call(node: ast.AST, method: str | None = None) -> bool:
     return receiver == "kube" and node.func.attr in ((method,) if method else known)
 
 
+def informer_watches() -> Iterator[Access]:
+    """Each informer lists and watches its kind (every namespace, or the operator's)."""
+    for watch in WATCHES:
+        group, plural = api_group(watch.kind)
+        for verb in ("list", "watch"):
+            yield Access("cluster", group, plural, verb)
+
+
 def kube_calls() -> Iterator[Access]:
     for path, module in operator_modules():
+        if path.name == INFORMER:
+            continue  # its kinds are WATCHES' (informer_watches)
         tree = ast.parse(path.read_text())
         resolver = _Resolver(path, module, tree)
         scope = "namespace" if path.name == LEADER_ELECTION else "cluster"
@@ -368,7 +392,7 @@ def kube_calls() -> Iterator[Access]:
                 (resolver.constant(k.value) for k in node.keywords if k.arg == "subresource"),
                 None,
             )
-            if method in ("get", "list", "delete", "patch_json"):
+            if method in BY_KIND:
                 kinds = resolver.kind_argument(node.args[0])
             else:
                 kinds = resolver.object_kinds(node.args[0])
@@ -417,7 +441,7 @@ def escalation() -> Iterator[Access]:
 
 
 def needed() -> set[Access]:
-    return {*kube_calls(), *kopf_watches(), *kopf_scanning(), *escalation()}
+    return {*kube_calls(), *informer_watches(), *kopf_watches(), *kopf_scanning(), *escalation()}
 
 
 def granted(rules: Iterable[dict[str, Any]], scope: str) -> set[Access]:

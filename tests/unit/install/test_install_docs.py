@@ -1,5 +1,6 @@
 """docs/ stays true to the code: the API reference is the generated one, the feature-flag
-page names every flag and value, and no link or path in the docs points nowhere."""
+page names every flag and value, no link or path in the docs points nowhere, and the scale
+section's defaults are the code's."""
 
 import importlib.util
 import re
@@ -10,6 +11,8 @@ import yaml
 
 from dsv4_engine.features import EngineFeatures, HiCacheFeature
 from dsv4_operator.api.crd import CRD_PATH
+from dsv4_operator.reconcile.controller import SETTLE_S, WORKERS
+from dsv4_operator.runtime import parse_args
 
 ROOT = Path(__file__).resolve().parents[3]
 DOCS = ROOT / "docs"
@@ -111,3 +114,27 @@ def test_the_security_review_lists_every_rule_of_the_shipped_rbac():
     rows = review_rows()
     for rule in rules:
         assert (frozenset(rule["resources"]), frozenset(rule["verbs"])) in rows, rule
+
+
+def scale_section() -> str:
+    page = (DOCS / "dsv4deployment.md").read_text()
+    return page.split("\n## Scale\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_scale_section_states_the_operators_defaults():
+    section = " ".join(scale_section().split())
+    args = parse_args(["run"])
+    assert args.workers == WORKERS
+    assert f"settle window of {SETTLE_S:g} s" in section
+    assert f"`--workers` (default {WORKERS})" in section
+    assert f"`--resync-seconds`, default {args.resync_seconds:g} s" in section
+
+
+def test_the_scale_figures_are_for_what_the_benchmark_runs_by_default():
+    spec = importlib.util.spec_from_file_location("bench_scale", ROOT / "bench" / "bench_scale.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    args = module.parse_args([])
+    section = " ".join(scale_section().split())
+    assert f"{args.deployments} deployments on {args.nodes:,} nodes" in section
+    assert f"flag change on {args.changed}" in section

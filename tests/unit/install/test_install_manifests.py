@@ -14,6 +14,7 @@ import yaml
 from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.leader import Leadership, LeaseConfig
+from dsv4_operator.reconcile.cache import Cache
 from dsv4_operator.rollout.job_executor import JobProbeExecutor
 from dsv4_operator.runtime import OPERATOR_CONTAINER, Health, job_wiring, parse_args
 
@@ -71,6 +72,7 @@ async def probe_answers(container):
         before = [await asyncio.to_thread(get, port, p) for p in (live, ready)]
         leadership.renewed_at = time.monotonic()  # renewed just now: it leads
         health.watching.set()
+        health.synced.set()
         after = [await asyncio.to_thread(get, port, p) for p in (live, ready)]
     finally:
         await runner.cleanup()
@@ -79,7 +81,7 @@ async def probe_answers(container):
 
 def test_the_probes_hit_the_endpoints_the_runtime_serves(container):
     before, after = asyncio.run(probe_answers(container))
-    assert before == [200, 503]  # alive at once, ready only once leading and watching
+    assert before == [200, 503]  # alive at once, ready once leading, watching and synced
     assert after == [200, 200]
 
 
@@ -121,9 +123,8 @@ def test_the_installed_operator_probes_with_jobs_running_its_own_image(container
     assert container["name"] == OPERATOR_CONTAINER
     # The image's wiring has no other executor (tests/e2e/test_install.py: from the pod).
     wiring = job_wiring(None, parse_args([*container["args"], "--probe-image", "op:1"]))
-    executor = wiring.executor(lambda owner: None)
+    executor = wiring.executor(lambda owner: None, Cache([]))
     assert isinstance(executor, JobProbeExecutor) and executor.image == "op:1"
-    assert wiring.watch_probe_jobs
 
 
 @pytest.mark.parametrize(
@@ -136,6 +137,20 @@ def test_the_image_operator_has_no_development_switches(flag, capsys):
         parse_args(["run", flag])
     assert exit_info.value.code == 2
     assert "unrecognized arguments" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--workers", "0"], "--workers: at least 1 (got 0)"),
+        (["--resync-seconds", "0"], "--resync-seconds: more than 0 (got 0)"),
+    ],
+)
+def test_a_loop_that_could_never_run_a_pass_is_refused_naming_its_flag(flags, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(["run", *flags])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
 
 
 def test_metrics_service_and_service_monitor_line_up(container):

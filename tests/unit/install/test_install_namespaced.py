@@ -49,14 +49,15 @@ def needed() -> set[tuple[str, str, str]]:
     return {(a.group, a.resource, a.verb) for a in code.needed() if a.scope == "cluster"}
 
 
-def test_cluster_wide_it_may_only_list_nodes(needed):
-    """Limited to namespaces, kopf does not scan (CRDs, namespaces): nodes are left."""
+def test_cluster_wide_it_may_only_list_and_watch_nodes(needed):
+    """Limited to namespaces, kopf does not scan (CRDs, namespaces): nodes are left, listed
+    and watched (metadata only) into the cache passes read."""
     (patch,) = load("namespaced", "cluster-role.yaml")  # replaces base's rules whole
     scanning = {(a.group, a.resource, a.verb) for a in code.kopf_scanning()}
     assert scanning, "kopf scans cluster-wide; the namespaced install relies on it not"
     granted = accesses(patch["rules"])
     assert granted == {a for a in needed if a[1] in CLUSTER_SCOPED} - scanning
-    assert granted == {("", "nodes", "list")}
+    assert granted == {("", "nodes", "list"), ("", "nodes", "watch")}
 
 
 def test_in_the_watched_namespace_a_role_grants_the_rest(needed):

@@ -93,9 +93,10 @@ def test_the_derivation_sees_the_calls_it_claims_to(rbac):
     """Guards the guard: known calls of the reconciler and leader election are found."""
     needed = code.needed()
     for access in [
-        code.Access("cluster", "", "nodes", "list"),  # check_prerequisites
-        code.Access("cluster", "", "persistentvolumeclaims", "get"),
+        code.Access("cluster", "", "nodes", "watch"),  # check_prerequisites, from the cache
+        code.Access("cluster", "", "persistentvolumeclaims", "list"),
         code.Access("cluster", "", "events", "create"),  # one Event per decision
+        code.Access("cluster", "", "events", "patch"),  # ... and a repeat counted on it
         code.Access("cluster", "apps", "statefulsets", "create"),  # SSA of a missing child
         code.Access("cluster", "apps", "statefulsets", "delete"),  # an orphaned child
         code.Access("cluster", "inference.dsv4.dev", "dsv4deployments/status", "patch"),

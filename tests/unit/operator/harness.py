@@ -2,21 +2,27 @@
 
 `World` is one cluster (the API double and its controllers) and one operator process at a
 time: a crash throws the process away and starts a fresh one (no memory carried over, as a
-restarted pod), which continues from whatever the API holds.  Probes run as the real
-`JobProbeExecutor` makes them: a Job per attempt, whose scripted verdict lands in the
-attempt's report as the probe's own field manager files it.
+restarted pod), which continues from whatever the API holds.  The operator reads through
+its real cache (`reconcile.cache`), filled before each pass with what its watches would
+have delivered by then (`fill_cache`: the same selectors and transforms); a test that wants
+a lagging cache skips the filling.  Probes run as the real `JobProbeExecutor` makes them: a
+Job per attempt, whose scripted verdict lands in the attempt's report as the probe's own
+field manager files it.
 """
 
 from __future__ import annotations
 
 import copy
 import datetime as dt
+import json
 from collections.abc import Callable
 from typing import Any
 
 from dsv4_dev.cluster.nodes import default_pools, node_manifests
 from dsv4_operator.api import API_VERSION, KIND
 from dsv4_operator.api.samples import load_sample, merge_patch
+from dsv4_operator.reconcile import watches
+from dsv4_operator.reconcile.cache import Cache
 from dsv4_operator.reconcile.reconciler import Reconciler
 from dsv4_operator.rollout.controller import RolloutController
 from dsv4_operator.rollout.job_executor import JobProbeExecutor
@@ -32,6 +38,26 @@ HICACHE = {"features": {"hicache": {"enabled": True, "ratio": 2.0}}}  # same for
 MODEL_HOST_PATHS = ("/data/models",)
 
 
+def fill_cache(cache: Cache, api: MemoryApi) -> None:
+    """The cache as the operator's watches would have it now (none lagging)."""
+    cache.store(KIND).replace(api.select(KIND, None))
+    for watch in watches.WATCHES:
+        if watch.kind in api.unserved:  # its list would answer 404
+            cache.store(watch.kind).unserved()
+            continue
+        found = api.select(watch.kind, None, watch.selector, watch.field_selector)
+        if watch.metadata_only:
+            found = [{k: o[k] for k in ("apiVersion", "kind", "metadata")} for o in found]
+        cache.store(watch.kind).replace([watch.transform(o) for o in found])
+
+
+def cache_dump(cache: Cache) -> str:
+    return json.dumps(
+        {kind: store.select(None, None, None) for kind, store in cache.stores.items()},
+        sort_keys=True,
+    )
+
+
 class World:
     def __init__(self) -> None:
         self.api = MemoryApi()
@@ -43,20 +69,39 @@ class World:
         self.held: Callable[[dict[str, Any]], bool] = lambda obj: False
         # Checked after every pass: an invariant no crash or interleaving may break.
         self.checks: list[Callable[[World], None]] = []
+        self.lagging = False  # True: passes read the cache as it was (no filling)
         self.start()
 
     # -- the operator process -----------------------------------------------------------
     def start(self) -> None:
         """A fresh operator process: nothing but the API survives from the last one."""
-        executor = JobProbeExecutor(self.api, image="operator:test")
+        self.cache = Cache(watches.stores())
+        fill_cache(self.cache, self.api)
+        executor = JobProbeExecutor(self.api, self.cache, image="operator:test")
         rollout = RolloutController(
             self.api,
+            self.cache,
             executor,
             serving=lambda ns, service, port: True,  # no Services here: once Ready, serving
         )
         self.reconciler = Reconciler(
-            self.api, rollout, clock=lambda: self.now, model_host_paths=MODEL_HOST_PATHS
+            self.api,
+            self.cache,
+            rollout,
+            clock=lambda: self.now,
+            model_host_paths=MODEL_HOST_PATHS,
         )
+
+    def reconcile(self, name: str) -> float | None:
+        """One pass of the operator over ``name``, on the cache its watches would show
+        (unless lagging); nothing it read from the cache may have been changed by it."""
+        if not self.lagging:
+            fill_cache(self.cache, self.api)
+        before = cache_dump(self.cache)
+        try:
+            return self.reconciler.reconcile_now(NS, name)
+        finally:
+            assert cache_dump(self.cache) == before, "a pass changed objects it read"
 
     def crash_before_write(self, n: int) -> None:
         self.api.crash_before_write(n)
@@ -107,7 +152,7 @@ class World:
         waiting = self.api.names("Job")
         for name in names:
             try:
-                self.reconciler.reconcile_now(NS, name)
+                self.reconcile(name)
             except Crashed:
                 self.crashes += 1
                 self.start()

@@ -1,7 +1,7 @@
 """An in-memory stand-in for the Kubernetes API, for exhaustive crash-point unit tests.
 
 It answers the `Kube` methods the operator uses (get, list, apply, create, replace, delete,
-patch_json) with the semantics the reconcile relies on: resourceVersions and their
+patch_json, patch_merge) with the semantics the reconcile relies on: resourceVersions and their
 preconditions (409), `generation` bumps on spec changes only, the status subresource,
 create-only 409s, garbage collection through owner references, the field manager that owns
 a ConfigMap's data, label selectors.  It can make the operator "die" right before its N-th
@@ -28,10 +28,11 @@ from typing import Any
 
 from dsv4_operator.api.times import stamp
 from dsv4_operator.reconcile.kube import ApiError
+from dsv4_operator.reconcile.selectors import field_match, label_match
 from dsv4_operator.rollout.reports import OUTCOME_KEY, PROBE_MANAGER
 
 Key = tuple[str, str | None, str]  # (kind, namespace, name)
-WRITES = ("apply", "create", "replace", "delete", "patch_json")
+WRITES = ("apply", "create", "replace", "delete", "patch_json", "patch_merge")
 
 
 class Crashed(BaseException):
@@ -59,6 +60,7 @@ class MemoryApi:
     lists: Counter[str] = field(default_factory=Counter)  # list requests, by kind
     # Kinds this "server" does not serve (a CRD not installed: LeaderWorkerSet without LWS).
     unserved: set[str] = field(default_factory=set)
+    gets: Counter[str] = field(default_factory=Counter)  # get requests, by kind
     _versions: itertools.count = field(default_factory=lambda: itertools.count(1))
     _uids: itertools.count = field(default_factory=lambda: itertools.count(1))
 
@@ -81,6 +83,7 @@ class MemoryApi:
     def get(
         self, kind: str, namespace: str | None, name: str, timeout: float = 0
     ) -> dict[str, Any] | None:
+        self.gets[kind] += 1
         found = self.objects.get((kind, namespace, name))
         return copy.deepcopy(found) if found is not None else None
 
@@ -94,16 +97,31 @@ class MemoryApi:
         self.lists[kind] += 1
         if kind in self.unserved:
             raise ApiError(404, f"the server could not find the requested resource ({kind})")
-        match = parse_selector(selector or "")
-        fields = parse_selector(field_selector or "")
+        return self.select(kind, namespace, selector, field_selector)
+
+    def select(
+        self,
+        kind: str,
+        namespace: str | None,
+        selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """What a list answers, without counting a request (how the harness fills the
+        operator's cache, as its watches would)."""
+        match = label_match(selector)
+        fields = field_match(field_selector)
         return [
             copy.deepcopy(obj)
             for (k, ns, _), obj in sorted(self.objects.items(), key=lambda kv: str(kv[0]))
             if k == kind
             and (namespace is None or ns == namespace)
             and match(obj["metadata"].get("labels") or {})
-            and fields(_flat(obj))
+            and fields(obj)
         ]
+
+    def requests(self) -> int:
+        """Reads and writes the operator sent (the cache's filling excluded)."""
+        return sum(self.lists.values()) + sum(self.gets.values()) + len(self.log)
 
     # -- writes -------------------------------------------------------------------------
     def apply(
@@ -172,6 +190,19 @@ class MemoryApi:
             return
         self.log.append(Write("delete", key, None))
         self._collect(self.objects.pop(key)["metadata"]["uid"])
+
+    def patch_merge(
+        self, kind: str, namespace: str, name: str, changes: dict[str, Any]
+    ) -> dict[str, Any]:
+        key = (kind, namespace, name)
+        self._write("patch_merge", key)
+        current = self.objects.get(key)
+        if current is None:
+            raise ApiError(404, f"{key} not found")
+        current.update(copy.deepcopy(changes))
+        self._bump(current)
+        self.log.append(Write("patch_merge", key, copy.deepcopy(changes)))
+        return copy.deepcopy(current)
 
     def patch_json(self, kind: str, namespace: str, name: str, ops: list[dict[str, Any]]) -> Any:
         key = (kind, namespace, name)
@@ -355,17 +386,6 @@ def _key(obj: dict[str, Any]) -> Key:
     return obj["kind"], meta.get("namespace"), meta["name"]
 
 
-def _flat(obj: dict[str, Any], prefix: str = "") -> dict[str, str]:
-    """An object's scalar fields by dotted path (what a field selector names)."""
-    out: dict[str, str] = {}
-    for key, value in obj.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        elif not isinstance(value, list):
-            out[f"{prefix}{key}"] = str(value)
-    return out
-
-
 def _digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:10]
 
@@ -379,35 +399,3 @@ def _own_data(config_map: dict[str, Any], manager: str) -> None:
     ]
     fields.append({"manager": manager, "operation": "Apply", "fieldsV1": {"f:data": {}}})
     config_map["metadata"]["managedFields"] = fields
-
-
-def _term(term: str) -> Callable[[dict[str, str]], bool]:
-    if " notin (" in term:
-        key, values = (part.strip() for part in term.split(" notin (", 1))
-        refused = {v.strip() for v in values.rstrip(")").split(",")}
-        return lambda labels: labels.get(key) not in refused
-    if " in (" in term:
-        key, values = (part.strip() for part in term.split(" in (", 1))
-        allowed = {v.strip() for v in values.rstrip(")").split(",")}
-        return lambda labels: labels.get(key) in allowed
-    if "=" in term:
-        key, value = (part.strip() for part in term.split("=", 1))
-        return lambda labels: labels.get(key) == value
-    return lambda labels: term in labels
-
-
-def parse_selector(selector: str) -> Callable[[dict[str, str]], bool]:
-    """`key=value`, `key in (a,b)`, `key notin (a,b)` and `key` terms, comma-joined (what
-    the operator sends)."""
-    terms: list[str] = []
-    depth, start = 0, 0
-    for i, char in enumerate(selector):
-        depth += {"(": 1, ")": -1}.get(char, 0)
-        if char == "," and depth == 0:
-            terms.append(selector[start:i])
-            start = i + 1
-    terms.append(selector[start:])
-    checks: list[Callable[[dict[str, str]], bool]] = []
-    for term in filter(None, (t.strip() for t in terms)):
-        checks.append(_term(term))
-    return lambda labels: all(check(labels) for check in checks)

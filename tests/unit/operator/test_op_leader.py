@@ -1,11 +1,13 @@
-"""Lease decisions: who may lead, from the Lease and the clock."""
+"""Lease decisions: who may lead, from the Lease and the clock; a renewal that landed is
+not mistaken for a lost lead."""
 
 import datetime as dt
 
 import pytest
 
-from dsv4_operator.leader import Leadership, LeaseConfig, lease_body, lease_verdict
+from dsv4_operator.leader import Leadership, LeaseConfig, lease_body, lease_verdict, try_hold
 from dsv4_operator.reconcile.kube import Kube, NotLeader
+from tests.unit.operator.memory_api import MemoryApi
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
 
@@ -96,3 +98,38 @@ def test_no_write_leaves_a_process_that_no_longer_leads():
         ("PUT", "leases"),
     ]
     assert api.sent[-1][2] == 2.0  # the Lease's own short timeout reached the client
+
+
+class RepeatedRenewal(MemoryApi):
+    """The API as a renewal whose answer timed out sees it: the HTTP client sent the PUT
+    again, the first one landed, and the repeat is refused for its stale version."""
+
+    def replace(self, obj, timeout=0):
+        super().replace(obj, timeout)
+        return super().replace(obj, timeout)  # 409: the version moved
+
+
+def test_a_renewal_refused_only_because_it_was_sent_twice_keeps_the_lead():
+    config = LeaseConfig("l", "ns", "me")
+    api = RepeatedRenewal()
+    assert try_hold(api, config)  # created
+    assert try_hold(api, config)  # renewed, though the repeat was refused
+    assert api.get("Lease", "ns", "l")["spec"]["holderIdentity"] == "me"
+
+
+def test_a_renewal_refused_because_another_holder_wrote_loses_the_lead():
+    config = LeaseConfig("l", "ns", "me")
+    api = MemoryApi()
+    assert try_hold(api, config)
+    lease = api.get("Lease", "ns", "l")
+    other = MemoryApi.replace
+
+    def taken_meanwhile(self, obj, timeout=0):
+        current = self.objects[("Lease", "ns", "l")]
+        current["spec"] = {**current["spec"], "holderIdentity": "other"}
+        self._bump(current)
+        return other(self, obj, timeout)
+
+    api.replace = taken_meanwhile.__get__(api)
+    assert not try_hold(api, config)
+    assert lease["spec"]["holderIdentity"] == "me"

@@ -1,4 +1,4 @@
-"""A pass reads its children once: the stable slice's and the canary's in the same requests."""
+"""A pass reads its children once: the stable slice's and the canary's in the same reads."""
 
 from dsv4_operator.reconcile.reconciler import CHILD_KINDS, Reconciler
 from dsv4_operator.render.meta import LABEL_INSTANCE, Owner, metadata
@@ -24,6 +24,9 @@ class ListingKube:
             if o["kind"] == kind and o["metadata"]["labels"][LABEL_INSTANCE] in wanted
         ]
 
+    def served(self, kind):
+        return True
+
 
 def child(kind, owner, name, uid=None):
     meta = metadata(owner, name, "decode")
@@ -39,7 +42,7 @@ def test_stable_and_canary_children_come_from_one_list_per_kind():
     other = child("StatefulSet", Owner("other", "serving", "u-2"), "other-decode")
     kube = ListingKube([stable_sts, canary_sts, canary_cm, other])
 
-    stable, canary_live, foreign, unserved = Reconciler(kube, rollout=None)._children(OWNER)
+    stable, canary_live, foreign, unserved = Reconciler(None, kube, rollout=None)._children(OWNER)
 
     # The canary's objects never count as the stable slice's (it would prune them).
     assert stable == [stable_sts]
@@ -58,7 +61,7 @@ def test_children_with_our_labels_but_another_owner_are_foreign_never_ours():
     other controller labelled like ours: matched by label, refused by owner UID."""
     leftover = child("StatefulSet", OWNER, "flash-decode", uid="uid-of-a-deleted-flash")
     kube = ListingKube([leftover])
-    stable, canary_live, foreign, _ = Reconciler(kube, rollout=None)._children(OWNER)
+    stable, canary_live, foreign, _ = Reconciler(None, kube, rollout=None)._children(OWNER)
     assert (stable, canary_live, foreign) == ([], [], [leftover])
 
 

@@ -17,8 +17,8 @@ import pytest
 from dsv4_operator.api import KIND
 from dsv4_operator.api.rollout import FlagSet
 from dsv4_operator.api.spec import DSV4DeploymentSpec
-from dsv4_operator.reconcile.handlers import owning_deployment
 from dsv4_operator.reconcile.kube import ApiError
+from dsv4_operator.reconcile.triggers import owning_deployment
 from dsv4_operator.render.meta import LABEL_SLOT, LABEL_TRANSFER
 from dsv4_operator.rollout import manual
 from dsv4_operator.rollout.decide import ManualAction

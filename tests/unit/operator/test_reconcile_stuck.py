@@ -6,9 +6,6 @@ the real control plane (scheduler and StatefulSet controller included)."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-
 from dsv4_operator import metrics
 from tests.unit.operator.harness import FP4, NS, World
 from tests.unit.operator.test_reconcile_faults import ready_world
@@ -47,7 +44,7 @@ def test_an_unschedulable_pod_is_named_in_the_status_and_an_event_with_the_sched
     world.api.unschedulable("flash-decode", INSUFFICIENT, world.now)
     world.api.lists.clear()
     world.step("flash")
-    assert world.api.lists["Pod"] == world.api.lists["Event"] == 1, "one list of each a pass"
+    assert world.api.lists == {}, "pods and Events are read from the cache, not listed"
     progressing = condition(world, "Progressing")
     said = f"decode pod flash-decode-0: Unschedulable: {INSUFFICIENT}"
     assert (progressing["status"], progressing["reason"]) == ("True", "Unschedulable")
@@ -108,13 +105,12 @@ def test_a_pod_that_cannot_be_created_is_named_from_the_controllers_event():
     assert world.events("FailedCreate")
 
 
-def test_a_settled_deployment_lists_no_pods_and_no_events():
+def test_a_settled_deployments_passes_send_no_request_at_all():
     world = ready_world()
-    world.api.lists.clear()
+    sent = world.api.requests()
     for _ in range(3):
         world.step("flash")
-    assert world.api.lists["StatefulSet"] == 3
-    assert world.api.lists["Pod"] == world.api.lists["Event"] == 0
+    assert world.api.requests() == sent
 
 
 def test_a_canary_the_scheduler_cannot_place_ends_inconclusive_at_its_placement_timeout():
@@ -130,7 +126,7 @@ def test_a_canary_the_scheduler_cannot_place_ends_inconclusive_at_its_placement_
     )
     reported = world.now
     world.api.unschedulable("flash--canary-decode", INSUFFICIENT, reported)
-    recheck = world.reconciler.reconcile_now(NS, "flash")
+    recheck = world.reconcile("flash")
     assert recheck is not None and 0 < recheck <= 30, "the pass wakes up at the timeout"
     assert world.phase() == "CanaryStarting", "within spec.canary.placementTimeoutSeconds"
     world.until("rolled back", lambda: world.phase() == "RolledBack", seconds=10)
@@ -145,21 +141,3 @@ def test_a_canary_the_scheduler_cannot_place_ends_inconclusive_at_its_placement_
     world.until("Ready", lambda: world.obj()["status"]["phase"] == "Ready")
     # Later passes rewrite the message (the flags are rejected); the reason stays.
     assert world.rollout()["verdictReason"] == f"the canary cannot be placed: {said}"
-
-
-def test_a_deadline_wakes_the_operator_without_an_event():
-    """`reconcile` schedules the pass a deadline needs; nothing else has to happen."""
-    world = World()
-    world.create("flash")
-    lists = world.api.lists
-
-    async def main() -> None:
-        world.reconciler._recheck_in(NS, "flash", 0.0)
-        deadline = time.monotonic() + 10
-        while lists["StatefulSet"] == 0 and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        while world.reconciler._pending and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-
-    asyncio.run(main())
-    assert lists["StatefulSet"] == 1 and world.obj().get("status")

@@ -48,6 +48,6 @@ def endpoint_slice(service: str, port: int, *ready: bool) -> dict[str, Any]:
 )
 def test_the_canary_serves_once_its_router_service_has_a_ready_endpoint(slices, serving):
     kube = Slices(*slices)
-    controller = RolloutController(kube, executor=None)  # type: ignore[arg-type]
+    controller = RolloutController(kube, kube, executor=None)  # type: ignore[arg-type]
     assert controller._endpoint_ready(OWNER.namespace, SERVICE, PORT) is serving
     assert kube.lists == [("EndpointSlice", "serving", f"{SERVICE_NAME_LABEL}={SERVICE}")]

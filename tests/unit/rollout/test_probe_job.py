@@ -10,6 +10,7 @@ from dsv4_engine.probe import ProbeName, ProbeSettings
 from dsv4_engine.probe.verdict import Verdict
 from dsv4_operator import cli
 from dsv4_operator.cli import probe as probe_cli
+from dsv4_operator.reconcile.selectors import label_match
 from dsv4_operator.render.meta import LABEL_MANAGED_BY, MANAGED_BY, Owner, instance_selector
 from dsv4_operator.rollout.probe_job import (
     CONTAINER,
@@ -22,7 +23,6 @@ from dsv4_operator.rollout.probe_job import (
     probe_job,
 )
 from dsv4_operator.rollout.reports import FiledReport, stale_canary_reports
-from tests.unit.operator.memory_api import parse_selector
 
 OWNER = Owner(name="flash", namespace="prod", uid="uid-of-flash")
 REPORT = {"metadata": {"name": "flash-canary-ab12cd34-1", "uid": "uid-of-report"}}
@@ -92,7 +92,7 @@ def test_the_job_runs_dsv4ctl_probe_with_the_rollouts_settings_and_files_its_rep
     # Written by the operator (the admission fence's label), pruned by nobody but its
     # owner: the children reconcile's selector leaves a rollout's objects out.
     assert job["metadata"]["labels"][LABEL_MANAGED_BY] == MANAGED_BY
-    assert not parse_selector(instance_selector(OWNER))(job["metadata"]["labels"])
+    assert not label_match(instance_selector(OWNER))(job["metadata"]["labels"])
     # Kubernetes stops a probe that outlives its step (the operator decided long before).
     assert job["spec"]["activeDeadlineSeconds"] > EVERYTHING.max_duration_s
 
@@ -130,7 +130,7 @@ def test_the_probe_identity_may_only_read_and_fill_in_its_own_report():
     for grant in (role, binding):
         (owner,) = grant["metadata"]["ownerReferences"]
         assert (owner["kind"], owner["uid"]) == ("ConfigMap", REPORT["metadata"]["uid"])
-    children = parse_selector(instance_selector(OWNER))
+    children = label_match(instance_selector(OWNER))
     for obj in (sa, role, binding):
         assert obj["metadata"]["labels"][LABEL_MANAGED_BY] == MANAGED_BY
         assert not children(obj["metadata"]["labels"])

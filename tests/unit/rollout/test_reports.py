@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from dsv4_operator.api.rollout import RolloutVerdict
+from dsv4_operator.reconcile.selectors import label_match
 from dsv4_operator.render.meta import LABEL_MANAGED_BY, MANAGED_BY, Owner, instance_selector
 from dsv4_operator.rollout.decide import ProbeOutcome
 from dsv4_operator.rollout.reports import (
@@ -20,7 +21,6 @@ from dsv4_operator.rollout.reports import (
     report_skeleton,
     requests_from_config_map,
 )
-from tests.unit.operator.memory_api import parse_selector
 
 OWNER = Owner(name="flash", namespace="prod", uid="uid-of-flash")
 REF = ReportRef("canary", "ab12cd34", attempt=3)
@@ -53,7 +53,7 @@ def test_the_whole_report_is_the_skeleton_plus_what_a_probe_files():
     }
     # Not a child the reconcile would prune; garbage-collected with the DSV4Deployment.
     assert whole["metadata"]["labels"][LABEL_MANAGED_BY] == MANAGED_BY
-    assert not parse_selector(instance_selector(OWNER))(whole["metadata"]["labels"])
+    assert not label_match(instance_selector(OWNER))(whole["metadata"]["labels"])
     assert whole["metadata"]["ownerReferences"][0]["uid"] == OWNER.uid
 
 

@@ -1,0 +1,342 @@
+"""Scale benchmark: many DSV4Deployments on many fake GPU nodes, one operator.
+
+On the local cluster (real kube-apiserver, controllers and scheduler; KWOK plays the
+kubelets of `--nodes` fake B200 nodes), the operator runs cluster-wide as a process, with
+probes as Jobs (none runs on KWOK) and the default resync; then:
+
+1. `--deployments` DSV4Deployments of 1 prefill + 2 decode are created at once, spread over
+   `--namespaces` namespaces: time until all are Ready, passes per deployment, the
+   operator's API requests by verb (the API server's audit log), its CPU seconds and memory,
+   and the pass latency;
+2. one steady-state minute: requests by verb (lease renewals and watches apart) and passes;
+3. a feature-flag change on `--changed` of them at once: time until every one records
+   `CanaryStarting` (its canary slice is then created; nothing answers it on KWOK).
+
+Every phase has a time limit; the cluster and the operator are torn down at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kubernetes import config as kube_config
+
+from dsv4_dev.cluster.binaries import cache_dir
+from dsv4_dev.cluster.local import LocalCluster
+from dsv4_dev.cluster.nodes import default_pools
+from dsv4_dev.localrun.runtime import free_port
+from dsv4_operator.api import KIND
+from dsv4_operator.api.crd import CRD_PATH
+from dsv4_operator.api.samples import load_sample, merge_patch
+from dsv4_operator.reconcile.controller import WORKERS
+from dsv4_operator.reconcile.kube import Kube
+from dsv4_operator.runtime import USER_AGENT
+
+SPEC = {"decode": {"replicas": 2}}  # 1 prefill + 2 decode, as in the issue's measurement
+FLAG_CHANGE = {"spec": {"features": {"indexDtype": "fp4"}}}
+CPU_NODES = 10  # the routers' (no GPU, no toleration); 110 pods each
+READY_LIMIT_S = 900.0
+PROGRESS_EVERY_S = 30.0
+OPERATOR_AGENTS = (USER_AGENT, "kopf")
+ALL_CLIENTS = "all clients"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=1000, help="fake GPU nodes (8 B200 each)")
+    parser.add_argument("--deployments", type=int, default=500)
+    parser.add_argument("--namespaces", type=int, default=10)
+    parser.add_argument("--changed", type=int, default=50, help="deployments whose flags change")
+    parser.add_argument("--steady-seconds", type=float, default=60.0)
+    parser.add_argument("--workers", type=int, default=WORKERS, help="the operator's --workers")
+    parser.add_argument("--keep", action="store_true", help="leave the cluster running")
+    args = parser.parse_args(argv)
+    if args.changed > args.deployments:
+        parser.error("--changed: at most --deployments")
+    return args
+
+
+class Operator:
+    """`dsv4-operator run` as a process: its counters and its CPU and memory."""
+
+    def __init__(self, cluster: LocalCluster, log: Path, workers: int) -> None:
+        self.port = free_port()
+        command = [
+            str(Path(sys.executable).with_name("dsv4-operator")), "run",
+            "--health-port", str(self.port), "--lease-namespace", "default",
+            "--probe-image", "ghcr.io/dsv4/operator:bench", "--workers", str(workers),
+            "--log-level", "warning",
+        ]  # fmt: skip
+        with log.open("w") as out:
+            self.proc = subprocess.Popen(command, env=cluster.env, stdout=out, stderr=out)
+        self.log = log
+
+    def get(self, path: str) -> Any:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=10) as r:
+                return json.loads(r.read())
+        except OSError:
+            if self.proc.poll() is not None:  # e.g. it lost its Lease: say so, not a traceback
+                raise SystemExit(
+                    f"bench-scale: the operator exited (code {self.proc.returncode}); "
+                    f"its log: {self.log}"
+                ) from None
+            raise
+
+    def ready(self) -> bool:
+        try:
+            self.get("/readyz")
+            return True
+        except OSError:
+            return False
+
+    def cpu_s(self) -> float:
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def memory_mb(self) -> tuple[float, float]:
+        """(resident now, peak resident) in MB."""
+        status = dict(
+            line.split(":", 1)
+            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines()
+        )
+        return tuple(int(status[k].split()[0]) / 1024 for k in ("VmRSS", "VmHWM"))  # type: ignore[return-value]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def wait(what: str, done: Callable[[], Any], limit: float, every: float = 1.0) -> Any:
+    deadline = time.monotonic() + limit
+    while True:
+        found = done()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise SystemExit(f"bench-scale: not {what} within {limit:.0f}s")
+        time.sleep(every)
+
+
+def audited(cluster: LocalCluster, start: int, end: int) -> Counter[str]:
+    """The operator's requests between two audit-log offsets, by verb (`lease`: renewals),
+    and under `all clients` every request the API server answered meanwhile."""
+    counts: Counter[str] = Counter()
+    with cluster.audit_log.open("rb") as log:
+        log.seek(start)
+        chunk = log.read(end - start)
+    for line in chunk.splitlines():
+        if b'"ResponseComplete"' not in line:
+            continue
+        counts[ALL_CLIENTS] += 1
+        if not any(f'"userAgent":"{a}'.encode() in line for a in OPERATOR_AGENTS):
+            continue
+        event = json.loads(line)
+        resource = event.get("objectRef", {}).get("resource")
+        counts["lease " + event["verb"] if resource == "leases" else event["verb"]] += 1
+    return counts
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def create_all(kube: Kube, names: list[tuple[str, str]]) -> None:
+    sample = load_sample()
+
+    def create(key: tuple[str, str]) -> None:
+        namespace, name = key
+        obj = merge_patch(
+            sample, {"metadata": {"name": name, "namespace": namespace}, "spec": SPEC}
+        )
+        kube.create(obj)
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        list(pool.map(create, names))
+
+
+def phases(kube: Kube) -> dict[tuple[str, str], dict[str, Any]]:
+    return {
+        (o["metadata"]["namespace"], o["metadata"]["name"]): o.get("status") or {}
+        for o in kube.list(KIND, None)
+    }
+
+
+def main() -> None:
+    args = parse_args()
+    workdir = cache_dir() / "bench-scale"
+    pools = default_pools(gpu_nodes=args.nodes, cpu_nodes=CPU_NODES)
+    cluster = LocalCluster(name="bench-scale", workdir=workdir, pools=pools)
+    started = time.monotonic()
+    print(f"bench-scale: {args.nodes} GPU nodes + {CPU_NODES} CPU nodes, starting the cluster")
+    operator = None
+    try:
+        cluster.up(log=lambda message: None)
+        print(f"  cluster up in {time.monotonic() - started:.0f}s", flush=True)
+        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_PATH))
+        crd = "crd/dsv4deployments.inference.dsv4.dev"
+        cluster.kubectl("wait", "--for=condition=Established", crd, check=False)
+        namespaces = [f"scale-{i}" for i in range(args.namespaces)]
+        for namespace in namespaces:
+            cluster.kubectl("create", "namespace", namespace, check=False)
+        kube = Kube(kube_config.new_client_from_config(config_file=cluster.kubeconfig))
+        operator = Operator(cluster, workdir / "operator.log", args.workers)
+        wait("operator ready", operator.ready, 120)
+        results = run(args, cluster, kube, operator, namespaces)
+        report(args, results)
+    finally:
+        if operator is not None:
+            operator.stop()
+        if not args.keep:
+            cluster.down(log=lambda message: None)
+
+
+def run(
+    args: argparse.Namespace,
+    cluster: LocalCluster,
+    kube: Kube,
+    operator: Operator,
+    namespaces: list[str],
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    names = [(namespaces[i % len(namespaces)], f"d{i:04d}") for i in range(args.deployments)]
+
+    # 1. Convergence.
+    offset, cpu, passes = (
+        cluster.audit_log.stat().st_size,
+        operator.cpu_s(),
+        operator.get("/debug/passes"),
+    )
+    t0 = time.monotonic()
+    create_all(kube, names)
+    out["created_s"] = time.monotonic() - t0
+
+    shown = [t0]
+
+    def all_ready() -> bool:
+        seen = phases(kube)
+        ready = sum(1 for key in names if seen.get(key, {}).get("phase") == "Ready")
+        if time.monotonic() - shown[0] >= PROGRESS_EVERY_S:  # a slow run still shows its pace
+            shown[0] = time.monotonic()
+            started = sum(1 for key in names if seen.get(key, {}).get("phase"))
+            print(
+                f"  {shown[0] - t0:4.0f} s: {started} with a status, {ready} Ready, "
+                f"{operator.get('/debug/passes')['passes'] - passes['passes']} passes",
+                flush=True,
+            )
+        return ready == len(names)
+
+    wait(f"all {len(names)} Ready", all_ready, READY_LIMIT_S, every=2.0)
+    out["ready_s"] = time.monotonic() - t0
+    after = operator.get("/debug/passes")
+    out["passes"] = after["passes"] - passes["passes"]
+    out["durations"] = after["durations"][len(passes["durations"]) :]
+    out["converge_requests"] = audited(cluster, offset, cluster.audit_log.stat().st_size)
+    out["converge_cpu_s"] = operator.cpu_s() - cpu
+    out["rss_mb"] = operator.memory_mb()
+
+    # 2. Steady state: once the passes the convergence queued are done.
+    def quiet() -> bool:
+        stats = operator.get("/debug/passes")
+        return stats["queued"] == 0
+
+    wait("the queue drained", quiet, 120)
+    time.sleep(5)  # the controllers' last status updates after Ready
+    offset, cpu, passes = (
+        cluster.audit_log.stat().st_size,
+        operator.cpu_s(),
+        operator.get("/debug/passes"),
+    )
+    time.sleep(args.steady_seconds)
+    after = operator.get("/debug/passes")
+    out["steady_requests"] = audited(cluster, offset, cluster.audit_log.stat().st_size)
+    out["steady_passes"] = after["passes"] - passes["passes"]
+    out["steady_cpu_s"] = operator.cpu_s() - cpu
+    out["steady_durations"] = after["durations"][len(passes["durations"]) :]
+
+    # 3. A flag change on some of them at once.
+    changed = names[: args.changed]
+    offset = cluster.audit_log.stat().st_size
+    t0 = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda key: kube.patch_merge(KIND, key[0], key[1], FLAG_CHANGE), changed))
+
+    def starting() -> bool:
+        seen = phases(kube)
+        return all(
+            (seen.get(key, {}).get("rollout") or {}).get("phase") == "CanaryStarting"
+            for key in changed
+        )
+
+    wait(f"{len(changed)} CanaryStarting", starting, 300, every=0.5)
+    out["canary_s"] = time.monotonic() - t0
+    out["canary_requests"] = audited(cluster, offset, cluster.audit_log.stat().st_size)
+    out["final_rss_mb"] = operator.memory_mb()
+    out["load"] = os.getloadavg()[2]  # the machine is shared: how busy it was meanwhile
+    return out
+
+
+def verbs(counts: Counter[str]) -> str:
+    ours = sorted((verb, n) for verb, n in counts.items() if verb != ALL_CLIENTS)
+    text = ", ".join(f"{verb} {n}" for verb, n in ours) or "none"
+    return f"{text} (of {counts[ALL_CLIENTS]} by all clients)"
+
+
+def report(args: argparse.Namespace, r: dict[str, Any]) -> None:
+    n = args.deployments
+    durations = r["durations"]
+    steady = r["steady_requests"]
+    others = {
+        v: c
+        for v, c in steady.items()
+        if not v.startswith("lease") and v not in ("watch", ALL_CLIENTS)
+    }
+    print(f"\nScale: {n} DSV4Deployments (1 prefill + 2 decode) in {args.namespaces} namespaces,")
+    print(f"{args.nodes} fake B200 nodes (8 GPUs each) + {CPU_NODES} CPU nodes; one operator")
+    print(f"on {os.cpu_count()} CPUs, load average {r['load']:.1f} over the last 15 minutes")
+    rows = [
+        ("created (API requests of the bench)", f"{r['created_s']:.1f} s"),
+        ("time to all Ready", f"{r['ready_s']:.1f} s"),
+        ("passes per deployment to converge", f"{r['passes'] / n:.2f} ({r['passes']} passes)"),
+        ("operator requests to converge", verbs(r["converge_requests"])),
+        (
+            "pass latency p50 / p99 (converging)",
+            f"{percentile(durations, 0.5) * 1000:.0f} / {percentile(durations, 0.99) * 1000:.0f} ms",
+        ),
+        ("operator CPU to converge", f"{r['converge_cpu_s']:.1f} s"),
+        ("operator RSS now / peak", "{:.0f} / {:.0f} MB".format(*r["rss_mb"])),
+        (f"steady state, {args.steady_seconds:.0f} s: requests", verbs(steady)),
+        ("  of which not lease renewals or watches", str(sum(others.values()))),
+        ("  passes (resyncs, from the cache)", str(r["steady_passes"])),
+        (
+            "  pass latency p50 / p99",
+            f"{percentile(r['steady_durations'], 0.5) * 1000:.0f} / {percentile(r['steady_durations'], 0.99) * 1000:.0f} ms",
+        ),
+        ("  operator CPU", f"{r['steady_cpu_s']:.1f} s"),
+        (f"flag change on {args.changed}: all CanaryStarting", f"{r['canary_s']:.1f} s"),
+        ("  operator requests meanwhile", verbs(r["canary_requests"])),
+        ("operator RSS at the end / peak", "{:.0f} / {:.0f} MB".format(*r["final_rss_mb"])),
+    ]
+    for label, value in rows:
+        print(f"  {label:<42} {value}")
+
+
+if __name__ == "__main__":
+    main()
