@@ -40,8 +40,8 @@ demo: venv control-plane ## The main job on the embedded default, ~5 min (see RE
 demo-incident: venv control-plane ## The incident's garbled tool calls on the echo model (slower; see docs/rollout.md)
 	$(PY) -m dsv4_dev.demo --story incident
 
-cluster-up: venv control-plane ## Start the local cluster with fake Blackwell nodes
-	$(VENV)/bin/dsv4ctl cluster up
+cluster-up: venv control-plane ## Start the local cluster with fake Blackwell nodes and the local runtime (their engines answer)
+	$(VENV)/bin/dsv4ctl cluster up --engines
 
 cluster-down: venv ## Stop the local cluster and everything it started
 	$(VENV)/bin/dsv4ctl cluster down

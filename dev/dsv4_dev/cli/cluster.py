@@ -1,4 +1,5 @@
-"""`dsv4ctl cluster up|down|status|kubeconfig`: the local control plane with fake GPU nodes."""
+"""`dsv4ctl cluster up|down|status|kubeconfig|url`: the local control plane with fake GPU
+nodes, and with `up --engines` the local runtime that makes their engine pods answer."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dsv4_dev.cluster.binaries import MissingBinaryError, cache_dir
+from dsv4_dev.cluster.engines import Engines
 from dsv4_dev.cluster.local import ClusterError, LocalCluster
 from dsv4_dev.cluster.lws import LwsError
 from dsv4_dev.cluster.nodes import default_pools
+from dsv4_dev.localrun import endpoints
 from dsv4_engine.cliutil import CommandError
 
 
@@ -46,10 +49,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument(
         "--port", type=_int_in(1, 65535), default=None, help="kube-apiserver port (default: free)"
     )
-    actions.add_parser("down", help="stop every process the cluster started and remove it")
-    status = actions.add_parser("status", help="show whether the cluster runs, and its nodes")
+    up.add_argument(
+        "--engines",
+        action="store_true",
+        help="also start the local runtime: every engine pod of an `engine: reference` "
+        "deployment on a fake node runs the CPU reference engine, and its router the router, "
+        "on a loopback port (`cluster status` lists them, `cluster url` gives one); run the "
+        "operator with `dsv4-operator-dev run --local-endpoints` to reach them",
+    )
+    actions.add_parser(
+        "down", help="stop every process the cluster started (engines included) and remove it"
+    )
+    status = actions.add_parser(
+        "status", help="show whether the cluster runs, its nodes, and its engines and their ports"
+    )
     status.add_argument("--output", choices=("table", "json"), default="table")
     actions.add_parser("kubeconfig", help="print the kubeconfig path")
+    url = actions.add_parser(
+        "url", help="print the loopback URL where a Service answers through the local runtime"
+    )
+    url.add_argument("service", help="the Service, e.g. flash-router")
+    url.add_argument("-n", "--namespace", default="default")
+    url.add_argument(
+        "--port",
+        type=_int_in(1, 65535),
+        default=None,
+        help="the Service port (default: its only one)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -66,14 +92,26 @@ def run(args: argparse.Namespace) -> int:
             )
             cluster.apiserver_port = args.port
             cluster.up(log=_log)
+            if args.engines:
+                engines = Engines(cluster)
+                pid = engines.start()
+                _log(
+                    f"cluster {args.name}: local runtime running (pid {pid}), log {engines.log_path}"
+                )
         elif args.action == "down":
+            if Engines(cluster).stop():
+                _log(f"cluster {args.name}: local runtime and its engines stopped")
             cluster.down(log=_log)
         elif args.action == "kubeconfig":
             if not cluster.exists():
                 raise CommandError(f"cluster {args.name} does not exist; run `dsv4ctl cluster up`")
             print(cluster.kubeconfig)
+        elif args.action == "url":
+            print(Engines(cluster).url(args.service, args.namespace, args.port))
         else:
-            return _print_status(cluster.status(), args.output)
+            info = cluster.status()
+            info["engines"] = Engines(cluster).status() if info["reachable"] else None
+            return _print_status(info, args.output)
     except (ClusterError, MissingBinaryError, LwsError, ValueError) as err:
         raise CommandError(str(err), exit_code=1) from None
     return 0
@@ -93,7 +131,21 @@ def _print_status(info: dict, output: str) -> int:
             product = node["gpuProduct"] or "-"
             clique = f" clique={node['clique']}" if node["clique"] else ""
             print(f"  {node['name']:<16} {ready:<9} {product:<14} gpus={node['gpus']}{clique}")
+        _print_engines(info["engines"])
     return 0 if info["reachable"] else 1
+
+
+def _print_engines(engines: dict | None) -> None:
+    if engines is None:
+        return
+    if not engines["running"]:
+        print("engines: not running (start them with `dsv4ctl cluster up --engines`)")
+        return
+    print(f"engines: local runtime running (pid {engines['pid']}), log {engines['log']}")
+    if not engines["endpoints"]:
+        print("  none yet: apply a DSV4Deployment with `engine: reference`")
+    for key, url in sorted(engines["endpoints"].items()):
+        print(f"  {endpoints.label(key):<48} {url}")
 
 
 def _log(message: str) -> None:

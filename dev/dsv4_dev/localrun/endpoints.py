@@ -11,6 +11,7 @@ from typing import Any
 
 NAMESPACE = "default"
 NAME = "dsv4-local-endpoints"
+_POD = "_pod."
 
 
 def key(service: str, namespace: str, port: int) -> str:
@@ -20,7 +21,26 @@ def key(service: str, namespace: str, port: int) -> str:
 def pod_key(pod: str, namespace: str) -> str:
     """An engine pod's own entry (its metrics, as a scrape reaches each pod): no Service name
     starts with "_", so it never collides with `key`."""
-    return f"_pod.{pod}.{namespace}"
+    return f"{_POD}{pod}.{namespace}"
+
+
+def service_of(key_: str) -> tuple[str, str, int] | None:
+    """(service, namespace, port) of a Service's key; None for an engine pod's own."""
+    if key_.startswith(_POD):
+        return None
+    name, port = key_.rsplit("_", 1)
+    service, namespace = name.split(".", 1)  # neither a Service nor a namespace has a "."
+    return service, namespace, int(port)
+
+
+def label(key_: str) -> str:
+    """A map key as a person reads it: `pod/<pod>.<namespace>` or
+    `service/<service>.<namespace>:<port>`."""
+    found = service_of(key_)
+    if found is None:
+        return f"pod/{key_.removeprefix(_POD)}"
+    service, namespace, port = found
+    return f"service/{service}.{namespace}:{port}"
 
 
 def resolver(kube: Any) -> Any:

@@ -39,8 +39,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         sub.add_argument("name", help="the DSV4Deployment")
         sub.add_argument("-n", "--namespace", default="default")
         sub.add_argument("--kubeconfig", default=None, help="default: $KUBECONFIG")
-        if name in ("status", "report"):
+        if name == "status":
             sub.add_argument("--output", choices=("table", "json"), default="table")
+        if name == "report":
+            sub.add_argument(
+                "--output",
+                choices=("table", "json", "html"),
+                default="table",
+                help="html: the probe's self-contained HTML page (as `dsv4ctl probe --html`)",
+            )
     parser.set_defaults(func=run)
 
 
@@ -132,6 +139,17 @@ def _report(kube: Any, namespace: str, rollout: dict[str, Any] | None, output: s
     report = json.loads(config_map["data"][REPORT_KEY])
     if output == "json":
         print(json.dumps(report, indent=2))
+    elif output == "html":
+        if "samples" not in report:
+            verdict = report.get("verdict")
+            raise CommandError(
+                f"report {name} has no probe samples for an HTML page (verdict {verdict}); "
+                "--output table says why",
+                exit_code=1,
+            )
+        from dsv4_engine.probe.html_report import render_html
+
+        print(render_html(report))
     else:
         print(_table(report))
         print(

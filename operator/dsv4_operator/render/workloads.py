@@ -80,7 +80,6 @@ def _engine_container(
         "image": spec.image.name,
         "imagePullPolicy": spec.image.pull_policy.value,
         "command": ["dsv4-engine", "launch", "--config", f"{CONFIG_MOUNT}/engine.yaml"],
-        "env": env,
         "resources": _resources(role_spec, memory),
         "securityContext": container_security(engine_capabilities(role_spec)),
         "volumeMounts": [
@@ -89,6 +88,8 @@ def _engine_container(
             {"name": "shm", "mountPath": "/dev/shm"},
         ],
     }
+    if env:  # the API server drops an empty list: rendering one would look drifted forever
+        container["env"] = env
     if group_role is GroupRole.LEADER:
         ports.insert(0, {"name": "http", "containerPort": ENGINE_PORT})
         if role is Role.PREFILL:

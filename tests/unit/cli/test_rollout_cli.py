@@ -1,11 +1,18 @@
-"""`dsv4ctl rollout promote|abort|retry`: the request the operator acts on."""
+"""`dsv4ctl rollout promote|abort|retry`: the request the operator acts on; `report`'s HTML page."""
+
+import asyncio
+import json
 
 import pytest
 
+from dsv4_engine.probe import ProbeName, ProbeSettings, build_report, run_probes
+from dsv4_engine.probe.html_report import render_html
+from dsv4_engine.probe.scripted_server import ScriptedCompletionServer
 from dsv4_operator.cli import rollout as rollout_cli
 from dsv4_operator.cli.main import main
 from dsv4_operator.rollout.decide import ManualAction
 from dsv4_operator.rollout.manual import parse
+from dsv4_operator.rollout.reports import REPORT_KEY
 
 
 class PatchRecordingKube:
@@ -66,3 +73,43 @@ def test_a_control_with_nothing_to_act_on_is_refused_before_any_write(
     assert main(["rollout", action, "flash", "-n", "serving"]) == 1
     assert kube.requests == []
     assert why in capsys.readouterr().err
+
+
+class ReportKube(PatchRecordingKube):
+    """A DSV4Deployment whose rollout names a report ConfigMap holding ``report``."""
+
+    def __init__(self, report):
+        super().__init__({"phase": "Idle", "verdict": "PASS", "report": "flash-report-1"})
+        self.report = report
+
+    def get(self, kind, namespace, name):
+        if kind == "ConfigMap":
+            return {"data": {REPORT_KEY: json.dumps(self.report)}}
+        return super().get(kind, namespace, name)
+
+
+async def _probed_report() -> dict:
+    server = ScriptedCompletionServer(corruption_rate=0.0, latency_s=0.001, seed=3)
+    url = await server.start()
+    try:
+        settings = ProbeSettings(
+            base_url=url, probes=(ProbeName.TOOLCALL_ECHO,), concurrency=4, requests=40
+        )
+        return build_report(await run_probes(settings))
+    finally:
+        await server.stop()
+
+
+def test_report_as_html_is_the_probes_own_page(monkeypatch, capsys):
+    report = asyncio.run(_probed_report())
+    monkeypatch.setattr(rollout_cli, "connect", lambda _: ReportKube(report))
+    assert main(["rollout", "report", "flash", "--output", "html"]) == 0
+    assert capsys.readouterr().out == render_html(report) + "\n"
+
+
+def test_report_as_html_without_samples_is_one_line_naming_the_report(monkeypatch, capsys):
+    unreachable = {"verdict": "INCONCLUSIVE", "base_url": "http://x", "reasons": ["refused"]}
+    monkeypatch.setattr(rollout_cli, "connect", lambda _: ReportKube(unreachable))
+    assert main(["rollout", "report", "flash", "--output", "html"]) == 1
+    err = capsys.readouterr().err
+    assert "report flash-report-1 has no probe samples" in err and "Traceback" not in err

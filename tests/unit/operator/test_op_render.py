@@ -186,3 +186,21 @@ def test_the_reference_model_reaches_each_roles_engine_yaml():
     }
     default = render({"engine": "reference"})[("ConfigMap", "flash-engine")]["data"]
     assert load_engine_yaml(default["decode.yaml"]).reference_model.value == "random"
+
+
+def _empty_lists(value, path=""):
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in _empty_lists(v, f"{path}/{k}")]
+    if isinstance(value, list):
+        inner = [p for i, v in enumerate(value) for p in _empty_lists(v, f"{path}[{i}]")]
+        return inner if value else [path]
+    return []
+
+
+def test_no_child_holds_an_empty_list_the_api_server_would_drop():
+    """The API server stores no empty list (every list field is omitempty), so a child
+    rendering one would never be a subset of its live object: re-applied as drifted on every
+    pass, never Ready.  (An empty map such as a NetworkPolicy's `namespaceSelector: {}` is
+    kept: it means "all".)"""
+    for (kind, name), obj in render().items():
+        assert not _empty_lists(obj), f"{kind}/{name}: {_empty_lists(obj)}"
