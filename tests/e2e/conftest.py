@@ -20,6 +20,7 @@ from dsv4_dev.cluster.local import LocalCluster
 ENGINE_FILES = {"test_rollout.py", "test_probe_jobs.py", "test_readme_tour.py"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     here = os.path.dirname(__file__)
     for item in items:
@@ -39,3 +40,18 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         yield local
     finally:
         local.down(log=lambda message: None)
+
+
+@pytest.fixture(autouse=True)
+def _grouped(request: pytest.FixtureRequest) -> None:
+    """Under `--dist loadgroup`, pytest-xdist groups tests by suffixing their node ids with
+    the group.  A pytest that ignores that rewrite (9.2 with xdist 3.8, pytest-xdist#1386)
+    spreads every e2e file's tests over both workers, each with its own control plane: a
+    module's objects are then missing from half its tests.  Fail every e2e test saying so,
+    instead of failing some of them at random."""
+    if getattr(request.config.option, "loadgroup", False) and "@" not in request.node.nodeid:
+        raise RuntimeError(
+            f"pytest-xdist did not group {request.node.nodeid} (--dist loadgroup): the e2e "
+            f"files would share no control plane; pin a pytest that keeps xdist's groups "
+            f"(requirements/base.txt)"
+        )

@@ -222,7 +222,7 @@ def test_the_operators_rbac_lets_it_run_probe_jobs(installed):
     ref = ReportRef("canary", "rbac", attempt=1)
     report = ref.name(owner)
     settings = ProbeSettings(base_url=f"http://flash--canary-router.{SAMPLE_NS}.svc:8000")
-    executor = JobProbeExecutor(kube, "ghcr.io/dsv4/operator:0.1.0")
+    executor = JobProbeExecutor(kube, kube, "ghcr.io/dsv4/operator:0.1.0")  # reads uncached
     executor.start(owner, ref, settings)  # an ApiError (403) would raise here
     executor.running(owner, report)
     job = get_json(cluster, "job", report, "-n", SAMPLE_NS)

@@ -102,7 +102,8 @@ def test_the_namespaced_operator_reconciles_the_sample_without_403_or_cluster_wr
     assert {e["objectRef"]["resource"] for e in writes} >= {"statefulsets", "networkpolicies"}
     # Its ClusterRole is only the cluster-scoped read manifests/namespaced argues for.
     role = get_json(cluster, "clusterrole", "dsv4-operator")
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}]
+    nodes = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}
+    assert role["rules"] == [nodes]  # the node cache: a list, then a watch
     for namespace, verb, resource, *sub in [
         ("kube-system", "create", "configmaps"),
         ("kube-system", "list", "pods"),
