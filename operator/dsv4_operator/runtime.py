@@ -199,6 +199,10 @@ def job_wiring(kube: Kube, args: argparse.Namespace) -> Wiring:
     return Wiring(executor=lambda _, cache: JobProbeExecutor(kube, cache, image))
 
 
+class StartupError(Exception):
+    """The operator cannot start as configured; the message names the flag."""
+
+
 class Health:
     def __init__(self, kube: Kube, leadership: leader.Leadership) -> None:
         self.kube = kube
@@ -257,7 +261,13 @@ async def serve(
     leadership = leader.Leadership(lease)
     kube.fence = leadership.held  # no write leaves this process once it may not lead
     health = Health(kube, leadership)
-    runner = await health.start(args.health_port, wiring.routes)
+    try:
+        runner = await health.start(args.health_port, wiring.routes)
+    except OSError as err:
+        # A second operator on the same host, or the port of something else: say which flag.
+        raise StartupError(
+            f"--health-port {args.health_port}: cannot listen ({err.strerror or err})"
+        ) from None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -353,7 +363,11 @@ def setup_logging(level: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     setup_logging(args.log_level)
-    return asyncio.run(serve(args))
+    try:
+        return asyncio.run(serve(args))
+    except StartupError as err:
+        print(f"dsv4-operator: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
