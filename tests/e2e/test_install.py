@@ -19,6 +19,8 @@ from kubernetes import config
 
 from dsv4_dev.cluster.local import LocalCluster
 from dsv4_engine.probe import ProbeSettings
+from dsv4_operator.reconcile import watches
+from dsv4_operator.reconcile.cache import Cache
 from dsv4_operator.reconcile.kube import Kube
 from dsv4_operator.render.meta import Owner
 from dsv4_operator.rollout.job_executor import JobProbeExecutor
@@ -222,9 +224,19 @@ def test_the_operators_rbac_lets_it_run_probe_jobs(installed):
     ref = ReportRef("canary", "rbac", attempt=1)
     report = ref.name(owner)
     settings = ProbeSettings(base_url=f"http://flash--canary-router.{SAMPLE_NS}.svc:8000")
-    executor = JobProbeExecutor(kube, kube, "ghcr.io/dsv4/operator:0.1.0")  # reads uncached
+    # The executor reads Jobs from the operator's cache, which a list and a watch fill (the
+    # operator's token may list and watch Jobs, never get one): fill it with the same list.
+    cache = Cache(watches.stores())
+    (jobs,) = [w for w in watches.WATCHES if w.kind == "Job"]
+
+    def relist() -> None:
+        cache.store("Job").replace(kube.list("Job", SAMPLE_NS, jobs.selector))
+
+    relist()
+    executor = JobProbeExecutor(kube, cache, "ghcr.io/dsv4/operator:0.1.0")
     executor.start(owner, ref, settings)  # an ApiError (403) would raise here
-    executor.running(owner, report)
+    relist()
+    assert executor.running(owner, report)
     job = get_json(cluster, "job", report, "-n", SAMPLE_NS)
     assert job["spec"]["template"]["spec"]["serviceAccountName"] == probe_account(owner)
     role = get_json(cluster, "role", report, "-n", SAMPLE_NS)
