@@ -82,21 +82,28 @@ class LocalProbeExecutor:
         self._loop = loop
         self._on_done = on_done
         self._running: dict[str, concurrent.futures.Future[None]] = {}
+        # Reports whose verdict this process filed.  The passes read reports from the
+        # watch-fed cache, which shows a filing a moment after the task ends: in between,
+        # an attempt that is neither running nor decided would be run again, and the rerun
+        # would overwrite the verdict the rollout already acted on.  A filed attempt counts
+        # as under way until its verdict is read, and is never run again.
+        self._filed: set[str] = set()
 
     def running(self, owner: Owner, report: str) -> bool:
-        return report in self._running
+        return report in self._running or report in self._filed
 
     def completed(self, owner: Owner, report: str) -> bool | None:
         return None
 
     def start(self, owner: Owner, ref: ReportRef, settings: ProbeSettings) -> None:
         report = ref.name(owner)
-        if report in self._running:
+        if report in self._running or report in self._filed:
             return
         coroutine = self.run(owner, ref, settings)
         self._running[report] = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
 
     def stop(self, owner: Owner, report: str) -> None:
+        self._filed.discard(report)  # the rollout no longer waits for it
         future = self._running.get(report)
         if future is not None:
             future.cancel()  # cancels the task on the loop; its `finally` forgets it
@@ -111,6 +118,7 @@ class LocalProbeExecutor:
             filing["metadata"].update(name=report, namespace=owner.namespace)
             body = {"apiVersion": "v1", "kind": "ConfigMap", **filing}
             await asyncio.to_thread(self._apply, body, manager=PROBE_MANAGER)
+            self._filed.add(report)
             record(owner, ref.target, evidence)
             log.info("probe %s: %s", report, evidence.outcome.verdict.value)
         except Exception:  # noqa: BLE001 - the attempt is retried by the next reconcile
