@@ -51,6 +51,9 @@ READY_TIMEOUT_S = 60.0
 # routed to, then gets SIGTERM and finishes what it has in flight — as a Service drops a
 # terminating pod's endpoint before the pod stops.
 DRAIN_S = 3.0
+# kubelet's readiness defaults: a pod leaves its Service after this many failed probes in a
+# row, not after one slow answer on a busy machine (and joins it on its first good one).
+FAILURE_THRESHOLD = 3
 
 
 def free_port() -> int:
@@ -79,6 +82,10 @@ class Process:
     # workers it was last told.
     selectors: tuple[dict[str, str], dict[str, str]] = ({}, {})
     workers: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+    # Readiness as kubelet keeps it: not ready until it first answers, then ready until
+    # FAILURE_THRESHOLD health checks in a row fail or the process exits.
+    ready: bool = False
+    failures: int = 0
 
 
 class NotReference(ValueError):
@@ -296,6 +303,7 @@ class LocalRuntime:
         assert process.log_path is not None
         code = process.popen.returncode
         process.restarts += 1
+        process.ready, process.failures = False, 0
         process.popen = _popen(list(process.command), process.env, process.log_path)
         log.warning(
             "%s of %s/%s exited (%s); restarted (%d restarts), log %s",
@@ -308,10 +316,18 @@ class LocalRuntime:
         )
 
     def _healthy(self, process: Process) -> bool:
+        """Whether ``process`` is ready, probing it at most once a pass."""
         if process.popen.poll() is not None:
+            process.ready = False
             return False
         if process.pod_uid not in self._health:
-            self._health[process.pod_uid] = _answers(process.url)
+            if _answers(process.url):
+                process.ready, process.failures = True, 0
+            else:
+                process.failures += 1
+                if process.failures >= FAILURE_THRESHOLD:
+                    process.ready = False
+            self._health[process.pod_uid] = process.ready
         return self._health[process.pod_uid]
 
     def _stop(self, process: Process) -> None:
@@ -324,8 +340,8 @@ class LocalRuntime:
                 process.popen.wait(5)
         log.info("stopped %s of %s/%s", process.component, process.namespace, process.instance)
 
-    def _publish(self) -> None:
-        """Service → loopback URL for every healthy process (the first of each Service), and
+    def _endpoint_map(self) -> dict[str, str]:
+        """Service → loopback URL for every ready process (the first of each Service), and
         each engine pod's own."""
         data: dict[str, str] = {}
         for p in self.processes.values():
@@ -333,22 +349,29 @@ class LocalRuntime:
                 continue
             owner = Owner(name=p.instance, namespace=p.namespace, uid="")
             if p.component == "router":
-                # One Service fronts every slot's routers: any healthy one answers for it.
+                # One Service fronts every slot's routers: any ready one answers for it.
                 data.setdefault(endpoints.key(router_name(owner), p.namespace, ROUTER_PORT), p.url)
             else:
                 data[endpoints.pod_key(p.pod, p.namespace)] = p.url
                 if p.service:
                     data.setdefault(endpoints.key(p.service, p.namespace, ENGINE_PORT), p.url)
+        return data
+
+    def _publish(self) -> None:
+        data = self._endpoint_map()
+        current = _read_or_none(self.core, endpoints.NAME, endpoints.NAMESPACE)
+        before = (current.data or {}) if current is not None else {}
+        for gone in sorted(before.keys() - data.keys()):
+            log.info("%s no longer has a ready local endpoint", endpoints.label(gone))
         body = {
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": {"name": endpoints.NAME, "namespace": endpoints.NAMESPACE},
             "data": data,
         }
-        current = _read_or_none(self.core, endpoints.NAME, endpoints.NAMESPACE)
         if current is None:
             self.core.create_namespaced_config_map(endpoints.NAMESPACE, body)
-        elif (current.data or {}) != data:
+        elif before != data:
             self.core.replace_namespaced_config_map(endpoints.NAME, endpoints.NAMESPACE, body)
 
     def run_forever(self, interval: float = 1.0) -> None:
