@@ -22,7 +22,7 @@ control-plane: ## Build kube-apiserver, controller-manager, scheduler, etcd, KWO
 	@hack/build-lws.sh
 
 test: venv system-deps control-plane lint ## Run every test: unit, real SGLang, end-to-end on a real control plane
-	$(PY) -m pytest tests -n 2 --dist loadgroup
+	$(PY) -m pytest tests -n 2 --dist loadgroup --durations=25
 
 test-unit: venv system-deps ## Unit tests only (no cluster)
 	$(PY) -m pytest tests -m "not e2e"
