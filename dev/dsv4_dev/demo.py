@@ -42,6 +42,7 @@ from dsv4_dev.cluster.local import ClusterError, LocalCluster
 from dsv4_dev.localrun.runtime import free_port
 from dsv4_engine.probe.html_report import render_html
 from dsv4_operator.api.crd import CRD_PATH
+from dsv4_operator.api.rollout import Transfer
 from dsv4_operator.api.samples import shipped_sample
 
 NAMESPACE = "demo"
@@ -157,14 +158,28 @@ def run_story(cluster: LocalCluster, out_dir: Path, story: Story) -> None:
     patch_features(cluster, {**HICACHE_BF16, "faultInjection": gated})
     started = time.monotonic()
 
-    def promoted() -> bool:
+    def promoted() -> dict[str, Any] | None:
         rollout = rollout_of(cluster)
-        return rollout.get("phase") == "Idle" and rollout.get("verdict") == "PASS"
+        return (
+            rollout if rollout.get("phase") == "Idle" and rollout.get("verdict") == "PASS" else None
+        )
 
-    wait("the canary to pass and the flags to be promoted", promoted)
-    say(f"verdict after {time.monotonic() - started:.0f}s: PASS, promoted decode then prefill")
+    done = wait("the canary to pass and the flags to be promoted", promoted)
+    say(f"verdict after {time.monotonic() - started:.0f}s: PASS, {how_promoted(done)}")
     show_report(cluster, out_dir, "2-gated")
     print(cluster.kubectl("get", "dsv4", "-n", NAMESPACE).stdout)
+
+
+def how_promoted(rollout: dict[str, Any]) -> str:
+    """How the operator promoted the flags, as its status records it: a change of the
+    prefill→decode transfer format (bf16 index-K after fp8) goes in pairs, any other role by
+    role."""
+    if rollout.get("transfer") == Transfer.INCOMPATIBLE.value:
+        return (
+            "promoted in prefill+decode pairs (a new prefill→decode transfer format), now "
+            f"served from slot {rollout.get('slot')}"
+        )
+    return "promoted role by role"
 
 
 def _phase(cluster: LocalCluster) -> str | None:

@@ -14,7 +14,7 @@ from typing import Any
 from dsv4_engine.probe.outcome import Outcome
 from dsv4_engine.probe.probes import EXCERPT_CHARS
 from dsv4_engine.probe.runner import ProbeResult
-from dsv4_engine.probe.stats import fail_boundary_lower, upper_bound
+from dsv4_engine.probe.stats import fail_boundary_lower, percents, upper_bound
 
 REPORT_SCHEMA_VERSION = 1
 EXAMPLES_PER_CLASS = 3
@@ -147,7 +147,7 @@ def summary_table(report: dict[str, Any]) -> str:
         ("corrupt", f"{smp['corrupt']}  rate {report['rate']:.3%}"),
         (
             f"upper bound ({report['confidence']:.0%})",
-            f"{report['upper_bound']:.3%}  threshold {report['threshold']:.3%}",
+            "{}  threshold {}".format(*percents(report["upper_bound"], report["threshold"])),
         ),
         ("transport errors", str(smp["transport_errors"])),
         ("concurrency", f"peak {conc['peak']}, mean {conc['mean']:.1f}, target {conc['target']}"),

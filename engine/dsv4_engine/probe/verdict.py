@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from dsv4_engine.probe.stats import samples_to_pass, upper_bound
+from dsv4_engine.probe.stats import percents, samples_to_pass, upper_bound
 
 
 class Verdict(StrEnum):
@@ -61,13 +61,15 @@ def decide(ev: Evidence) -> tuple[Verdict, tuple[str, ...]]:
         )
     if bound >= ev.threshold:
         needed = samples_to_pass(ev.threshold, ev.confidence, ev.corrupt)
+        shown, budget = percents(bound, ev.threshold)
         reasons.append(
-            f"upper bound {bound:.3%} is not below {ev.threshold:.3%}: {ev.judged} judged "
+            f"upper bound {shown} is not below {budget}: {ev.judged} judged "
             f"samples, {needed} needed with {ev.corrupt} corrupt"
         )
     if reasons:
         return Verdict.INCONCLUSIVE, tuple(reasons)
+    shown, budget = percents(bound, ev.threshold)
     return Verdict.PASS, (
-        f"upper bound {bound:.3%} < {ev.threshold:.3%} at {ev.confidence:.0%} confidence "
+        f"upper bound {shown} < {budget} at {ev.confidence:.0%} confidence "
         f"({ev.corrupt}/{ev.judged} corrupt)",
     )

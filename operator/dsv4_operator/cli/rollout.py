@@ -13,7 +13,9 @@ import time
 from typing import Any
 
 from dsv4_engine.cliutil import CommandError
+from dsv4_engine.probe.stats import percents
 from dsv4_operator.api import KIND
+from dsv4_operator.api.rollout import CanarySpec
 from dsv4_operator.cli.kubeapi import connect
 from dsv4_operator.reconcile.kube import path
 from dsv4_operator.rollout.decide import ManualAction
@@ -58,7 +60,11 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"DSV4Deployment {args.namespace}/{args.name} not found", exit_code=1)
     rollout = (obj.get("status") or {}).get("rollout")
     if args.action == "status":
-        return _status(rollout, args.output)
+        canary = (obj.get("spec") or {}).get("canary") or {}
+        budget = canary.get(
+            "maxCorruptionRate", CanarySpec.model_fields["max_corruption_rate"].default
+        )
+        return _status(rollout, args.output, float(budget))
     if args.action == "report":
         return _report(kube, args.namespace, rollout, args.output)
     action = ManualAction(args.action)
@@ -90,7 +96,7 @@ def target_revision(action: ManualAction, rollout: dict[str, Any]) -> str:
     return str(rollout["canaryRevision"])
 
 
-def _status(rollout: dict[str, Any] | None, output: str) -> int:
+def _status(rollout: dict[str, Any] | None, output: str, budget: float) -> int:
     if output == "json":
         print(json.dumps(rollout or {}, indent=2))
         return 0
@@ -104,7 +110,7 @@ def _status(rollout: dict[str, Any] | None, output: str) -> int:
         ("started", rollout.get("startedAt")),
         ("verdict", rollout.get("verdict")),
         ("corruption rate", _pct(rollout.get("rate"))),
-        ("upper bound", _pct(rollout.get("bound"))),
+        ("upper bound", _bound(rollout.get("bound"), budget)),
         ("samples", rollout.get("samples")),
         ("report", rollout.get("report")),
         ("why", rollout.get("verdictReason")),
@@ -177,3 +183,11 @@ def _watch(watch: dict[str, Any] | None) -> str | None:
 
 def _pct(value: float | None) -> str | None:
     return None if value is None else f"{value:.3%}"
+
+
+def _bound(value: float | None, budget: float) -> str | None:
+    """The bound beside the spec's budget, in as many digits as tell them apart."""
+    if value is None:
+        return None
+    shown, limit = percents(value, budget)
+    return f"{shown} (budget {limit})"

@@ -155,6 +155,7 @@ class RolloutController:
             outcome.samples,
             name,
             f"the PASS in report {name} was not trusted: {why}",
+            outcome.threshold,
         )
 
     # -- after the status write ---------------------------------------------------------

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from dsv4_engine.features import Role
+from dsv4_engine.probe.stats import percents
 from dsv4_operator.api.rollout import (
     CanarySpec,
     FlagSet,
@@ -73,6 +74,7 @@ class ProbeOutcome:
     samples: int
     report: str | None
     message: str = ""
+    threshold: float | None = None  # the budget the run was judged against (None: not said)
 
     @property
     def corrupt(self) -> int:
@@ -477,11 +479,16 @@ def watch_verdict(outcome: ProbeOutcome) -> WatchVerdict:
 
 
 def evidence_text(outcome: ProbeOutcome) -> str:
-    if outcome.rate is None:
+    if outcome.rate is None or outcome.bound is None:
         return f"{outcome.verdict.value} after {outcome.samples} samples"
+    if outcome.threshold is None:
+        bound = f"upper bound {outcome.bound:.3%}"
+    else:
+        shown, budget = percents(outcome.bound, outcome.threshold)
+        bound = f"upper bound {shown}, budget {budget}"
     return (
-        f"{outcome.verdict.value}: corruption rate {outcome.rate:.2%} "
-        f"(upper bound {outcome.bound:.2%}) over {outcome.samples} samples"
+        f"{outcome.verdict.value}: corruption rate {outcome.rate:.2%} ({bound}) "
+        f"over {outcome.samples} samples"
     )
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dsv4_engine.probe import ProbeConnectionError, ProbeResult, ProbeSettings, build_report
-from dsv4_engine.probe.stats import upper_bound
+from dsv4_engine.probe.stats import percents, upper_bound
 from dsv4_engine.probe.verdict import Verdict
 from dsv4_operator.api.rollout import RolloutVerdict
 from dsv4_operator.render.meta import (
@@ -57,6 +57,7 @@ class Evidence:
             samples=result.judged,
             report=report,
             message="; ".join(result.reasons),
+            threshold=result.settings.max_corruption_rate,
         )
         outcomes = Counter(sample.outcome.value for sample in result.tally.samples)
         return cls(build_report(result), outcome, dict(outcomes))
@@ -174,6 +175,7 @@ def report_filing(evidence: Evidence) -> dict[str, Any]:
                     "verdict": outcome.verdict.value,
                     "rate": outcome.rate,
                     "bound": outcome.bound,
+                    "threshold": outcome.threshold,
                     "samples": outcome.samples,
                     "message": outcome.message,
                     "requests": evidence.requests,
@@ -204,6 +206,7 @@ def outcome_from_config_map(config_map: dict[str, Any]) -> ProbeOutcome | None:
             samples=int(raw["samples"]),
             report=config_map["metadata"]["name"],
             message=raw.get("message", ""),
+            threshold=raw.get("threshold"),  # absent in reports filed before it was recorded
         )
     except (KeyError, TypeError, ValueError):
         return None
@@ -254,9 +257,10 @@ def distrust_pass(
         return f"{outcome.samples} judged samples, {needed} required by spec.canary"
     bound = upper_bound(outcome.corrupt, outcome.samples, confidence)
     if bound >= threshold:
+        shown, budget = percents(bound, threshold)
         return (
-            f"{outcome.corrupt}/{outcome.samples} corrupt bounds the rate at {bound:.3%}, "
-            f"not below maxCorruptionRate {threshold:.3%}"
+            f"{outcome.corrupt}/{outcome.samples} corrupt bounds the rate at {shown}, "
+            f"not below maxCorruptionRate {budget}"
         )
     if completed is False:
         return "its probe Job did not complete with exit code 0"

@@ -113,3 +113,24 @@ def test_report_as_html_without_samples_is_one_line_naming_the_report(monkeypatc
     assert main(["rollout", "report", "flash", "--output", "html"]) == 1
     err = capsys.readouterr().err
     assert "report flash-report-1 has no probe samples" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("spec", "budget"), [({}, "0.5000%"), ({"maxCorruptionRate": 0.01}, "1.000%")]
+)
+def test_status_shows_the_bound_beside_the_budget_in_digits_that_tell_them_apart(
+    spec, budget, monkeypatch, capsys
+):
+    """A PASS at the default minimum has a bound of 0.49967%: "0.500%" beside a 0.5% budget
+    would read as no margin at all."""
+    rollout = {"phase": "Idle", "verdict": "PASS", "bound": 0.0049967, "samples": 598}
+    kube = PatchRecordingKube(rollout)
+    kube.get = lambda kind, namespace, name: {  # type: ignore[method-assign]
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"canary": spec},
+        "status": {"rollout": rollout},
+    }
+    monkeypatch.setattr(rollout_cli, "connect", lambda kubeconfig: kube)
+    assert main(["rollout", "status", "flash", "-n", "serving"]) == 0
+    shown = "0.4997%" if budget == "0.5000%" else "0.500%"
+    assert f"upper bound        {shown} (budget {budget})" in capsys.readouterr().out

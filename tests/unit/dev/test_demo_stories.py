@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from dsv4_dev.demo import STORIES
+from dsv4_dev.demo import STORIES, how_promoted
 from dsv4_operator.api.samples import shipped_sample
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -40,3 +40,12 @@ def test_the_stories_run_the_models_the_readme_names():
 def test_only_the_incident_aims_the_race_at_a_share():
     assert STORIES["quick"].share is None  # every load races: the FAIL comes fast
     assert 0 < STORIES["incident"].share < 1
+
+
+def test_the_demo_says_how_the_flags_were_promoted_as_the_status_records_it():
+    """The demo's flags (bf16 index-K after fp8) change the transfer format: it must not claim
+    a role-by-role promotion the operator never made."""
+    paired = {"phase": "Idle", "verdict": "PASS", "transfer": "incompatible", "slot": "green"}
+    assert how_promoted(paired).startswith("promoted in prefill+decode pairs")
+    assert "slot green" in how_promoted(paired)
+    assert how_promoted({**paired, "transfer": "compatible"}) == "promoted role by role"
