@@ -157,8 +157,19 @@ class RouterLoad:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
 
-    def start(self) -> None:
+    def start(self, serving_within: float = 60.0) -> None:
+        """Start once the Service answers: what is measured is what users see of a rollout
+        from a serving start.  (An earlier test may have stopped the local runtime, and its
+        restart republishes the router only once the router answers again.)"""
+        wait_for("the router Service to answer", self._serving, serving_within)
         self._thread.start()
+
+    def _serving(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self._resolve()}/health", timeout=5) as response:
+                return response.status == 200
+        except (OSError, ValueError):
+            return False
 
     def stop(self) -> None:
         self._stop.set()
@@ -354,8 +365,19 @@ class EngineCounterWatch:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def start(self) -> None:
+    def start(self, serving_within: float = 60.0) -> None:
+        """Start once the Service answers: what is measured is what users see of a rollout
+        from a serving start.  (An earlier test may have stopped the local runtime, and its
+        restart republishes the router only once the router answers again.)"""
+        wait_for("the router Service to answer", self._serving, serving_within)
         self._thread.start()
+
+    def _serving(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self._resolve()}/health", timeout=5) as response:
+                return response.status == 200
+        except (OSError, ValueError):
+            return False
 
     def stop(self) -> None:
         self._stop.set()
