@@ -192,7 +192,7 @@ def main() -> None:
         print(f"  cluster up in {time.monotonic() - started:.0f}s", flush=True)
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_PATH))
         crd = "crd/dsv4deployments.inference.dsv4.dev"
-        cluster.kubectl("wait", "--for=condition=Established", crd, check=False)
+        cluster.wait_established(crd)
         namespaces = [f"scale-{i}" for i in range(args.namespaces)]
         for namespace in namespaces:
             cluster.kubectl("create", "namespace", namespace, check=False)

@@ -125,7 +125,7 @@ def show_report(cluster: LocalCluster, out_dir: Path, label: str) -> None:
 
 def apply_sample(cluster: LocalCluster, name: str) -> None:
     cluster.kubectl("apply", "--server-side", "-f", str(CRD_PATH))
-    cluster.kubectl("wait", "--for=condition=Established", "crd/dsv4deployments.inference.dsv4.dev")
+    cluster.wait_established("crd/dsv4deployments.inference.dsv4.dev")
     sample = shipped_sample(name)
     cluster.kubectl("apply", "-n", NAMESPACE, "-f", "-", input=json.dumps(sample))
     model = sample["spec"]["model"].get("referenceModel", "random")

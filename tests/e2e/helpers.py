@@ -365,19 +365,8 @@ class EngineCounterWatch:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def start(self, serving_within: float = 60.0) -> None:
-        """Start once the Service answers: what is measured is what users see of a rollout
-        from a serving start.  (An earlier test may have stopped the local runtime, and its
-        restart republishes the router only once the router answers again.)"""
-        wait_for("the router Service to answer", self._serving, serving_within)
+    def start(self) -> None:
         self._thread.start()
-
-    def _serving(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self._resolve()}/health", timeout=5) as response:
-                return response.status == 200
-        except (OSError, ValueError):
-            return False
 
     def stop(self) -> None:
         self._stop.set()

@@ -49,7 +49,7 @@ NAMES_A_FIELD = re.compile(r"\b(metadata\.name|spec(\.[A-Za-z0-9]+|\[\d+\])+)")
 @pytest.fixture(scope="module")
 def world(cluster: LocalCluster, tmp_path_factory):
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_PATH))
-    cluster.kubectl("wait", "--for=condition=Established", "crd/dsv4deployments.inference.dsv4.dev")
+    cluster.wait_established("crd/dsv4deployments.inference.dsv4.dev")
     cluster.kubectl("create", "namespace", NS, check=False)
     logs = tmp_path_factory.mktemp("sweep")
     operator, _ = operator_and_runtime(cluster, NS, logs)

@@ -174,7 +174,7 @@ def test_api_server_rejects_object_violating_crd_schema(cluster: LocalCluster):
         },
     }
     apply(cluster, crd)
-    cluster.kubectl("wait", "--for=condition=Established", f"crd/widgets.{group}", "--timeout=60s")
+    cluster.wait_established(f"crd/widgets.{group}")
     good = {
         "apiVersion": f"{group}/v1",
         "kind": "Widget",

@@ -68,7 +68,7 @@ def flash(cluster: LocalCluster) -> dict[str, Any]:
 
 def establish(cluster: LocalCluster, *crds: str) -> None:
     for crd in crds:
-        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd}")
+        cluster.wait_established(f"crd/{crd}")
 
 
 @pytest.fixture(scope="module")

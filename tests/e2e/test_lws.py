@@ -83,15 +83,7 @@ def world(cluster: LocalCluster, tmp_path_factory):
         "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes})
     )
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_PATH))
-    wait_for(
-        "the DSV4Deployment CRD Established",
-        lambda: cluster.kubectl(
-            "wait", "--for=condition=Established", "crd/dsv4deployments.inference.dsv4.dev",
-            check=False,
-        ).returncode
-        == 0,
-        30,
-    )  # fmt: skip
+    cluster.wait_established("crd/dsv4deployments.inference.dsv4.dev")
     cluster.kubectl("create", "namespace", NS, check=False)
     sample = shipped_sample("pro-gb200-nvl72")
     claim = sample["spec"]["model"]["pvc"]["claimName"]

@@ -196,10 +196,7 @@ def audited(cluster, offset):
 @pytest.fixture(scope="module")
 def ns(cluster):
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_PATH))
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "--timeout=60s",
-        "crd/dsv4deployments.inference.dsv4.dev",
-    )  # fmt: skip
+    cluster.wait_established("crd/dsv4deployments.inference.dsv4.dev")
     cluster.kubectl("create", "namespace", NS, check=False)
     yield cluster
     cluster.kubectl("delete", "namespace", NS, "--wait=false", check=False)

@@ -21,10 +21,7 @@ INVALID = yaml.safe_load(
 @pytest.fixture(scope="module")
 def crd(cluster):
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_PATH))
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "--timeout=60s",
-        "crd/dsv4deployments.inference.dsv4.dev",
-    )  # fmt: skip
+    cluster.wait_established("crd/dsv4deployments.inference.dsv4.dev")
     return cluster
 
 

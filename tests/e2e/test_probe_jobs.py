@@ -61,7 +61,7 @@ BIN = Path(sys.executable).parent
 def create_deployment(cluster: LocalCluster, namespace: str) -> Owner:
     """The shipped reference-engine sample, unchanged, in ``namespace``."""
     cluster.kubectl("apply", "--server-side", "-f", str(CRD_PATH))
-    cluster.kubectl("wait", "--for=condition=Established", "crd/dsv4deployments.inference.dsv4.dev")
+    cluster.wait_established("crd/dsv4deployments.inference.dsv4.dev")
     cluster.kubectl("create", "namespace", namespace, check=False)
     sample = shipped_sample("flash-reference")
     sample["metadata"]["namespace"] = namespace

@@ -49,7 +49,7 @@ def world(cluster: LocalCluster, tmp_path_factory):
     logs = tmp_path_factory.mktemp("rollout")
     operator, runtime = operator_and_runtime(cluster, NS, logs)
     cluster.kubectl("apply", "--server-side", "-f", str(CRD_PATH))
-    cluster.kubectl("wait", "--for=condition=Established", "crd/dsv4deployments.inference.dsv4.dev")
+    cluster.wait_established("crd/dsv4deployments.inference.dsv4.dev")
     cluster.kubectl("create", "namespace", NS, check=False)
     operator.start()
     runtime.start()

@@ -29,7 +29,7 @@ NS = "rollout-controls"
 @pytest.fixture(scope="module")
 def deployment(cluster: LocalCluster) -> Owner:
     cluster.kubectl("apply", "--server-side", "-f", str(CRD_PATH))
-    cluster.kubectl("wait", "--for=condition=Established", "crd/dsv4deployments.inference.dsv4.dev")
+    cluster.wait_established("crd/dsv4deployments.inference.dsv4.dev")
     cluster.kubectl("create", "namespace", NS, check=False)
     sample = load_sample()
     sample["metadata"] = {"name": "flash", "namespace": NS}

@@ -41,7 +41,7 @@ HICACHE_TOO_BIG = {"features": {"hicache": {"enabled": True, "ratio": 4, "roles"
 @pytest.fixture(scope="module")
 def ns(cluster: LocalCluster, tmp_path_factory):
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_PATH))
-    cluster.kubectl("wait", "--for=condition=Established", "crd/dsv4deployments.inference.dsv4.dev")
+    cluster.wait_established("crd/dsv4deployments.inference.dsv4.dev")
     cluster.kubectl("create", "namespace", NS, check=False)
     port = free_port()
     logs = tmp_path_factory.mktemp("stuck")

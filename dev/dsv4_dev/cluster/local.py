@@ -27,6 +27,7 @@ from dsv4_dev.cluster.binaries import (
     control_plane_binary,
     kubectl,
 )
+from dsv4_dev.cluster.established import established
 from dsv4_dev.cluster.lws import LwsController
 from dsv4_dev.cluster.nodes import (
     GPU_CLIQUE_LABEL,
@@ -191,6 +192,11 @@ class LocalCluster:
         if check and result.returncode != 0:
             raise ClusterError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
         return result
+
+    def wait_established(self, crd: str, timeout: float = 60) -> None:
+        why = established(self.kubectl, crd, timeout)
+        if why is not None:
+            raise ClusterError(why)
 
     # -- internals -----------------------------------------------------------------------
     def _nodes(self) -> list[dict[str, Any]]:

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from dsv4_dev.cluster.binaries import MissingBinaryError, lws_file
+from dsv4_dev.cluster.established import established
 
 CONTROLLER = "lws-controller"
 CRD_FILES = (
@@ -134,10 +135,9 @@ class LwsController:
     def _install_crds(self) -> None:
         for name in CRD_FILES:
             self.kubectl("apply", "--server-side", "-f", str(lws_file(name)))
-        self.kubectl(
-            "wait", "--for=condition=Established", "--timeout=60s",
-            "crd/leaderworkersets.leaderworkerset.x-k8s.io",
-        )  # fmt: skip
+        why = established(self.kubectl, "crd/leaderworkersets.leaderworkerset.x-k8s.io")
+        if why is not None:
+            raise LwsError(why)
 
     def _certificate(self, cert_dir: Path) -> bytes:
         """A self-signed serving certificate for 127.0.0.1; it is also the CA bundle."""
