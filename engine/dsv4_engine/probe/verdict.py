@@ -41,6 +41,7 @@ class Evidence:
 
 def decide(ev: Evidence) -> tuple[Verdict, tuple[str, ...]]:
     bound = upper_bound(ev.corrupt, ev.judged, ev.confidence)
+    shown, budget = percents(bound, ev.threshold)
     if ev.fail_at is not None:
         return Verdict.FAIL, (
             f"corruption above {ev.threshold:.3%} at {ev.confidence:.0%} confidence after "
@@ -61,14 +62,12 @@ def decide(ev: Evidence) -> tuple[Verdict, tuple[str, ...]]:
         )
     if bound >= ev.threshold:
         needed = samples_to_pass(ev.threshold, ev.confidence, ev.corrupt)
-        shown, budget = percents(bound, ev.threshold)
         reasons.append(
             f"upper bound {shown} is not below {budget}: {ev.judged} judged "
             f"samples, {needed} needed with {ev.corrupt} corrupt"
         )
     if reasons:
         return Verdict.INCONCLUSIVE, tuple(reasons)
-    shown, budget = percents(bound, ev.threshold)
     return Verdict.PASS, (
         f"upper bound {shown} < {budget} at {ev.confidence:.0%} confidence "
         f"({ev.corrupt}/{ev.judged} corrupt)",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dsv4_engine.probe import ProbeSettings
@@ -148,14 +148,11 @@ class RolloutController:
         if why is None:
             return outcome
         log.warning("report %s says PASS but is not trusted: %s", name, why)
-        return ProbeOutcome(
-            RolloutVerdict.INCONCLUSIVE,
-            outcome.rate,
-            outcome.bound,
-            outcome.samples,
-            name,
-            f"the PASS in report {name} was not trusted: {why}",
-            outcome.threshold,
+        return replace(
+            outcome,
+            verdict=RolloutVerdict.INCONCLUSIVE,
+            report=name,
+            message=f"the PASS in report {name} was not trusted: {why}",
         )
 
     # -- after the status write ---------------------------------------------------------
