@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import uuid
 
-from dsv4_dev.cluster.local import LocalCluster
+from dsv4_dev.cluster.local import SERVICE_IP_RANGE, LocalCluster
 from tests.e2e.helpers import apply, get_json, wait_for
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -50,6 +51,23 @@ def test_fake_b200_nodes_are_ready_with_gpu_capacity(cluster: LocalCluster):
         assert ready == "True"
     cpu = [n for n in nodes if "nvidia.com/gpu.product" not in n["metadata"]["labels"]]
     assert len(cpu) >= 2
+    # `up` returns once the node lifecycle controller has lifted the not-ready taint the
+    # API server puts on every new node: a node that reports Ready but keeps it takes no pod.
+    for node in nodes:
+        keys = {t["key"] for t in node["spec"].get("taints") or []}
+        assert not keys & {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
+
+
+def test_the_service_ip_range_holds_thousands_of_services(cluster: LocalCluster):
+    """One router Service per deployment: the API server's default range (a /24) would
+    refuse the 255th (bench-scale creates 500)."""
+    name = unique("svc")
+    apply(cluster, {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+                    "spec": {"ports": [{"port": 80}]}})  # fmt: skip
+    ip = get_json(cluster, "service", name)["spec"]["clusterIP"]
+    assert ipaddress.ip_address(ip) in ipaddress.ip_network(SERVICE_IP_RANGE)
+    assert ipaddress.ip_network(SERVICE_IP_RANGE).num_addresses >= 4096
+    cluster.kubectl("delete", "service", name)
 
 
 def test_pod_with_8_gpus_runs_on_a_b200_node(cluster: LocalCluster):

@@ -40,6 +40,9 @@ from dsv4_dev.cluster.nodes import (
 )
 
 READY_TIMEOUT_S = 120.0
+SERVICE_IP_RANGE = "10.96.0.0/16"
+# The node lifecycle controller's taints for a node that is not Ready or not heard from.
+CONDITION_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
 NODES_PER_APPLY = 100
 
 
@@ -53,6 +56,11 @@ class LocalCluster:
     workdir: Path = field(default_factory=lambda: cache_dir() / "kwok")
     pools: list[NodePool] = field(default_factory=default_pools)
     apiserver_port: int | None = None
+    # The controller manager's and scheduler's client rate (QPS; burst twice that).  Their
+    # defaults (20 and 50) suit a small cluster; a large one raises them, as operators of
+    # thousand-node clusters do, or node set-up and pod creation queue behind the limiter.
+    # None: the components' defaults.
+    controller_qps: int | None = None
 
     # -- paths -------------------------------------------------------------------------
     @property
@@ -234,6 +242,7 @@ class LocalCluster:
         ]
         if self.apiserver_port:
             args.append(f"--kube-apiserver-port={self.apiserver_port}")
+        args += _extra_args(self._component_flags())
         try:
             with _one_create_at_a_time():
                 self._kwokctl(*args)
@@ -241,6 +250,18 @@ class LocalCluster:
             # Leave nothing half-started behind: a failed `up` is followed by a clean slate.
             self._kwokctl("delete", "cluster", check=False)
             raise
+
+    def _component_flags(self) -> dict[str, dict[str, str]]:
+        # Room for thousands of ClusterIP Services (kube-apiserver's default, a /24, holds
+        # 254: one router per deployment fills it at a few hundred), as kubeadm's default does.
+        flags: dict[str, dict[str, str]] = {
+            "kube-apiserver": {"service-cluster-ip-range": SERVICE_IP_RANGE}
+        }
+        if self.controller_qps:
+            rate = {"kube-api-qps": str(self.controller_qps)}
+            rate["kube-api-burst"] = str(2 * self.controller_qps)
+            flags["kube-controller-manager"] = flags["kube-scheduler"] = rate
+        return flags
 
     def _check_port_free(self) -> None:
         if not self.apiserver_port:
@@ -272,23 +293,51 @@ class LocalCluster:
             self.kubectl("delete", "node", *stale)
 
     def _wait_nodes_ready(self) -> None:
+        """Until every node is Ready *and* schedulable: the API server taints a new node
+        not-ready (TaintNodesByCondition) and the node lifecycle controller lifts the taint
+        only after it has seen the node Ready, one node at a time at its client's rate, so
+        at a thousand nodes the last ones take pods minutes after they report Ready."""
         deadline = time.monotonic() + READY_TIMEOUT_S
         while True:
             nodes = self._nodes()
-            not_ready = [n["metadata"]["name"] for n in nodes if not _node_ready(n)]
-            if not not_ready and nodes:
+            waiting = [n["metadata"]["name"] for n in nodes if not _node_schedulable(n)]
+            if not waiting and nodes:
                 return
             if time.monotonic() > deadline:
+                shown = ", ".join(waiting[:10]) + (
+                    f" and {len(waiting) - 10} more" if len(waiting) > 10 else ""
+                )
                 raise ClusterError(
-                    f"nodes not Ready after {READY_TIMEOUT_S:.0f}s: {', '.join(not_ready)}; "
-                    f"see {self.cluster_dir / 'logs' / 'kwok-controller.log'}"
+                    f"nodes not Ready and schedulable after {READY_TIMEOUT_S:.0f}s: {shown}; "
+                    f"see {self.cluster_dir / 'logs'} (kwok-controller.log, "
+                    "kube-controller-manager.log)"
                 )
             time.sleep(0.5)
+
+
+def _extra_args(flags: dict[str, dict[str, str]]) -> list[str]:
+    """kwokctl's --extra-args for each component's flags, in rounds: every component's first
+    flag, then every second one, ...  kwokctl v0.8.0 files a component's later flags under
+    the index its first flag had among all of them, which points past the list of components
+    (a panic) unless each component's first flag comes in the order of its first appearance."""
+    rounds = [list(component.items()) for component in flags.values()]
+    return [
+        f"--extra-args={name}={items[i][0]}={items[i][1]}"
+        for i in range(max(map(len, rounds), default=0))
+        for name, items in zip(flags, rounds, strict=True)
+        if i < len(items)
+    ]
 
 
 def _node_ready(node: dict[str, Any]) -> bool:
     conditions = node.get("status", {}).get("conditions", [])
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def _node_schedulable(node: dict[str, Any]) -> bool:
+    """Ready, and without the taints a node carries while it is not (yet) seen Ready."""
+    taints = node.get("spec", {}).get("taints") or []
+    return _node_ready(node) and not any(t.get("key") in CONDITION_TAINTS for t in taints)
 
 
 def _last_lines(text: str, count: int = 15) -> str:

@@ -1,0 +1,50 @@
+"""The local cluster's component flags reach kwokctl in an order kwokctl v0.8.0 can file."""
+
+from __future__ import annotations
+
+import pytest
+
+from dsv4_dev.cluster.local import SERVICE_IP_RANGE, LocalCluster, _extra_args
+
+
+def _filed(args: list[str]) -> dict[str, list[str]]:
+    """What kwokctl v0.8.0's `mutationComponentPatches` does with --extra-args: a
+    component's later flags go to the patch at the index its first flag had among all
+    the flags (an index past the list of patches is its panic)."""
+    patches: list[tuple[str, list[str]]] = []
+    first_at: dict[str, int] = {}
+    for i, arg in enumerate(args):
+        component, flag = arg.removeprefix("--extra-args=").split("=", 1)
+        if component in first_at:
+            patches[first_at[component]][1].append(flag)  # IndexError: kwokctl panics
+            continue
+        first_at[component] = i
+        patches.append((component, [flag]))
+    return dict(patches)
+
+
+def test_each_component_gets_its_own_flags():
+    flags = LocalCluster(controller_qps=200)._component_flags()
+    filed = _filed(_extra_args(flags))
+    assert filed == {
+        "kube-apiserver": [f"service-cluster-ip-range={SERVICE_IP_RANGE}"],
+        "kube-controller-manager": ["kube-api-qps=200", "kube-api-burst=400"],
+        "kube-scheduler": ["kube-api-qps=200", "kube-api-burst=400"],
+    }
+
+
+def test_the_default_cluster_keeps_the_components_rates():
+    assert set(_filed(_extra_args(LocalCluster()._component_flags()))) == {"kube-apiserver"}
+
+
+def test_flags_one_component_after_another_would_make_kwokctl_panic():
+    """The order `_extra_args` avoids (what the first version of the bench sent): the
+    scheduler's second flag is filed past the end of the list."""
+    naive = [
+        "--extra-args=kube-controller-manager=kube-api-qps=1",
+        "--extra-args=kube-controller-manager=kube-api-burst=2",
+        "--extra-args=kube-scheduler=kube-api-qps=1",
+        "--extra-args=kube-scheduler=kube-api-burst=2",
+    ]
+    with pytest.raises(IndexError):
+        _filed(naive)
