@@ -43,6 +43,16 @@ class Reader(Protocol):
         LWS is installed)."""
         ...
 
+    def holder(self, kind: str, namespace: str, name: str) -> Obj | None:
+        """Whatever holds that name now: one of the operator's objects, or another owner's
+        (its metadata).  None: the name is free."""
+        ...
+
+
+def foreign(kind: str) -> str:
+    """The store of the objects of ``kind`` that are not the operator's: their names only."""
+    return f"{kind}/foreign"
+
 
 def key_of(obj: Obj) -> Key:
     meta = obj["metadata"]
@@ -191,6 +201,9 @@ class Cache:
 
     def served(self, kind: str) -> bool:
         return self.store(kind).served
+
+    def holder(self, kind: str, namespace: str, name: str) -> Obj | None:
+        return self.get(kind, namespace, name) or self.get(foreign(kind), namespace, name)
 
     def list(
         self,

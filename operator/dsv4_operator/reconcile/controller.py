@@ -34,7 +34,7 @@ from dsv4_operator.reconcile.cache import Cache, Obj
 from dsv4_operator.reconcile.informer import Informer
 from dsv4_operator.reconcile.kube import RESOURCES, ApiError, Kube, NotLeader
 from dsv4_operator.reconcile.queue import WorkQueue
-from dsv4_operator.reconcile.reconciler import CacheBehind, Reconciler, parse_status
+from dsv4_operator.reconcile.reconciler import Reconciler, parse_status
 from dsv4_operator.reconcile.watches import WATCHES
 from dsv4_operator.render.meta import Owner
 from dsv4_operator.spread import next_slot, phase
@@ -49,6 +49,10 @@ RECHECK_SLACK_S = 1.0  # a deadline's pass runs this long after it, so it surely
 # settled one reads memory only: many threads cost little and keep the server busy.
 WORKERS = 16
 DURATIONS_KEPT = 100_000
+
+
+def _ignore(old: Obj | None, new: Obj | None) -> None:
+    """What another owner's object does: nothing (a name it frees is retried by the resync)."""
 
 
 class Controller:
@@ -85,8 +89,10 @@ class Controller:
                 informer = Informer(
                     kube,
                     watch,
-                    self.cache.store(watch.kind),
-                    lambda old, new, kind=watch.kind: self.changed(kind, old, new),
+                    self.cache.store(watch.stored_as),
+                    _ignore
+                    if watch.stored_as != watch.kind  # other owners' names wake nothing
+                    else lambda old, new, kind=watch.kind: self.changed(kind, old, new),
                     namespace,
                 )
                 self.informers.append(informer)
@@ -124,7 +130,7 @@ class Controller:
     # -- running passes -----------------------------------------------------------------
     async def run(self, synced: asyncio.Event | None = None) -> None:
         """Wait for the caches, then run passes for ever (cancel to stop)."""
-        while not all(self.cache.store(w.kind).synced.is_set() for w in WATCHES):
+        while not all(self.cache.store(w.stored_as).synced.is_set() for w in WATCHES):
             await asyncio.sleep(0.1)
         log.info(
             "caches synced", extra={"objects": {k: len(s) for k, s in self.cache.stores.items()}}
@@ -160,10 +166,6 @@ class Controller:
             recheck = await self.loop.run_in_executor(
                 self._pool, self.reconciler.reconcile_now, namespace, name
             )
-        except CacheBehind as err:
-            log.info("%s/%s: %s; waiting for the cache", namespace, name, err)
-            self.queue.add_after(key, CATCH_UP_S)
-            return
         except NotLeader as err:
             metrics.RECONCILES.labels("error").inc()
             log.warning("reconcile of %s/%s stopped: %s", namespace, name, err)

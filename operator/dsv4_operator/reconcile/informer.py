@@ -46,7 +46,14 @@ class Watch:
     optional: bool = False
     # Drops what no pass reads (managedFields, a pod's spec) before an object is stored.
     transform: Callable[[Obj], Obj] = keep
+    # The store it fills (`Cache.store`): its kind's, unless a second watch of the kind
+    # keeps other objects apart (`cache.foreign`).
+    store: str = ""
     why: str = field(default="", compare=False)
+
+    @property
+    def stored_as(self) -> str:
+        return self.store or self.kind
 
 
 class Informer:

@@ -92,11 +92,6 @@ class StatusConflict(Exception):
     """The resource changed between the pass's read and its status write."""
 
 
-class CacheBehind(Exception):
-    """The cache has not seen an object the pass meant to create, and it is this
-    deployment's own: the pass stops, and runs again once the cache has caught up."""
-
-
 def parse_status(raw: dict[str, Any] | None) -> DSV4DeploymentStatus | None:
     try:
         return DSV4DeploymentStatus.model_validate(raw) if raw else None
@@ -491,11 +486,11 @@ class Reconciler:
             return
         assert action.obj is not None
         if action.reason == "missing":
-            # Read from the API server, not the cache: what is there decides whether to write.
-            existing = self.kube.get(action.kind, namespace, action.name)
-            if existing is not None and owned_by(existing, owner.uid):
-                raise CacheBehind(f"{action.kind} {action.name} exists but is not cached yet")
-            if existing is not None:  # another owner's: leave it be
+            # Whoever holds the name, from the caches: a name another owner holds is never
+            # taken (the watch of everyone else's names is what makes this a memory read).
+            # One of this deployment's own (its labels lost, say) is simply applied again.
+            existing = self.cache.holder(action.kind, namespace, action.name)
+            if existing is not None and not owned_by(existing, owner.uid):  # leave it be
                 raise ApiError(
                     409, f"{action.kind} {action.name} exists and belongs to {owner_text(existing)}"
                 )

@@ -4,7 +4,9 @@ One informer per entry (per watched namespace): the DSV4Deployments themselves c
 through kopf's watch (`reconcile.handlers`) into the same cache.  Selectors keep each watch
 to the operator's own objects where labels allow; transforms drop what no pass reads, which
 is most of a pod and every object's managedFields — but a report ConfigMap's, which tell
-who filed its verdict (`rollout.reports.distrust_pass`).  The RBAC test derives the
+who filed its verdict (`rollout.reports.distrust_pass`).  A second, metadata-only watch of
+each child kind keeps the names everyone else holds (`cache.foreign`), so that creating a
+child needs no look-up first: a name another owner holds is refused from memory.  The RBAC test derives the
 operator's list/watch permissions from this table.
 """
 
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 from dsv4_operator.api import KIND
 from dsv4_operator.reconcile.blockers import FAILED_CREATE_SELECTOR
-from dsv4_operator.reconcile.cache import Obj, Store
+from dsv4_operator.reconcile.cache import Obj, Store, foreign
 from dsv4_operator.reconcile.informer import Watch
 from dsv4_operator.render.lws import LWS_KIND
 from dsv4_operator.render.meta import APP, LABEL_COMPONENT, LABEL_INSTANCE, LABEL_NAME
@@ -20,6 +22,7 @@ from dsv4_operator.render.placement import GPU_PRODUCT_LABEL
 from dsv4_operator.rollout.reports import COMPONENT as REPORT_COMPONENT
 
 OURS = f"{LABEL_NAME}={APP}"  # every child, report, probe Job and pod the operator makes
+OTHERS = f"{LABEL_NAME}!={APP}"  # everything else (an object without the label too)
 CHILD_KINDS = (
     "ConfigMap",
     "StatefulSet",
@@ -47,6 +50,13 @@ def config_map(obj: Obj) -> Obj:
     return obj if labels.get(LABEL_COMPONENT) == REPORT_COMPONENT else without_managed_fields(obj)
 
 
+def name_only(obj: Obj) -> Obj:
+    """Who holds a name: all a pass needs of another owner's object."""
+    meta = obj["metadata"]
+    kept = {k: meta[k] for k in ("name", "namespace", "uid", "ownerReferences") if k in meta}
+    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "metadata": kept}
+
+
 def pod(obj: Obj) -> Obj:
     """A pod's metadata and status: why it is not coming up (`reconcile.blockers`)."""
     return {
@@ -66,6 +76,18 @@ WATCHES: tuple[Watch, ...] = (
             transform=config_map if kind == "ConfigMap" else without_managed_fields,
             optional=kind == LWS_KIND,
             why="the children of every deployment (and its rollout reports)",
+        )
+        for kind in CHILD_KINDS
+    ),
+    *(
+        Watch(
+            kind,
+            OTHERS,
+            metadata_only=True,
+            transform=name_only,
+            optional=kind == LWS_KIND,
+            store=foreign(kind),
+            why="the names other owners hold: a child is never created over one",
         )
         for kind in CHILD_KINDS
     ),
@@ -106,4 +128,4 @@ WATCHES: tuple[Watch, ...] = (
 
 def stores() -> list[Store]:
     """One store per watched kind, and the DSV4Deployments' (fed by kopf)."""
-    return [Store(KIND), *(Store(w.kind, w.indexed_labels) for w in WATCHES)]
+    return [Store(KIND), *(Store(w.stored_as, w.indexed_labels) for w in WATCHES)]

@@ -103,7 +103,7 @@ def test_the_derivation_sees_the_calls_it_claims_to(rbac):
         code.Access("cluster", "inference.dsv4.dev", "dsv4deployments", "watch"),  # kopf
         code.Access("cluster", "", "pods", "watch"),  # the router's ClusterRole, bound
         code.Access("namespace", "coordination.k8s.io", "leases", "update"),
-        code.Access("cluster", "apps", "statefulsets", "get"),  # a name checked before create
+        code.Access("cluster", "apps", "statefulsets", "watch"),  # others' names, from the cache
         # The handled rollout-action annotation is removed: the one write to the resource
         # itself (a JSON patch testing the value first), besides its status.
         code.Access("cluster", "inference.dsv4.dev", "dsv4deployments", "patch"),

@@ -43,12 +43,12 @@ def fill_cache(cache: Cache, api: MemoryApi) -> None:
     cache.store(KIND).replace(api.select(KIND, None))
     for watch in watches.WATCHES:
         if watch.kind in api.unserved:  # its list would answer 404
-            cache.store(watch.kind).unserved()
+            cache.store(watch.stored_as).unserved()
             continue
         found = api.select(watch.kind, None, watch.selector, watch.field_selector)
         if watch.metadata_only:
             found = [{k: o[k] for k in ("apiVersion", "kind", "metadata")} for o in found]
-        cache.store(watch.kind).replace([watch.transform(o) for o in found])
+        cache.store(watch.stored_as).replace([watch.transform(o) for o in found])
 
 
 def cache_dump(cache: Cache) -> str:
