@@ -6,7 +6,7 @@ VENV = $(shell hack/venv.sh)
 PY = $(VENV)/bin/python
 export PATH := $(VENV)/bin:$(PATH)
 
-.PHONY: help venv control-plane test test-unit test-e2e lint demo demo-incident cluster-up cluster-down manifests bench bench-engine bench-engine-server bench-validator bench-echo bench-scale
+.PHONY: help venv control-plane test test-unit test-e2e lint demo cluster-up cluster-down manifests bench bench-engine bench-engine-server bench-validator bench-echo bench-scale
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -34,11 +34,8 @@ lint: venv ## ruff, over every Python file of the project
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-demo: venv control-plane ## The main job on the embedded default, ~5 min (see README)
+demo: venv control-plane ## The incident's story on production defaults, ~5 min: garbled tool calls FAIL a canary, the gated engine PASSes (see README)
 	$(PY) -m dsv4_dev.demo
-
-demo-incident: venv control-plane ## The incident's garbled tool calls on the echo model (slower; see docs/rollout.md)
-	$(PY) -m dsv4_dev.demo --story incident
 
 cluster-up: venv control-plane ## Start the local cluster with fake Blackwell nodes and the local runtime (their engines answer)
 	$(VENV)/bin/dsv4ctl cluster up --engines

@@ -1,22 +1,17 @@
-"""`make demo` / `make demo-incident`: the mission's loop on the embedded default, start to finish.
+"""`make demo`: the incident's story on the production defaults, start to finish.
 
 Brings up the local control plane (fake B200 nodes), the operator and the local runtime
-(which runs the CPU reference engine for every engine pod), applies a shipped
-reference-engine sample unchanged (the production canary defaults — 598 clean samples at
-most 0.5% corruption with 95% confidence), then changes its engine flags twice:
+(which runs the CPU reference engine for every engine pod), applies
+manifests/samples/flash-echo.yaml unchanged — the echo model, whose tool calls go through
+the engine's real indexer and pools, and the production canary defaults (598 clean
+samples at most 0.5% corruption with 95% confidence) — then changes its engine flags twice:
 
 1. HiCache + bf16 index-K **with the index-K gate fault injected** (`faultInjection`, a
-   demo-only flag that re-creates the seed incident): the canary's probes FAIL, the rollout
+   reference-engine-only flag that re-creates the seed incident) into a share of the
+   host-tier loads aimed at the incident's 12-18% of garbled calls: the canary's tool-call
+   probes FAIL, the report shows the garbled calls beside the calls asked for, the rollout
    is rolled back, production never sees the flags.
 2. The same flags without the fault: the canary PASSes and the flags are promoted.
-
-Two stories, one loop (`STORIES`): `make demo` runs `quick` on
-manifests/samples/flash-reference.yaml — the random-weights model, every host-tier load
-raced, the race seen as warm answers that differ from cold ones — in about five minutes;
-`make demo-incident` runs `incident` on manifests/samples/flash-echo.yaml — the echo model,
-whose tool calls come out garbled as in the incident, the race aimed at a share of loads
-near the incident's rate — which takes several times longer (its answers are long
-byte-level tool calls, and PASS needs 598 of them).
 
 Both reports are printed and saved as JSON and as HTML pages.  Everything started is
 stopped at the end or on Ctrl-C.
@@ -33,7 +28,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,18 +45,11 @@ HICACHE_BF16 = {"hicache": {"enabled": True, "ratio": 2.0}, "indexDtype": "bf16"
 STEP_TIMEOUT_S = 900.0
 
 
-@dataclass(frozen=True)
-class Story:
-    sample: str  # a shipped sample, applied unchanged
-    share: float | None  # faultInjection.ungatedShare; None: every host-tier load races
-
-
-STORIES = {
-    "quick": Story(sample="flash-reference", share=None),
-    # On the echo model a share of 0.25 garbled about 10% of answers (docs/rollout.md,
-    # measured by this demo and by `make bench-echo`), near the incident's 12-18%.
-    "incident": Story(sample="flash-echo", share=0.25),
-}
+SAMPLE = "flash-echo"  # a shipped sample, applied unchanged
+# faultInjection.ungatedShare: on the echo model's PD slice a share of 0.35 garbled 16% of
+# the probes' answers (300 samples, `make bench-echo`'s slice; docs/rollout.md), within the
+# incident's 12-18%.
+UNGATED_SHARE = 0.35
 
 
 def say(message: str) -> None:
@@ -137,16 +124,12 @@ def apply_sample(cluster: LocalCluster, name: str) -> None:
     print(cluster.kubectl("get", "dsv4", "-n", NAMESPACE).stdout)
 
 
-def run_story(cluster: LocalCluster, out_dir: Path, story: Story) -> None:
-    share = (
-        "every host-tier load races"
-        if story.share is None
-        else (f"{story.share:.0%} of host-tier loads race their indexer, as in the incident")
-    )
+def run_story(cluster: LocalCluster, out_dir: Path) -> None:
     say(
-        f"step 1: HiCache + bf16 index-K WITH the index-K gate fault injected (demo-only flag): {share}"
+        "step 1: HiCache + bf16 index-K WITH the index-K gate fault injected (demo-only flag): "
+        f"{UNGATED_SHARE:.0%} of host-tier loads race their indexer, as in the incident"
     )
-    fault = {"ungatedIndexK": True, "ungatedShare": story.share}
+    fault = {"ungatedIndexK": True, "ungatedShare": UNGATED_SHARE}
     patch_features(cluster, {**HICACHE_BF16, "faultInjection": fault})
     started = time.monotonic()
     wait("the canary verdict", lambda: rollout_of(cluster).get("phase") == "RolledBack")
@@ -228,13 +211,13 @@ def local_world(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dsv4_dev.demo", description=__doc__)
-    parser.add_argument("--story", choices=sorted(STORIES), default="quick")
-    story = STORIES[parser.parse_args(argv).story]
+    parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupt)  # `kill` cleans up like Ctrl-C does
     out_dir = cache_dir() / "demo"
+    started = time.monotonic()
     try:
-        with local_world(out_dir, sample=story.sample) as (cluster, _):
-            run_story(cluster, out_dir, story)
+        with local_world(out_dir, sample=SAMPLE) as (cluster, _):
+            run_story(cluster, out_dir)
     except (ClusterError, MissingBinaryError) as err:
         print(f"demo: error: {err}", file=sys.stderr)
         print(f"demo: logs are in {out_dir}", file=sys.stderr)
@@ -242,7 +225,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         say("interrupted; cleaned up")
         return 130
-    say(f"done: both outcomes shown; reports saved under {out_dir}")
+    say(
+        f"done in {time.monotonic() - started:.0f}s: both outcomes shown; reports saved "
+        f"under {out_dir}"
+    )
     return 0
 
 

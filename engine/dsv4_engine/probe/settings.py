@@ -89,14 +89,14 @@ class Workload:
 # Its warm-vs-cold answers diverge within a few tokens when a read races a load, so 8
 # tokens judge it: a canary at the production defaults (598 samples) then runs in minutes
 # on two CPU cores instead of the better part of an hour.  An echo call of the probes' tool
-# is about 100 tokens for DeepSeek's tokenizer and about 410 for the reference engine's
-# byte-level one; each budget leaves room for a value or two longer than the probes'.
+# is about 100 tokens for DeepSeek's tokenizer and 110 for the reference engine's (bytes,
+# its markup in pieces); each budget leaves room for a value or two longer than the probes'.
 DEFAULT_WORKLOAD: dict[Backend, Workload] = {
     Backend.SGLANG: Workload(
         prefix_words=1024, long_context_words=4096, consistency_max_tokens=32, echo_max_tokens=256
     ),
     Backend.REFERENCE: Workload(
-        prefix_words=64, long_context_words=200, consistency_max_tokens=8, echo_max_tokens=512
+        prefix_words=64, long_context_words=200, consistency_max_tokens=8, echo_max_tokens=256
     ),
 }
 

@@ -192,7 +192,7 @@ def engine_of(path) -> str:
 def test_there_are_the_samples_the_docs_promise():
     """Two GPU deployments on SGLang (the kustomization applies both) and the CPU reference
     engine's, for the local playground and CI (each applied on its own: each is `flash`):
-    the random model's that `make demo` applies, and the echo model's that `make demo-incident`
+    the random model's that the README tour applies, and the echo model's that `make demo`
     applies."""
     gpu = [p for p in SAMPLES if engine_of(p) == "sglang"]
     names = {yaml.safe_load(p.read_text())["metadata"]["name"] for p in gpu}

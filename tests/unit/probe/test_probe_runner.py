@@ -30,6 +30,7 @@ from dsv4_engine.probe.scripted_server import ScriptedCompletionServer
 from dsv4_engine.probe.settings import DEFAULT_PROBES, ECHO_MODEL_PROBES
 from dsv4_engine.probe.validate import classify_completion
 from dsv4_engine.probe.workload import ECHO_TOOL_NAME, document, random_echo
+from dsv4_engine.reference import tokenizer
 from dsv4_engine.reference.model import REFERENCE_SHAPE, ModelConfig
 
 
@@ -377,8 +378,14 @@ async def test_each_example_shows_the_clean_answer_beside_the_damaged_one(serve)
 
 
 def test_an_echo_answer_budget_per_backend():
-    """A tool call is ~100 DeepSeek tokens and ~410 byte-level ones: each backend's default
-    leaves room; an explicit max_tokens wins."""
+    """A tool call is ~100 DeepSeek tokens and ~110 of the reference engine's (its markup in
+    pieces): the reference default holds the longest echo call the probes ask for twice
+    over, so a clean answer is never cut; an explicit max_tokens wins."""
+    rng = random.Random(0)
+    longest = max(
+        len(tokenizer.encode_output(render_dsml(DsmlFormat.V4, echo.tool, echo.args)))
+        for echo in (random_echo(rng) for _ in range(200))
+    )
+    assert 2 * longest <= ProbeSettings(base_url="http://x", backend=Backend.REFERENCE).echo_tokens
     assert ProbeSettings(base_url="http://x").echo_tokens == 256
-    assert ProbeSettings(base_url="http://x", backend=Backend.REFERENCE).echo_tokens == 512
     assert ProbeSettings(base_url="http://x", max_tokens=64).echo_tokens == 64

@@ -10,7 +10,7 @@ its answers, as it did the incident's.
 
 The construction, layer by layer (`model`):
 
-* **Tokens and rows.**  The tokenizer is byte-level; every KV row holds small integers,
+* **Tokens and rows.**  A prompt's tokens are bytes; every KV row holds small integers,
   exact in bf16 (`codes`).  A c4 layer's raw row puts its token in the slots of its place
   in the block and a *tag* (below) in eight more slots; the compressor's gate has zero
   weights, so an entry is the mean of its four rows and, times four, gives all four tokens
@@ -31,7 +31,9 @@ The construction, layer by layer (`model`):
   indexer then queries each parameter's value in this user turn by that hash.  The
   pointers found go into the row.
 * **The answer** (`program`).  A small transducer writes the V4 DSML envelope as literal
-  tokens and copies the tool name, each parameter name and each value one token per step
+  tokens — each piece of markup one token (`tokenizer.PIECES`), as DeepSeek's own
+  vocabulary spells it in a few: the probes' call is 110 tokens, not 437 bytes — and
+  copies the tool name, each parameter name and each value one byte-token per step
   through the copy head: the indexer's top-1 for the position's entry on layer 3, then
   that entry's KV.  No tool in the context: it recites the conversation from its start
   (so warm-vs-cold consistency can judge it too).

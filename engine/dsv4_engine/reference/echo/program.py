@@ -26,17 +26,14 @@ from enum import IntEnum
 from dsv4_engine.probe.dsml_format import (
     BLOCK_PREFIX,
     INVOKE,
-    MARKER,
     PARAMETER,
     SEPARATOR,
-    DsmlFormat,
 )
 from dsv4_engine.reference import tokenizer
 from dsv4_engine.reference.echo.parser import EOS
 
 MAX_PARAMS = 6
-FORMAT = DsmlFormat.V4  # what the reference engine's chat template (deepseek-recipe V4) asks for
-_OPEN_MARKER = "<" + MARKER  # a special token of the tokenizer
+FORMAT = tokenizer.TOOL_CALL_FORMAT
 
 
 class Phase(IntEnum):
@@ -68,12 +65,8 @@ _TERMINATORS = {Term.NONE: frozenset(), Term.QUOTE: {ord('"')}, Term.LITERAL: {o
 
 
 def _tokens(text: str) -> tuple[int, ...]:
-    """Token ids of literal markup: the opening marker is the tokenizer's special token."""
-    ranges, at = [], text.find(_OPEN_MARKER)
-    while at != -1:
-        ranges.append((at, at + len(_OPEN_MARKER)))
-        at = text.find(_OPEN_MARKER, at + 1)
-    return tuple(tokenizer.encode(text, ranges))
+    """Token ids of literal markup, as the model writes it: its pieces one token each."""
+    return tuple(tokenizer.encode_output(text))
 
 
 _S = FORMAT.spelling
