@@ -101,7 +101,11 @@ class ReferenceModel:
         def w(*size: int, gain: float = 1.0) -> torch.Tensor:
             return torch.randn(size, generator=gen) * (gain / math.sqrt(size[0]))
 
-        self.embed = torch.randn((tokenizer.VOCAB_SIZE, h), generator=gen)
+        # Bytes and special tokens first, the markup pieces (which this model never writes)
+        # last: the weights it computes with stay those drawn before the pieces existed,
+        # so what the race was measured to do to its answers holds (growing the vocabulary had
+        # shifted every draw).
+        self.embed = torch.randn((tokenizer.PIECES_AT, h), generator=gen)
         self.layers: list[_Layer] = []
         for ratio in shape.compress_ratios:
             layer = _Layer(
@@ -118,7 +122,10 @@ class ReferenceModel:
                 layer.wik, layer.wiq = w(d, di), w(h, hi * di)
                 layer.wiw = w(h, hi)
             self.layers.append(layer)
-        self.unembed = w(h, tokenizer.VOCAB_SIZE, gain=4.0)
+        unembed = w(h, tokenizer.PIECES_AT, gain=4.0)
+        pieces = tokenizer.VOCAB_SIZE - tokenizer.PIECES_AT
+        self.embed = torch.cat([self.embed, torch.randn((pieces, h), generator=gen)])
+        self.unembed = torch.cat([unembed, torch.zeros((h, pieces))], dim=1)
         self.allowed = torch.full((tokenizer.VOCAB_SIZE,), float("-inf"))
         self.allowed[ALLOWED_OUTPUT] = 0.0
 

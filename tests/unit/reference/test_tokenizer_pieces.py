@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import random
 
+import torch
+
 from dsv4_engine.probe.dsml import DsmlFormat
 from dsv4_engine.probe.dsml_format import render_dsml
 from dsv4_engine.probe.workload import ECHO_TOOL, echo_instruction, random_echo
 from dsv4_engine.reference import chat, tokenizer
+from dsv4_engine.reference.model import ModelConfig, ReferenceModel
 
 
 def test_output_written_in_pieces_decodes_to_the_same_text():
@@ -47,3 +50,19 @@ def test_a_prompt_is_bytes_and_special_tokens_only():
         "tools": [ECHO_TOOL],
     }
     assert max(chat.prompt_ids(body)) < tokenizer.PIECES_AT
+
+
+def test_the_random_model_computes_with_the_same_weights_whatever_the_pieces(monkeypatch):
+    """The random model never writes a piece; the race's effects on its answers were
+    measured with its weights (tests/integration/test_reference_warm_vs_cold.py), so more
+    pieces must not redraw them (one more had turned 4 differing answers of 4 into 1)."""
+    before = ReferenceModel(ModelConfig())
+    monkeypatch.setattr(tokenizer, "VOCAB_SIZE", tokenizer.VOCAB_SIZE + 5)
+    after = ReferenceModel(ModelConfig())
+    used = tokenizer.PIECES_AT  # bytes and special tokens
+    assert torch.equal(before.embed[:used], after.embed[:used])
+    assert torch.equal(before.unembed[:, :used], after.unembed[:, :used])
+    for old, new in zip(before.layers, after.layers, strict=True):
+        for a, b in zip(vars(old).values(), vars(new).values(), strict=True):
+            assert (a is None and b is None) or torch.equal(a, b)
+    assert after.embed.shape[0] == after.unembed.shape[1] == tokenizer.VOCAB_SIZE
