@@ -13,6 +13,10 @@ probes as Jobs (none runs on KWOK) and the default resync; then:
    `CanaryStarting` (its canary slice is then created; nothing answers it on KWOK).
 
 Every phase has a time limit; the cluster and the operator are torn down at the end.
+
+`--without-operator` measures what the operator's time to Ready stands on: the same
+children (`dsv4ctl render`) applied straight to the cluster, no operator, timed until
+every workload is settled.
 """
 
 from __future__ import annotations
@@ -41,10 +45,13 @@ from dsv4_dev.localrun.runtime import free_port
 from dsv4_operator.api import KIND
 from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.samples import load_sample, merge_patch
+from dsv4_operator.cli.render import render
 from dsv4_operator.reconcile.cache import Store, key_of
 from dsv4_operator.reconcile.controller import WORKERS
 from dsv4_operator.reconcile.informer import Informer, Watch
 from dsv4_operator.reconcile.kube import Kube
+from dsv4_operator.render.meta import WORKLOAD_KINDS
+from dsv4_operator.rollout.observe import settled
 from dsv4_operator.runtime import USER_AGENT
 
 SPEC = {"decode": {"replicas": 2}}  # 1 prefill + 2 decode, as in the issue's measurement
@@ -69,6 +76,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steady-seconds", type=float, default=60.0)
     parser.add_argument("--workers", type=int, default=WORKERS, help="the operator's --workers")
     parser.add_argument("--keep", action="store_true", help="leave the cluster running")
+    parser.add_argument(
+        "--without-operator",
+        action="store_true",
+        help="the cluster alone: apply the children the operator would (dsv4ctl render) "
+        "straight away and time them to ready (what the API server and controllers take)",
+    )
     args = parser.parse_args(argv)
     if args.changed > args.deployments:
         parser.error("--changed: at most --deployments")
@@ -167,37 +180,64 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
+def deployment(namespace: str, name: str) -> dict[str, Any]:
+    return merge_patch(
+        load_sample(), {"metadata": {"name": name, "namespace": namespace}, "spec": SPEC}
+    )
+
+
 def create_all(kube: Kube, names: list[tuple[str, str]]) -> None:
-    sample = load_sample()
-
-    def create(key: tuple[str, str]) -> None:
-        namespace, name = key
-        obj = merge_patch(
-            sample, {"metadata": {"name": name, "namespace": namespace}, "spec": SPEC}
-        )
-        kube.create(obj)
-
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        list(pool.map(create, names))
+        list(pool.map(lambda key: kube.create(deployment(*key)), names))
 
 
-class Statuses:
-    """Every DSV4Deployment's status as a watch delivers it (the operator's own informer):
-    the bench reads memory, not a list of hundreds of objects every second, which would
-    load the API server it measures.  `first(key, test)` is when a status first passed."""
+def floor(cluster: LocalCluster, kube: Kube, names: list[tuple[str, str]]) -> dict[str, Any]:
+    """The cluster alone: every child the operator would apply (`dsv4ctl render`), applied
+    as fast as its passes would (`WORKERS` at once), then timed until every workload is
+    settled, as a pass would see it.  Owner references are dropped: they name a uid the API
+    server never gave, and the garbage collector would delete the objects."""
+    children = [obj for key in names for obj in render(deployment(*key), None)]
+    for obj in children:
+        obj["metadata"].pop("ownerReferences", None)
+    kinds = sorted({o["kind"] for o in children} & set(WORKLOAD_KINDS))
+    workloads = {kind: Watched(kube, kind) for kind in kinds}
+    for watched in workloads.values():
+        watched.track("settled", settled)
+    expected = sum(1 for o in children if o["kind"] in kinds)
+    offset, t0 = cluster.audit_log.stat().st_size, time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(WORKERS) as pool:
+        list(pool.map(kube.apply, children))
+    out: dict[str, Any] = {"objects": len(children), "applied_s": time.monotonic() - t0}
 
-    def __init__(self, kube: Kube) -> None:
+    def done() -> bool:
+        return sum(len(w.passed("settled")) for w in workloads.values()) == expected
+
+    wait(f"all {expected} workloads settled", done, READY_LIMIT_S, every=0.5)
+    last = max(max(w.passed("settled").values()) for w in workloads.values())
+    out |= {"workloads": expected, "settled_s": last - t0}
+    out["requests"] = audited(cluster, offset, cluster.audit_log.stat().st_size)[ALL_CLIENTS]
+    for watched in workloads.values():
+        watched.stop()
+    return out
+
+
+class Watched:
+    """Every object of a kind as a watch delivers it (the operator's own informer): the
+    bench reads memory, not a list of hundreds of objects every second, which would load
+    the API server it measures.  `passed(name)`: when each object first passed a test."""
+
+    def __init__(self, kube: Kube, kind: str) -> None:
         self._lock = threading.Lock()
         self._tests: dict[str, Callable[[dict[str, Any]], bool]] = {}
         self._passed: dict[str, dict[tuple[str, str], float]] = {}
-        self.store = Store(KIND)
-        self._informer = Informer(kube, Watch(KIND), self.store, self._changed)
+        self.store = Store(kind)
+        self._informer = Informer(kube, Watch(kind), self.store, self._changed)
         self._informer.start()
         if not self.store.synced.wait(60):
-            raise SystemExit("bench-scale: the DSV4Deployment watch did not sync within 60 s")
+            raise SystemExit(f"bench-scale: the {kind} watch did not sync within 60 s")
 
     def track(self, name: str, test: Callable[[dict[str, Any]], bool]) -> None:
-        """From now on, note when each deployment's status first passes `test`."""
+        """From now on, note when each object first passes `test`."""
         with self._lock:
             self._tests[name], self._passed[name] = test, {}
         for obj in self.store.select(None, None, None):
@@ -208,7 +248,7 @@ class Statuses:
             return dict(self._passed[name])
 
     def now(self) -> dict[tuple[str, str], dict[str, Any]]:
-        return {key_of(o): o.get("status") or {} for o in self.store.select(None, None, None)}
+        return {key_of(o): o for o in self.store.select(None, None, None)}
 
     def stop(self) -> None:
         self._informer.stop()
@@ -216,11 +256,15 @@ class Statuses:
     def _changed(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         if new is None:
             return
-        key, status, at = key_of(new), new.get("status") or {}, time.monotonic()
+        key, at = key_of(new), time.monotonic()
         with self._lock:
             for name, test in self._tests.items():
-                if key not in self._passed[name] and test(status):
+                if key not in self._passed[name] and test(new):
                     self._passed[name][key] = at
+
+
+def status(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj.get("status") or {}
 
 
 def degraded_reason(status: dict[str, Any]) -> str:
@@ -230,10 +274,10 @@ def degraded_reason(status: dict[str, Any]) -> str:
     return "no Degraded condition"
 
 
-def _canary_started(status: dict[str, Any]) -> bool:
+def _canary_started(obj: dict[str, Any]) -> bool:
     """A canary of new flags has started (recorded from CanaryStarting on: on KWOK its probe
     Job ends at once, so a poll could miss the phase itself)."""
-    rollout = status.get("rollout") or {}
+    rollout = status(obj).get("rollout") or {}
     return rollout.get("canaryRevision") not in (None, rollout.get("stableRevision"))
 
 
@@ -257,10 +301,13 @@ def main() -> None:
         for namespace in namespaces:
             cluster.kubectl("create", "namespace", namespace, check=False)
         kube = Kube(kube_config.new_client_from_config(config_file=cluster.kubeconfig))
+        names = [(namespaces[i % len(namespaces)], f"d{i:04d}") for i in range(args.deployments)]
+        if args.without_operator:
+            report_floor(args, floor(cluster, kube, names))
+            return
         operator = Operator(cluster, workdir / "operator.log", args.workers)
         wait("operator ready", operator.ready, 120)
-        results = run(args, cluster, kube, operator, namespaces)
-        report(args, results)
+        report(args, run(args, cluster, kube, operator, names))
     finally:
         if operator is not None:
             operator.stop()
@@ -273,13 +320,12 @@ def run(
     cluster: LocalCluster,
     kube: Kube,
     operator: Operator,
-    namespaces: list[str],
+    names: list[tuple[str, str]],
 ) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    names = [(namespaces[i % len(namespaces)], f"d{i:04d}") for i in range(args.deployments)]
-    statuses = Statuses(kube)
-    statuses.track("ready", lambda status: status.get("phase") == "Ready")
-    statuses.track("degraded", lambda status: status.get("phase") == "Degraded")
+    statuses = Watched(kube, KIND)
+    statuses.track("ready", lambda obj: status(obj).get("phase") == "Ready")
+    statuses.track("degraded", lambda obj: status(obj).get("phase") == "Degraded")
 
     # 1. Convergence.
     offset, cpu, passes = (
@@ -299,12 +345,12 @@ def run(
             (namespace, name) = key = next(iter(degraded))
             raise SystemExit(
                 f"bench-scale: {len(degraded)} deployments Degraded, e.g. {namespace}/{name}: "
-                f"{degraded_reason(statuses.now()[key])}"
+                f"{degraded_reason(status(statuses.now()[key]))}"
             )
         ready = len(statuses.passed("ready"))
         if time.monotonic() - shown[0] >= PROGRESS_EVERY_S:  # a slow run still shows its pace
             shown[0] = time.monotonic()
-            started = sum(1 for status in statuses.now().values() if status.get("phase"))
+            started = sum(1 for obj in statuses.now().values() if status(obj).get("phase"))
             print(
                 f"  {shown[0] - t0:4.0f} s: {started} with a status, {ready} Ready, "
                 f"{operator.get('/debug/passes')['passes'] - passes['passes']} passes",
@@ -317,6 +363,7 @@ def run(
     after = operator.get("/debug/passes")
     out["passes"] = after["passes"] - passes["passes"]
     out["durations"] = after["durations"][len(passes["durations"]) :]
+    out["wakes"] = Counter(after["wakes"]) - Counter(passes["wakes"])
     out["converge_requests"] = audited(cluster, offset, cluster.audit_log.stat().st_size)
     out["converge_cpu_s"] = operator.cpu_s() - cpu
     out["rss_mb"] = operator.memory_mb()
@@ -382,6 +429,10 @@ def report(args: argparse.Namespace, r: dict[str, Any]) -> None:
         ("created (API requests of the bench)", f"{r['created_s']:.1f} s"),
         ("time to all Ready", f"{r['ready_s']:.1f} s"),
         ("passes per deployment to converge", f"{r['passes'] / n:.2f} ({r['passes']} passes)"),
+        (
+            "  what asked for them (coalesced)",
+            ", ".join(f"{kind} {n}" for kind, n in r["wakes"].most_common()),
+        ),
         ("operator requests to converge", verbs(r["converge_requests"])),
         (
             "pass latency p50 / p99 (converging)",
@@ -400,6 +451,19 @@ def report(args: argparse.Namespace, r: dict[str, Any]) -> None:
         (f"flag change on {args.changed}: all CanaryStarting", f"{r['canary_s']:.1f} s"),
         ("  operator requests meanwhile", verbs(r["canary_requests"])),
         ("operator RSS at the end / peak", "{:.0f} / {:.0f} MB".format(*r["final_rss_mb"])),
+    ]
+    for label, value in rows:
+        print(f"  {label:<42} {value}")
+
+
+def report_floor(args: argparse.Namespace, r: dict[str, Any]) -> None:
+    print(f"\nThe cluster alone: the children of {args.deployments} DSV4Deployments (1 prefill +")
+    print(f"2 decode), no operator; {args.nodes} fake B200 nodes + {CPU_NODES} CPU nodes, on")
+    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[2]:.1f} over the last 15 minutes")
+    rows = [
+        (f"{r['objects']} objects applied, {WORKERS} at once", f"{r['applied_s']:.1f} s"),
+        (f"all {r['workloads']} workloads settled", f"{r['settled_s']:.1f} s"),
+        ("requests by all clients meanwhile", str(r["requests"])),
     ]
     for label, value in rows:
         print(f"  {label:<42} {value}")

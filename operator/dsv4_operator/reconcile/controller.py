@@ -23,7 +23,7 @@ import asyncio
 import concurrent.futures
 import logging
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -78,6 +78,9 @@ class Controller:
         self.durations: deque[tuple[float, float]] = deque(maxlen=DURATIONS_KEPT)
         self.passes = 0
         self.held = 0  # passes put off until the cache showed the last writes
+        # What asked for passes, by watched kind (many coalesce into one pass): where a
+        # deployment's passes come from when there are more than its decisions need.
+        self.wakes: Counter[str] = Counter()
 
     # -- what wakes a deployment --------------------------------------------------------
     def start_informers(self, kube: Kube, namespaces: Sequence[str]) -> None:
@@ -102,7 +105,11 @@ class Controller:
         """A watched object changed (called on an informer's thread)."""
         key = triggers.woken(kind, old, new, self.cache)
         if key is not None:
-            self.loop.call_soon_threadsafe(self.queue.add_after, key, self.settle_s)
+            self.loop.call_soon_threadsafe(self._woken, kind, key)
+
+    def _woken(self, kind: str, key: Key) -> None:
+        self.wakes[kind] += 1
+        self.queue.add_after(key, self.settle_s)
 
     def deployment_event(self, event_type: str | None, raw: Obj) -> None:
         """A DSV4Deployment was listed, added, changed or deleted (kopf, on the loop)."""
@@ -116,6 +123,7 @@ class Controller:
             return
         old = store.upsert(raw)
         if triggers.deployment_changed(old, raw, lambda obj: self._own_status(key, obj)):
+            self.wakes[KIND] += 1
             self.queue.add(key)
 
     def _own_status(self, key: Key, obj: Obj) -> bool:
@@ -206,6 +214,7 @@ class Controller:
         return {
             "passes": self.passes,
             "held": self.held,
+            "wakes": dict(self.wakes),
             "queued": len(self.queue),
             "durations": [round(d, 6) for _, d in self.durations],
         }

@@ -134,7 +134,7 @@ def test_events_during_a_pass_collapse_into_one_follow_up_pass():
 
 
 def test_events_while_queued_collapse_and_a_child_burst_is_one_pass():
-    async def main() -> list[tuple[str, str]]:
+    async def main() -> tuple[list[tuple[str, str]], dict[str, int]]:
         passes = RecordingPasses()
         controller, _ = world(passes)
         for i in range(10):  # before any worker runs: one queued key
@@ -145,9 +145,12 @@ def test_events_while_queued_collapse_and_a_child_burst_is_one_pass():
             controller.changed("StatefulSet", statefulset("flash", i), statefulset("flash", i + 1))
         await until("the burst's pass", lambda: len(passes.calls) == 2 and idle(controller))
         running.cancel()
-        return passes.calls
+        return passes.calls, controller.stats()["wakes"]
 
-    assert asyncio.run(main()) == [(NS, "flash")] * 2
+    calls, wakes = asyncio.run(main())
+    assert calls == [(NS, "flash")] * 2
+    # /debug/passes tells what asked for the two passes.
+    assert wakes == {"DSV4Deployment": 10, "StatefulSet": 10}
 
 
 def test_passes_are_bounded_and_one_deployment_never_runs_twice_at_once():
