@@ -88,6 +88,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cluster_cpu(cluster: LocalCluster) -> Counter[str]:
+    """CPU seconds used so far by the cluster's processes, by program (kube-apiserver,
+    etcd, ...): what the machine's CPUs went to beside the operator."""
+    used: Counter[str] = Counter()
+    for pid in cluster.leftover_pids():
+        try:
+            program = Path(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()).name
+            used[program] += cpu_s(pid)
+        except OSError:  # it exited meanwhile
+            continue
+    return used
+
+
+def cpu_text(used: Counter[str]) -> str:
+    return ", ".join(f"{program} {seconds:.0f} s" for program, seconds in used.most_common())
+
+
 class Operator:
     """`dsv4-operator run` as a process: its counters and its CPU and memory."""
 
@@ -125,8 +148,7 @@ class Operator:
             return False
 
     def cpu_s(self) -> float:
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return cpu_s(self.proc.pid)
 
     def memory_mb(self) -> tuple[float, float]:
         """(resident now, peak resident) in MB."""
@@ -204,7 +226,7 @@ def floor(cluster: LocalCluster, kube: Kube, names: list[tuple[str, str]]) -> di
     for watched in workloads.values():
         watched.track("settled", settled)
     expected = sum(1 for o in children if o["kind"] in kinds)
-    offset, t0 = cluster.audit_log.stat().st_size, time.monotonic()
+    offset, machine, t0 = cluster.audit_log.stat().st_size, cluster_cpu(cluster), time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(WORKERS) as pool:
         list(pool.map(kube.apply, children))
     out: dict[str, Any] = {"objects": len(children), "applied_s": time.monotonic() - t0}
@@ -216,6 +238,7 @@ def floor(cluster: LocalCluster, kube: Kube, names: list[tuple[str, str]]) -> di
     last = max(max(w.passed("settled").values()) for w in workloads.values())
     out |= {"workloads": expected, "settled_s": last - t0}
     out["requests"] = audited(cluster, offset, cluster.audit_log.stat().st_size)[ALL_CLIENTS]
+    out["cluster_cpu"] = cluster_cpu(cluster) - machine
     for watched in workloads.values():
         watched.stop()
     return out
@@ -328,10 +351,11 @@ def run(
     statuses.track("degraded", lambda obj: status(obj).get("phase") == "Degraded")
 
     # 1. Convergence.
-    offset, cpu, passes = (
+    offset, cpu, passes, machine = (
         cluster.audit_log.stat().st_size,
         operator.cpu_s(),
         operator.get("/debug/passes"),
+        cluster_cpu(cluster),
     )
     t0 = time.monotonic()
     create_all(kube, names)
@@ -359,13 +383,16 @@ def run(
         return ready == len(names)
 
     wait(f"all {len(names)} Ready", all_ready, READY_LIMIT_S, every=0.5)
-    out["ready_s"] = max(statuses.passed("ready").values()) - t0
+    ready_at = statuses.passed("ready")
+    out["ready_s"] = max(ready_at.values()) - t0
     after = operator.get("/debug/passes")
     out["passes"] = after["passes"] - passes["passes"]
     out["durations"] = after["durations"][len(passes["durations"]) :]
     out["wakes"] = Counter(after["wakes"]) - Counter(passes["wakes"])
+    out["own_passes"] = own_passes(after["started"][len(passes["started"]) :], ready_at)
     out["converge_requests"] = audited(cluster, offset, cluster.audit_log.stat().st_size)
     out["converge_cpu_s"] = operator.cpu_s() - cpu
+    out["cluster_cpu"] = cluster_cpu(cluster) - machine
     out["rss_mb"] = operator.memory_mb()
 
     # 2. Steady state: once the passes the convergence queued are done.
@@ -407,6 +434,16 @@ def run(
     return out
 
 
+def own_passes(
+    started: list[tuple[str, float]], ready_at: dict[tuple[str, str], float]
+) -> list[int]:
+    """Each deployment's passes until it was Ready (the pass that wrote Ready started
+    before the bench saw it; the clocks are the machine's monotonic one): the passes it
+    took, without its resyncs while others were still converging."""
+    counts = Counter(key for key, at in started if at <= ready_at[tuple(key.split("/"))])
+    return sorted(counts[f"{ns}/{name}"] for ns, name in ready_at)
+
+
 def verbs(counts: Counter[str]) -> str:
     ours = sorted((verb, n) for verb, n in counts.items() if verb != ALL_CLIENTS)
     text = ", ".join(f"{verb} {n}" for verb, n in ours) or "none"
@@ -430,6 +467,12 @@ def report(args: argparse.Namespace, r: dict[str, Any]) -> None:
         ("time to all Ready", f"{r['ready_s']:.1f} s"),
         ("passes per deployment to converge", f"{r['passes'] / n:.2f} ({r['passes']} passes)"),
         (
+            "  each deployment's, until it was Ready",
+            "mean {:.2f}, median {}, max {}".format(
+                sum(r["own_passes"]) / n, r["own_passes"][n // 2], r["own_passes"][-1]
+            ),
+        ),
+        (
             "  what asked for them (coalesced)",
             ", ".join(f"{kind} {n}" for kind, n in r["wakes"].most_common()),
         ),
@@ -439,6 +482,7 @@ def report(args: argparse.Namespace, r: dict[str, Any]) -> None:
             f"{percentile(durations, 0.5) * 1000:.0f} / {percentile(durations, 0.99) * 1000:.0f} ms",
         ),
         ("operator CPU to converge", f"{r['converge_cpu_s']:.1f} s"),
+        ("  the cluster's meanwhile", cpu_text(r["cluster_cpu"])),
         ("operator RSS now / peak", "{:.0f} / {:.0f} MB".format(*r["rss_mb"])),
         (f"steady state, {args.steady_seconds:.0f} s: requests", verbs(steady)),
         ("  of which not lease renewals or watches", str(sum(others.values()))),
@@ -464,6 +508,7 @@ def report_floor(args: argparse.Namespace, r: dict[str, Any]) -> None:
         (f"{r['objects']} objects applied, {WORKERS} at once", f"{r['applied_s']:.1f} s"),
         (f"all {r['workloads']} workloads settled", f"{r['settled_s']:.1f} s"),
         ("requests by all clients meanwhile", str(r["requests"])),
+        ("the cluster's CPU meanwhile", cpu_text(r["cluster_cpu"])),
     ]
     for label, value in rows:
         print(f"  {label:<42} {value}")

@@ -74,8 +74,8 @@ class Controller:
         self.queue: WorkQueue[Key] = WorkQueue(loop)
         self.informers: list[Informer] = []
         self._pool = concurrent.futures.ThreadPoolExecutor(workers, "reconcile")
-        # What the passes did, for /debug/passes: (ended at, seconds) of each.
-        self.durations: deque[tuple[float, float]] = deque(maxlen=DURATIONS_KEPT)
+        # What the passes did, for /debug/passes: whose, started and ended (monotonic).
+        self.durations: deque[tuple[Key, float, float]] = deque(maxlen=DURATIONS_KEPT)
         self.passes = 0
         self.held = 0  # passes put off until the cache showed the last writes
         # What asked for passes, by watched kind (many coalesce into one pass): where a
@@ -197,7 +197,7 @@ class Controller:
         ended = time.monotonic()
         metrics.RECONCILE_SECONDS.observe(ended - started)
         self.passes += 1
-        self.durations.append((ended, ended - started))
+        self.durations.append((key, started, ended))
         self._schedule(key, recheck)
 
     def _schedule(self, key: Key, recheck: float | None) -> None:
@@ -216,5 +216,11 @@ class Controller:
             "held": self.held,
             "wakes": dict(self.wakes),
             "queued": len(self.queue),
-            "durations": [round(d, 6) for _, d in self.durations],
+            "durations": [round(end - start, 6) for _, start, end in self.durations],
+            # Which deployment each pass was for and when it started (the clock is the
+            # machine's monotonic one: another process on it can tell which passes came
+            # before what it saw).
+            "started": [
+                [f"{ns}/{name}", round(start, 3)] for (ns, name), start, _ in self.durations
+            ],
         }

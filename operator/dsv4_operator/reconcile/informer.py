@@ -100,6 +100,8 @@ class Informer:
                 log.debug("%s is not served; listing again later", self.watch.kind)
                 pause = RETRY_S[1]
             except (ApiError, ValueError, KeyError) as err:
+                if self._stop.is_set():  # stopped, then its connection went: nothing failed
+                    return
                 log.warning("watch of %s failed (%s); listing again", self.watch.kind, err)
             except Exception:  # noqa: BLE001 - the thread must outlive any bad response
                 log.exception("watch of %s failed; listing again", self.watch.kind)

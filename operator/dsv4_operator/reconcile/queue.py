@@ -5,7 +5,9 @@
   and it is queued once more when that worker is done — however many adds came meanwhile
   (N events during a pass: one follow-up pass).
 - `add_after` delays an add; of several delayed adds of one key the earliest stands, so a
-  burst of watch events opens one window and the pass runs once at its end.
+  burst of watch events opens one window and the pass runs once at its end.  A pass that
+  starts while a delayed add waits covers it (the change that asked for it is in the cache
+  the pass reads), so the add is dropped: no second pass for what the first one saw.
 - `schedule` keeps one named timer per key (its resync, its next deadline), re-armed by
   each call: a deployment that just had a pass does not also get its old resync.
 - `retry` re-adds a failed key after an exponential backoff; `forget` resets it.
@@ -102,6 +104,9 @@ class WorkQueue(Generic[K]):
         key = self._queue.popleft()
         self._processing.add(key)
         self._dirty.discard(key)
+        waiting = self._delayed.pop(key, None)
+        if waiting is not None:
+            waiting[1].cancel()
         return key
 
     def done(self, key: K) -> None:

@@ -28,7 +28,7 @@ class Problem:
     message: str
 
 
-def _progress(obj: dict[str, Any]) -> tuple[int, int]:
+def workload_progress(obj: dict[str, Any]) -> tuple[int, int]:
     """(ready, updated) replicas of a workload; updated counts only once its controller has
     seen the latest spec.  A StatefulSet or Deployment counts pods, one per replica; a
     LeaderWorkerSet counts groups, and a group is ready only when all its pods are."""
@@ -44,7 +44,7 @@ def role_status(
 ) -> RoleStatus:
     """Replicas (not pods) of a role, summed over its slots' workloads: during a paired
     promotion both slots serve, and each counts what it has."""
-    counts = [_progress(w) for w in workloads]
+    counts = [workload_progress(w) for w in workloads]
     ready, updated = sum(c[0] for c in counts), sum(c[1] for c in counts)
     summary = f"{ready}/{desired}"
     return RoleStatus(

@@ -11,7 +11,10 @@ operator's own writes.  The rules (the predicates of a controller-runtime contro
   not trigger a pass);
 - a child: created by someone else (no applied hash), deleted, edited by someone else (what
   the operator renders changed while its applied hash did not: drift), or — workloads —
-  the progress a pass reads (generation, replica counts, revisions) moved;
+  what a pass makes of their progress changed: the ready and updated replicas the status
+  shows (`reconcile.status.workload_progress`) or whether the workload is settled
+  (`rollout.observe.settled`).  A controller's status update that moves neither (it has
+  seen the new spec but made no pod yet) is no news;
 - a report ConfigMap: its verdict appeared or changed; a probe Job: it started or ended;
 - a pod: why it is not coming up changed (`reconcile.blockers`): a pod becoming Ready shows
   in its workload's counts;
@@ -29,6 +32,7 @@ from dsv4_operator.api import GROUP, KIND
 from dsv4_operator.api.names import CANARY_SUFFIX
 from dsv4_operator.reconcile.blockers import pod_blockers
 from dsv4_operator.reconcile.cache import Obj, Reader
+from dsv4_operator.reconcile.status import workload_progress
 from dsv4_operator.render.meta import (
     ANNOTATION_APPLIED_HASH,
     APP,
@@ -37,22 +41,13 @@ from dsv4_operator.render.meta import (
     LABEL_NAME,
     WORKLOAD_KINDS,
 )
+from dsv4_operator.rollout.observe import settled
 from dsv4_operator.rollout.probe_job import COMPONENT as PROBE_COMPONENT
 from dsv4_operator.rollout.probe_job import job_state
 from dsv4_operator.rollout.reports import COMPONENT as REPORT_COMPONENT
 from dsv4_operator.rollout.reports import outcome_from_config_map
 
 WORKLOADS = WORKLOAD_KINDS
-# What a pass reads of a workload's progress (`reconcile.status`, `rollout.observe`).
-PROGRESS = (
-    "observedGeneration",
-    "replicas",
-    "readyReplicas",
-    "updatedReplicas",
-    "availableReplicas",
-    "currentRevision",
-    "updateRevision",
-)
 # Metadata that says nothing about what an object is (the API server's bookkeeping).
 BOOKKEEPING = frozenset(
     {"resourceVersion", "managedFields", "generation", "annotations", "uid", "creationTimestamp"}
@@ -85,8 +80,8 @@ def _content(obj: Obj) -> tuple[object, ...]:
 
 
 def _progress(obj: Obj) -> tuple[object, ...]:
-    status = obj.get("status") or {}
-    return (obj["metadata"].get("generation"), *(status.get(f) for f in PROGRESS))
+    """What a pass makes of a workload's progress (the same functions the pass calls)."""
+    return workload_progress(obj), settled(obj)
 
 
 def child_changed(old: Obj | None, new: Obj | None) -> bool:

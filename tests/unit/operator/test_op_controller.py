@@ -92,12 +92,14 @@ async def until(what: str, done: Callable[[], bool]) -> None:
         await asyncio.sleep(0.01)
 
 
-def world(passes: RecordingPasses, workers: int = 2) -> tuple[Controller, Cache]:
+def world(
+    passes: RecordingPasses, workers: int = 2, settle_s: float = 0.05
+) -> tuple[Controller, Cache]:
     cache = Cache(watches.stores())
     for store in cache.stores.values():
         store.replace([])  # listed: the caches are synced
     controller = Controller(
-        passes, cache, asyncio.get_running_loop(), workers=workers, resync_s=3600, settle_s=0.05
+        passes, cache, asyncio.get_running_loop(), workers=workers, resync_s=3600, settle_s=settle_s
     )
     return controller, cache
 
@@ -151,6 +153,30 @@ def test_events_while_queued_collapse_and_a_child_burst_is_one_pass():
     assert calls == [(NS, "flash")] * 2
     # /debug/passes tells what asked for the two passes.
     assert wakes == {"DSV4Deployment": 10, "StatefulSet": 10}
+
+
+def test_a_pass_that_starts_in_a_settle_window_covers_it():
+    """A child's change waits out its settle window; a spec edit meanwhile starts a pass at
+    once, which reads that change too: nothing is left to run when the window would end."""
+
+    async def main() -> tuple[list[tuple[str, str]], bool]:
+        passes = RecordingPasses()
+        controller, _ = world(passes, settle_s=BOUND_S)
+        running = asyncio.create_task(controller.run())
+        controller.deployment_event(None, deployment("flash"))
+        await until("the first pass", lambda: len(passes.calls) == 1 and idle(controller))
+        controller.changed("StatefulSet", statefulset("flash", 0), statefulset("flash", 1))
+        await until("the window open", lambda: bool(controller.queue._delayed))
+        controller.deployment_event("MODIFIED", deployment("flash", annotation="edited"))
+        await until("the edit's pass", lambda: len(passes.calls) == 2)
+        await until("the pass done", lambda: not controller.queue._processing)
+        left = idle(controller)
+        running.cancel()
+        return passes.calls, left
+
+    calls, idle_after = asyncio.run(main())
+    assert calls == [(NS, "flash")] * 2
+    assert idle_after  # the window's add went with the pass that covered it
 
 
 def test_passes_are_bounded_and_one_deployment_never_runs_twice_at_once():
