@@ -136,7 +136,7 @@ def test_events_during_a_pass_collapse_into_one_follow_up_pass():
 
 
 def test_events_while_queued_collapse_and_a_child_burst_is_one_pass():
-    async def main() -> tuple[list[tuple[str, str]], dict[str, int]]:
+    async def main() -> tuple[list[tuple[str, str]], dict[str, Any]]:
         passes = RecordingPasses()
         controller, _ = world(passes)
         for i in range(10):  # before any worker runs: one queued key
@@ -147,12 +147,13 @@ def test_events_while_queued_collapse_and_a_child_burst_is_one_pass():
             controller.changed("StatefulSet", statefulset("flash", i), statefulset("flash", i + 1))
         await until("the burst's pass", lambda: len(passes.calls) == 2 and idle(controller))
         running.cancel()
-        return passes.calls, controller.stats()["wakes"]
+        return passes.calls, controller.stats()
 
-    calls, wakes = asyncio.run(main())
+    calls, stats = asyncio.run(main())
     assert calls == [(NS, "flash")] * 2
-    # /debug/passes tells what asked for the two passes.
-    assert wakes == {"DSV4Deployment": 10, "StatefulSet": 10}
+    # /debug/passes tells what asked for the two passes, and whose they were.
+    assert stats["wakes"] == {"DSV4Deployment": 10, "StatefulSet": 10}
+    assert [whose for whose, _ in stats["started"]] == [f"{NS}/flash"] * 2
 
 
 def test_a_pass_that_starts_in_a_settle_window_covers_it():
