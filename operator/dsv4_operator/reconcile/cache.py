@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
 
 from dsv4_operator.reconcile import selectors
@@ -37,6 +37,10 @@ class Reader(Protocol):
         selector: str | None = None,
         field_selector: str | None = None,
     ) -> list[Obj]: ...
+
+    def exists(self, kind: str, namespace: str | None, selector: str) -> bool:
+        """Whether any object matches ``selector`` (a node with an allowed GPU product)."""
+        ...
 
     def served(self, kind: str) -> bool:
         """Whether the API server serves ``kind`` (a CRD's kind: LeaderWorkerSet only where
@@ -159,25 +163,38 @@ class Store:
         terms = _labels(selector)
         fields = _fields(field_selector)
         with self._lock:
-            keys = self._candidates(namespace, terms)
-            found = [self._objects[k] for k in keys]
+            found = [self._objects[k] for k in self._candidates(namespace, terms)]
         return [
             o
             for o in sorted(found, key=key_of)
             if selectors.matches(terms, o["metadata"].get("labels") or {}) and fields(o)
         ]
 
-    def _candidates(self, namespace: str | None, terms: tuple[selectors.Term, ...]) -> set[Key]:
-        """Keys that may match: from a label index when the selector pins an indexed
-        label, else the namespace's (None: every namespace)."""
+    def exists(self, namespace: str | None, selector: str) -> bool:
+        """Whether any object matches: the first match answers, nothing is copied or
+        sorted, so "is there a B200 node" costs a pass the same at ten nodes and a
+        thousand (a `select` of them all was the largest part of a settled pass's CPU)."""
+        terms = _labels(selector)
+        with self._lock:
+            return any(
+                selectors.matches(terms, self._objects[k]["metadata"].get("labels") or {})
+                for k in self._candidates(namespace, terms)
+            )
+
+    def _candidates(
+        self, namespace: str | None, terms: tuple[selectors.Term, ...]
+    ) -> Iterator[Key]:
+        """Keys that may match (call with the lock held): from a label index when the
+        selector pins an indexed label, else the namespace's (None: every namespace)."""
         for label in self.indexed_labels:
             values = selectors.pinned(terms, label)
             if values is not None:
-                keys = {k for v in values for k in self._by_label.get((label, v), ())}
-                return keys if namespace is None else {k for k in keys if k[0] == namespace}
-        if namespace is None:
-            return set(self._objects)
-        return set(self._by_namespace.get(namespace, ()))
+                for value in values:
+                    for key in self._by_label.get((label, value), ()):
+                        if namespace is None or key[0] == namespace:
+                            yield key
+                return
+        yield from self._objects if namespace is None else self._by_namespace.get(namespace, ())
 
 
 def _version(obj: Obj | None) -> str | None:
@@ -198,6 +215,9 @@ class Cache:
 
     def get(self, kind: str, namespace: str | None, name: str) -> Obj | None:
         return self.store(kind).get(namespace, name)
+
+    def exists(self, kind: str, namespace: str | None, selector: str) -> bool:
+        return self.store(kind).exists(namespace, selector)
 
     def served(self, kind: str) -> bool:
         return self.store(kind).served

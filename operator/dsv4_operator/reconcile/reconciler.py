@@ -134,7 +134,7 @@ def check_prerequisites(
                 "install LeaderWorkerSet (kubernetes-sigs/lws) or use nodesPerReplica 1",
             )
     products = ",".join(spec.placement.gpu_products)
-    if not cache.list("Node", None, f"{GPU_PRODUCT_LABEL} in ({products})"):
+    if not cache.exists("Node", None, f"{GPU_PRODUCT_LABEL} in ({products})"):
         return Problem(
             "NoAllowedGPUNodes",
             f"no node has label {GPU_PRODUCT_LABEL} in spec.placement.gpuProducts [{products}]",
