@@ -55,6 +55,7 @@ from dsv4_operator.rollout.observe import settled
 from dsv4_operator.runtime import USER_AGENT
 
 SPEC = {"decode": {"replicas": 2}}  # 1 prefill + 2 decode, as in the issue's measurement
+SAMPLE = load_sample()  # read once: every deployment is this one with its name
 FLAG_CHANGE = {"spec": {"features": {"indexDtype": "fp4"}}}
 CPU_NODES = 10  # the routers' (no GPU, no toleration); 110 pods each
 # The controller manager's and scheduler's client rate: a thousand-node cluster's, not the
@@ -122,7 +123,7 @@ class Operator:
             "--probe-image", "ghcr.io/dsv4/operator:bench", "--workers", str(workers),
             "--log-level", "warning",
             # The sample reads its weights from a host path (nothing reads them on KWOK).
-            "--allowed-model-host-paths", load_sample()["spec"]["model"]["hostPath"],
+            "--allowed-model-host-paths", SAMPLE["spec"]["model"]["hostPath"],
         ]  # fmt: skip
         with log.open("w") as out:
             self.proc = subprocess.Popen(command, env=cluster.env, stdout=out, stderr=out)
@@ -203,9 +204,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def deployment(namespace: str, name: str) -> dict[str, Any]:
-    return merge_patch(
-        load_sample(), {"metadata": {"name": name, "namespace": namespace}, "spec": SPEC}
-    )
+    return merge_patch(SAMPLE, {"metadata": {"name": name, "namespace": namespace}, "spec": SPEC})
 
 
 def create_all(kube: Kube, names: list[tuple[str, str]]) -> None:

@@ -105,7 +105,7 @@ class ReferenceModel:
         # last: the weights it computes with stay those drawn before the pieces existed,
         # so what the race was measured to do to its answers holds (growing the vocabulary had
         # shifted every draw).
-        self.embed = torch.randn((tokenizer.PIECES_AT, h), generator=gen)
+        embed = torch.randn((tokenizer.PIECES_AT, h), generator=gen)
         self.layers: list[_Layer] = []
         for ratio in shape.compress_ratios:
             layer = _Layer(
@@ -124,7 +124,7 @@ class ReferenceModel:
             self.layers.append(layer)
         unembed = w(h, tokenizer.PIECES_AT, gain=4.0)
         pieces = tokenizer.VOCAB_SIZE - tokenizer.PIECES_AT
-        self.embed = torch.cat([self.embed, torch.randn((pieces, h), generator=gen)])
+        self.embed = torch.cat([embed, torch.randn((pieces, h), generator=gen)])
         self.unembed = torch.cat([unembed, torch.zeros((h, pieces))], dim=1)
         self.allowed = torch.full((tokenizer.VOCAB_SIZE,), float("-inf"))
         self.allowed[ALLOWED_OUTPUT] = 0.0
