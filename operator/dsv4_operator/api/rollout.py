@@ -13,10 +13,11 @@ from __future__ import annotations
 import hashlib
 import json
 from enum import StrEnum
+from typing import Any
 
 from pydantic import ConfigDict, Field, model_validator
 
-from dsv4_engine.features import CamelModel, EngineFeatures, Role, transfer_contract
+from dsv4_engine.features import CamelModel, EngineFeatures, Role
 from dsv4_engine.probe.settings import ProbeName
 from dsv4_engine.probe.stats import MAX_REQUESTS, can_pass, minimum_samples
 from dsv4_operator.api.canary_rule import requests_can_pass_rule
@@ -145,22 +146,45 @@ class CanarySpec(CamelModel):
         return self
 
 
-class FlagSet(CamelModel):
-    """What a rollout changes: the engine feature flags and the engine image."""
+class EngineRevision(CamelModel):
+    """What a rollout changes: the engine revision, every field of the spec whose class is
+    `Rolls.REVISION` (`api.rolls`: model, engine, image, features, parallelism, extraArgs,
+    env, disaggregation, router policy and image), as the spec writes them.  A canary proves
+    exactly this; production runs exactly what a canary proved.
 
-    features: EngineFeatures
-    image: str
+    ``transfer_key`` is derived from both roles' resolved engine configuration
+    (`render.transfer`): engines of equal keys can hand requests over, others cannot.
+    ``image_digest`` is the registry digest the canary's engine pods ran, recorded at its
+    PASS: production is pinned to it, so a tag that moves later changes nothing there.
+    Neither is part of `revision`, which names what the spec asks for."""
+
+    spec: dict[str, Any] = Field(description="The spec's revision-class fields.")
+    transfer_key: str = Field(
+        description="Prefill→decode wire format of both roles' resolved engine configuration."
+    )
+    image_digest: str | None = Field(
+        default=None,
+        description="The engine image as `repository@sha256:…`, as the canary ran it; "
+        "production runs this reference (unset: the runtime reported no registry digest).",
+    )
 
     @property
     def revision(self) -> str:
-        return _digest(self.model_dump(mode="json", by_alias=True))
+        return _digest(self.spec)
 
     @property
-    def transfer_revision(self) -> str:
-        """The P→D transfer format these flags give: the flags that change it
-        (`features.CHANGES_TRANSFER`) and the engine image (another build may lay pages out
-        differently).  Equal transfer revisions can exchange requests; different cannot."""
-        return _digest({"contract": transfer_contract(self.features), "image": self.image})
+    def features(self) -> EngineFeatures:
+        return EngineFeatures.model_validate(self.spec.get("features") or {})
+
+    @property
+    def image(self) -> str:
+        """The engine image as the spec names it (a tag, usually)."""
+        return str(self.spec["image"]["name"])
+
+    @property
+    def pinned_image(self) -> str:
+        """What production's engine containers run: the digest once proven, else the name."""
+        return self.image_digest or self.image
 
 
 def _digest(body: object) -> str:
@@ -205,7 +229,7 @@ class Slot(StrEnum):
 
 class Transfer(StrEnum):
     """How the flags of a rollout relate to the stable ones' prefill→decode transfer format
-    (`FlagSet.transfer_revision`), which decides how they are promoted."""
+    (`EngineRevision.transfer_key`), which decides how they are promoted."""
 
     COMPATIBLE = "compatible"  # same format: role by role (a prefill may feed any decode)
     INCOMPATIBLE = "incompatible"  # another format: in prefill+decode pairs, never mixed
@@ -260,9 +284,9 @@ class StableProbeStatus(StatusModel):
 
 class RolloutStatus(StatusModel):
     phase: RolloutPhase = RolloutPhase.IDLE
-    stable: FlagSet
+    stable: EngineRevision
     stable_revision: str
-    canary: FlagSet | None = None
+    canary: EngineRevision | None = None
     canary_revision: str | None = None
     transfer: Transfer | None = Field(
         default=None,

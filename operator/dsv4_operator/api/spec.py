@@ -28,6 +28,7 @@ from dsv4_engine.features import CamelModel, EngineFeatures, IndexDtype, Role
 from dsv4_engine.index_k import SGLANG_INDEX_DTYPES, sglang_index_dtype_error
 from dsv4_operator.api.names import MAX_ROLE_REPLICAS
 from dsv4_operator.api.rollout import CanarySpec, RolloutSpec
+from dsv4_operator.api.rolls import Rolls
 from dsv4_operator.api.schema import cel, validations
 
 DEFAULT_GPU_PRODUCTS = ("NVIDIA-B200", "NVIDIA-GB200")
@@ -161,16 +162,16 @@ class RoleSpec(CamelModel):
         ),
     )
 
-    replicas: int = Field(default=1, ge=0, le=MAX_ROLE_REPLICAS)
-    nodes_per_replica: int = Field(default=1, ge=1, le=64)
-    gpus_per_node: int = Field(default=8, ge=1, le=8)
-    tp: int = Field(default=8, ge=1, le=512)
-    dp: int = Field(default=1, ge=1, le=512)
-    ep: int = Field(default=1, ge=1, le=512)
-    enable_dp_attention: bool = False
-    resources: RoleResources = RoleResources()
-    extra_args: tuple[ExtraArg, ...] = Field(default=(), max_length=64)
-    env: tuple[EnvVar, ...] = Field(default=(), max_length=64)
+    replicas: Annotated[int, Rolls.CAPACITY] = Field(default=1, ge=0, le=MAX_ROLE_REPLICAS)
+    nodes_per_replica: Annotated[int, Rolls.REVISION] = Field(default=1, ge=1, le=64)
+    gpus_per_node: Annotated[int, Rolls.REVISION] = Field(default=8, ge=1, le=8)
+    tp: Annotated[int, Rolls.REVISION] = Field(default=8, ge=1, le=512)
+    dp: Annotated[int, Rolls.REVISION] = Field(default=1, ge=1, le=512)
+    ep: Annotated[int, Rolls.REVISION] = Field(default=1, ge=1, le=512)
+    enable_dp_attention: Annotated[bool, Rolls.REVISION] = False
+    resources: Annotated[RoleResources, Rolls.CAPACITY] = RoleResources()
+    extra_args: Annotated[tuple[ExtraArg, ...], Rolls.REVISION] = Field(default=(), max_length=64)
+    env: Annotated[tuple[EnvVar, ...], Rolls.REVISION] = Field(default=(), max_length=64)
 
     @model_validator(mode="after")
     def _parallelism_fits(self) -> RoleSpec:
@@ -194,9 +195,9 @@ class RoleSpec(CamelModel):
 
 
 class RouterSpec(CamelModel):
-    replicas: int = Field(default=1, ge=0, le=64)
-    policy: RoutingPolicy = RoutingPolicy.CACHE_AWARE
-    image: str | None = Field(
+    replicas: Annotated[int, Rolls.CAPACITY] = Field(default=1, ge=0, le=64)
+    policy: Annotated[RoutingPolicy, Rolls.REVISION] = RoutingPolicy.CACHE_AWARE
+    image: Annotated[str | None, Rolls.REVISION] = Field(
         default=None, max_length=512, description="Router image; the engine image if unset."
     )
 
@@ -259,22 +260,22 @@ class DSV4DeploymentSpec(CamelModel):
         ),
     )
 
-    engine: Backend = Field(
+    engine: Annotated[Backend, Rolls.REVISION] = Field(
         default=Backend.SGLANG,
         description="What the engine pods run: `sglang` (SGLang 0.5.23 with the project's "
         "plugin, on GPUs) or `reference` (the CPU reference engine: GPU-less clusters, CI "
         "and the local playground).  Picks the canary's probe set and the index-K dtypes "
         "offered (bf16 only on the reference engine).",
     )
-    model: ModelSpec
-    image: ImageSpec
+    model: Annotated[ModelSpec, Rolls.REVISION]
+    image: Annotated[ImageSpec, Rolls.REVISION]
     prefill: RoleSpec
     decode: RoleSpec
     router: RouterSpec = RouterSpec()
-    placement: PlacementSpec = PlacementSpec()
-    features: EngineFeatures = EngineFeatures()
-    disaggregation: Disaggregation = Disaggregation()
-    progress_deadline_seconds: int = Field(
+    placement: Annotated[PlacementSpec, Rolls.PLACEMENT] = PlacementSpec()
+    features: Annotated[EngineFeatures, Rolls.REVISION] = EngineFeatures()
+    disaggregation: Annotated[Disaggregation, Rolls.REVISION] = Disaggregation()
+    progress_deadline_seconds: Annotated[int, Rolls.CONTROL] = Field(
         default=1800,
         ge=10,
         le=7 * 86400,
@@ -283,10 +284,10 @@ class DSV4DeploymentSpec(CamelModel):
         "ProgressDeadlineExceeded), with the pods' reasons in the message.  The default leaves "
         "room for loading DeepSeek-V4 weights; Kubernetes' Deployments use 600.",
     )
-    rollout: RolloutSpec = Field(
+    rollout: Annotated[RolloutSpec, Rolls.CONTROL] = Field(
         default=RolloutSpec(), description="How passed flags are promoted; production watch."
     )
-    canary: CanarySpec = Field(
+    canary: Annotated[CanarySpec, Rolls.CONTROL] = Field(
         default=CanarySpec(),
         description="The canary slice and the evidence it must produce before promotion.",
     )

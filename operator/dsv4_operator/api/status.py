@@ -55,8 +55,10 @@ class DSV4DeploymentStatus(CamelModel):
     prefill: RoleStatus | None = None
     decode: RoleStatus | None = None
     router: RoleStatus | None = None
-    feature_revision: str | None = Field(
-        default=None, description="Hash of the engine feature flags the children run."
+    engine_revision: str | None = Field(
+        default=None,
+        description="The engine revision the stable children run (status.rollout.stableRevision): "
+        "every revision-class field of the spec, proven by a canary (docs/rollout.md).",
     )
     active_features: EngineFeatures | None = Field(
         default=None, description="The engine feature flags the children run."

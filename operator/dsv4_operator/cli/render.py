@@ -23,7 +23,7 @@ from dsv4_engine.cliutil import CommandError
 from dsv4_operator.api import KIND
 from dsv4_operator.api.errors import first_error
 from dsv4_operator.api.names import name_problem
-from dsv4_operator.api.rollout import FlagSet, RolloutStatus
+from dsv4_operator.api.rollout import EngineRevision, RolloutStatus
 from dsv4_operator.api.samples import merge_patch
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.reconcile.desired import Desired
@@ -33,7 +33,7 @@ from dsv4_operator.rollout.controller import canary_report, canary_settings, clu
 from dsv4_operator.rollout.decide import Observed, decide, first_status
 from dsv4_operator.rollout.probe_job import attempt_objects
 from dsv4_operator.rollout.reports import report_skeleton
-from dsv4_operator.rollout.slices import canary_url, spec_flags
+from dsv4_operator.rollout.slices import canary_url, spec_revision
 
 # Stands for the uid the API server gives the DSV4Deployment (and a probe report).
 UID = "00000000-0000-0000-0000-000000000000"
@@ -119,7 +119,7 @@ def render(
         raise CommandError(problem)
     owner = Owner(name=name, namespace=namespace or meta.get("namespace") or "default", uid=UID)
     now = dt.datetime.now(dt.UTC)
-    status = first_status(spec_flags(spec), now).status
+    status = first_status(spec_revision(spec), now).status
     desired = Desired(owner, spec, pod_memory)
     try:
         if canary is None:
@@ -138,7 +138,7 @@ def render(
 def _step(
     desired: Desired,
     spec: DSV4DeploymentSpec,
-    flags: FlagSet,
+    flags: EngineRevision,
     status: RolloutStatus,
     seen: Observed,
 ) -> RolloutStatus:
@@ -157,7 +157,9 @@ def _probe_attempt(
     return [report, *attempt_objects(owner, applied, ref.target, canary_settings(spec, url), image)]
 
 
-def _canary_flags(doc: dict[str, Any], spec: DSV4DeploymentSpec, pairs: list[str]) -> FlagSet:
+def _canary_flags(
+    doc: dict[str, Any], spec: DSV4DeploymentSpec, pairs: list[str]
+) -> EngineRevision:
     """The flags ``--canary KEY=VALUE ...`` gives, checked as the API server would check
     the spec carrying them."""
     patch: dict[str, Any] = {}
@@ -180,8 +182,8 @@ def _canary_flags(doc: dict[str, Any], spec: DSV4DeploymentSpec, pairs: list[str
                 raise CommandError(f"--canary {key}: {part} was given a value of its own")
         node[leaf] = value
     flagged = _spec(merge_patch(doc.get("spec") or {}, patch), "--canary: ")
-    flags = spec_flags(flagged)
-    if flags.revision == spec_flags(spec).revision:
+    flags = spec_revision(flagged)
+    if flags.revision == spec_revision(spec).revision:
         raise CommandError("--canary: these are the spec's own flags; a canary tests a change")
     return flags
 

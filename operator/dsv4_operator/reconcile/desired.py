@@ -19,7 +19,7 @@ from dsv4_operator.render.workloads import HostMemory
 from dsv4_operator.rollout.decide import canary_wanted
 from dsv4_operator.rollout.pairs import Pairs, SlotPlan, plan_slots
 from dsv4_operator.rollout.record import with_record
-from dsv4_operator.rollout.slices import canary_objects, role_specs, with_flags
+from dsv4_operator.rollout.slices import canary_objects, pinned, role_specs, with_revision
 
 
 class Desired:
@@ -32,7 +32,7 @@ class Desired:
         self._made: dict[tuple[object, ...], list[dict[str, Any]]] = {}
 
     def slot(self, plan: SlotPlan) -> list[dict[str, Any]]:
-        flags = tuple(plan.flags[role].revision for role in Role)
+        flags = tuple((plan.flags[role].revision, plan.flags[role].image_digest) for role in Role)
         key = ("slot", plan.slot, flags, plan.replicas, plan.router)
         if key not in self._made:
             spec = self.spec
@@ -43,11 +43,22 @@ class Desired:
                 }
             )
             by_role = role_specs(sized, plan.flags)
-            base = with_flags(sized, plan.flags[Role.DECODE])
-            self._made[key] = render_slot(
+            base = with_revision(sized, plan.flags[Role.DECODE])
+            rendered = render_slot(
                 self.owner, base, plan.slot, self.host_memory, by_role, plan.router
             )
+            self._made[key] = pinned(rendered, plan.flags)
         return self._made[key]
+
+    def stable_configs(self, plan: SlotPlan, status: RolloutStatus) -> list[dict[str, Any]]:
+        """The stable revision's `engine.yaml` of each role ``plan`` moves off it: kept while
+        the role rolls, so an old pod that restarts meanwhile still finds its own."""
+        moved = [role for role in Role if plan.flags[role] != status.stable]
+        if not moved:
+            return []
+        stable = SlotPlan(plan.slot, dict.fromkeys(Role, status.stable), *plan.replicas, False)
+        keys = {f"{role.value}.yaml" for role in moved}
+        return [o for o in self.slot(stable) if o["kind"] == "ConfigMap" and keys & set(o["data"])]
 
     def active(self, status: RolloutStatus) -> list[dict[str, Any]]:
         """The active slot's engines as ``status`` has them (role-by-role promotion)."""
@@ -69,8 +80,10 @@ class Desired:
             objects += with_record(
                 self.slot(slot), status.stable, slot.flags, status.rejected_revision
             )
+            objects += self.stable_configs(slot, status)
         objects += shared(self.owner)
         if status.canary is not None:
             runs = dict.fromkeys(Role, status.canary)
             objects += with_record(self.canary(status), status.stable, runs, None)
-        return [with_applied_hash(o) for o in objects]
+        unique = {(o["kind"], o["metadata"]["name"]): o for o in objects}
+        return [with_applied_hash(o) for o in unique.values()]

@@ -59,7 +59,6 @@ from dsv4_operator.reconcile.status import (
     observe_roles,
 )
 from dsv4_operator.reconcile.watches import CHILD_KINDS
-from dsv4_operator.render.engine import feature_revision
 from dsv4_operator.render.lws import LWS_API_VERSION, LWS_KIND
 from dsv4_operator.render.memory import MemorySizingError, pod_memory
 from dsv4_operator.render.meta import (
@@ -77,7 +76,7 @@ from dsv4_operator.rollout.decide import Decision, decide, first_status
 from dsv4_operator.rollout.observe import rolled_roles, settled, settled_slots
 from dsv4_operator.rollout.recover import Unrecoverable, recover
 from dsv4_operator.rollout.reports import FiledReport, report_selector
-from dsv4_operator.rollout.slices import canary_owner, spec_flags
+from dsv4_operator.rollout.slices import canary_owner, spec_revision
 from dsv4_operator.spread import phase
 
 log = logging.getLogger("dsv4_operator.reconcile")
@@ -298,7 +297,7 @@ class Reconciler:
         status = decide_status(
             generation=obj["metadata"].get("generation", 0),
             features=features,
-            revision=feature_revision(features) if features else None,
+            revision=rollout_status.stable_revision if rollout_status else None,
             roles=observe_roles(state.spec, workloads, state.owner) if state else {},
             problem=problem,
             applied=bool(actions),
@@ -399,7 +398,7 @@ class Reconciler:
     # -- deciding -----------------------------------------------------------------------
     def _rollout(self, state: PassState) -> RolloutPass:
         before, events = self._before(state)
-        desired = spec_flags(state.spec)
+        desired = spec_revision(state.spec)
         renders = Desired(state.owner, state.spec, self.host_memory)
         if before is None:
             decision = first_status(desired, state.now)

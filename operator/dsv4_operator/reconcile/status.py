@@ -190,7 +190,7 @@ def decide_status(
     if not runs_now:
         # Degraded by a problem outside the children: they still run what they ran before
         # (nothing, the first time).
-        revision = previous.feature_revision if previous else None
+        revision = previous.engine_revision if previous else None
         features = previous.active_features if previous else None
     return DSV4DeploymentStatus(
         observed_generation=generation,
@@ -199,7 +199,7 @@ def decide_status(
         prefill=roles.get("prefill"),
         decode=roles.get("decode"),
         router=roles.get("router"),
-        feature_revision=revision,
+        engine_revision=revision,
         active_features=features,
         last_progress_time=last_progress_time,
         rollout=previous.rollout if previous else None,

@@ -7,13 +7,13 @@ from typing import Any
 
 from dsv4_engine.engine_config import dump_engine_yaml
 from dsv4_engine.features import Role
-from dsv4_operator.api.rollout import FlagSet
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.render.engine import config_map, engine_config, short_hash
 from dsv4_operator.render.memory import pod_memory
 from dsv4_operator.render.meta import Owner, Slot
 from dsv4_operator.render.network import engine_network_policy
 from dsv4_operator.render.router import router_deployment, router_shared
+from dsv4_operator.render.transfer import transfer_key
 from dsv4_operator.render.workloads import HostMemory, role_objects
 
 
@@ -34,13 +34,12 @@ def render_slot(
     while the other still runs the stable ones (flags of one transfer format, always).
     """
     role_spec = by_role or {role: spec for role in Role}
-    yamls = {
-        role: dump_engine_yaml(engine_config(owner, role_spec[role], role, slot)) for role in Role
-    }
-    transfer = transfer_revision(spec)
-    objects = [config_map(owner, yamls, slot)]
+    yamls = {role: dump_engine_yaml(engine_config(role_spec[role], role)) for role in Role}
+    transfer = transfer_key(spec)
+    objects = []
     for role in Role:
         config_hash = short_hash(yamls[role])
+        objects.append(config_map(owner, role, yamls[role], slot))
         objects += role_objects(
             owner, role_spec[role], role, config_hash, host_memory, slot, transfer
         )
@@ -64,8 +63,3 @@ def shared(owner: Owner) -> list[dict[str, Any]]:
     """What a slice has once, whatever its slots: its routers' identity and Service, and
     the NetworkPolicy of its engines."""
     return [*router_shared(owner), engine_network_policy(owner)]
-
-
-def transfer_revision(spec: DSV4DeploymentSpec) -> str:
-    """The transfer format the spec's flags give (see `FlagSet.transfer_revision`)."""
-    return FlagSet(features=spec.features, image=spec.image.name).transfer_revision

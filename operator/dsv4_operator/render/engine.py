@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from typing import Any
 
 from dsv4_engine.engine_config import EngineConfig, MultiNode
@@ -14,14 +13,18 @@ from dsv4_operator.render.meta import Owner, Slot, metadata
 ENGINE_PORT = 30000
 DIST_INIT_PORT = 5000
 MODEL_MOUNT = "/models"
+CONFIG_HASH_IN_NAME = 10
 
 
 def role_name(owner: Owner, role: Role, slot: Slot = Slot.BLUE) -> str:
     return f"{owner.name}-{role.value}{slot.suffix}"
 
 
-def config_map_name(owner: Owner, slot: Slot = Slot.BLUE) -> str:
-    return f"{owner.name}-engine{slot.suffix}"
+def config_map_name(owner: Owner, role: Role, config_hash: str, slot: Slot = Slot.BLUE) -> str:
+    """One ConfigMap per role and configuration: the name carries the configuration's
+    hash, so a pod restarted mid-rollout mounts exactly the `engine.yaml` its template was
+    rendered with, never a newer one it was not sized for."""
+    return f"{role_name(owner, role, slot)}-engine-{config_hash[:CONFIG_HASH_IN_NAME]}"
 
 
 def model_path(spec: DSV4DeploymentSpec) -> str:
@@ -38,9 +41,7 @@ def role_features(features: EngineFeatures, role: Role) -> EngineFeatures:
     return features
 
 
-def engine_config(
-    owner: Owner, spec: DSV4DeploymentSpec, role: Role, slot: Slot = Slot.BLUE
-) -> EngineConfig:
+def engine_config(spec: DSV4DeploymentSpec, role: Role) -> EngineConfig:
     role_spec = spec.role_spec(role)
     multinode = None
     if role_spec.nodes_per_replica > 1:
@@ -68,15 +69,14 @@ def short_hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def feature_revision(features: EngineFeatures) -> str:
-    """The flag revision a pod runs: equal flags, equal revision, whatever the key order."""
-    return short_hash(json.dumps(features.model_dump(mode="json", by_alias=True), sort_keys=True))
-
-
-def config_map(owner: Owner, yamls: dict[Role, str], slot: Slot = Slot.BLUE) -> dict[str, Any]:
+def config_map(owner: Owner, role: Role, text: str, slot: Slot = Slot.BLUE) -> dict[str, Any]:
+    """One role's `engine.yaml`, immutable: a new configuration is a new ConfigMap."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": metadata(owner, config_map_name(owner, slot), "engine-config"),
-        "data": {f"{role.value}.yaml": text for role, text in yamls.items()},
+        "metadata": metadata(
+            owner, config_map_name(owner, role, short_hash(text), slot), "engine-config"
+        ),
+        "immutable": True,
+        "data": {f"{role.value}.yaml": text},
     }

@@ -105,7 +105,7 @@ def _engine_container(
 
 def engine_pod_labels(owner: Owner, role: Role, slot: Slot, transfer: str) -> dict[str, str]:
     """What an engine pod says about itself: role, slot, and the transfer format it speaks
-    (`FlagSet.transfer_revision`) — what a router's discovery selects on."""
+    (`EngineRevision.transfer_key`) — what a router's discovery selects on."""
     labels = selector_labels(owner, role.value)
     return {**labels, LABEL_SLOT: slot.value, LABEL_TRANSFER: transfer}
 
@@ -150,7 +150,7 @@ def _pod_template(
             {
                 "name": "engine-config",
                 "configMap": {
-                    "name": config_map_name(owner, slot),
+                    "name": config_map_name(owner, role, config_hash, slot),
                     "items": [{"key": f"{role.value}.yaml", "path": "engine.yaml"}],
                 },
             },

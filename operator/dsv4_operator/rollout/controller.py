@@ -34,7 +34,7 @@ from dsv4_operator.rollout.reports import (
     report_selector,
     stale_canary_reports,
 )
-from dsv4_operator.rollout.slices import canary_url
+from dsv4_operator.rollout.slices import canary_url, with_revision
 
 log = logging.getLogger("dsv4_operator.rollout")
 
@@ -164,7 +164,9 @@ class RolloutController:
                 assert ref is not None
                 service, port = canary_url(owner)
                 url = self._probe_url(owner.namespace, service, port)
-                self.executor.start(owner, ref, canary_settings(state.spec, url))
+                assert status.canary is not None
+                tested = with_revision(state.spec, status.canary)  # probes fit what runs
+                self.executor.start(owner, ref, canary_settings(tested, url))
                 self._prune_reports(state)
             elif effect is Effect.STOP_PROBE and before is not None:
                 ref = canary_report(before)
@@ -190,7 +192,8 @@ class RolloutController:
             log.warning("watch of %s/%s skipped: %s", owner.namespace, owner.name, err)
             return
         rollout = state.spec.rollout
-        settings = canary_settings(state.spec, url).model_copy(
+        serving = with_revision(state.spec, status.stable)
+        settings = canary_settings(serving, url).model_copy(
             update={
                 "concurrency": rollout.stable_probe_concurrency,
                 "requests": rollout.stable_probe_requests,

@@ -20,7 +20,7 @@ from dsv4_engine.features import Role
 from dsv4_engine.probe.stats import percents
 from dsv4_operator.api.rollout import (
     CanarySpec,
-    FlagSet,
+    EngineRevision,
     PairStage,
     RolloutPhase,
     RolloutSpec,
@@ -31,6 +31,7 @@ from dsv4_operator.api.rollout import (
     Transfer,
     WatchVerdict,
 )
+from dsv4_operator.api.rolls import differences
 from dsv4_operator.api.times import parse_stamp, stamp
 from dsv4_operator.rollout.pairs import Pairs, paired, serves
 from dsv4_operator.spread import first_due
@@ -116,7 +117,7 @@ def canary_wanted(status: RolloutStatus | None) -> bool:
     )
 
 
-def first_status(desired: FlagSet, now: dt.datetime) -> Decision:
+def first_status(desired: EngineRevision, now: dt.datetime) -> Decision:
     """First sight of a resource with no children: nothing serves users yet, so there is
     nothing to guard and the spec's flags are the stable ones."""
     at = stamp(now)
@@ -125,7 +126,7 @@ def first_status(desired: FlagSet, now: dt.datetime) -> Decision:
 
 
 def decide(
-    desired: FlagSet,
+    desired: EngineRevision,
     status: RolloutStatus,
     observed: Observed,
     canary: CanarySpec,
@@ -179,7 +180,7 @@ class _Step:
         self.status = self.status.model_copy(update=changes)
 
     # -- manual controls ----------------------------------------------------------------
-    def manual_control(self, desired: FlagSet) -> bool:
+    def manual_control(self, desired: EngineRevision) -> bool:
         """Act on a control once; True when the annotation is to be removed (acted on or
         refused).  A control for other flags than the rollout in progress is refused."""
         manual = self.observed.manual
@@ -205,7 +206,7 @@ class _Step:
             self.start_promotion("promoted by a person without a canary verdict")
         return True
 
-    def _refusal(self, manual: Manual, desired: FlagSet) -> str | None:
+    def _refusal(self, manual: Manual, desired: EngineRevision) -> str | None:
         status = self.status
         if manual.error is not None:
             return manual.error
@@ -226,7 +227,7 @@ class _Step:
         return None
 
     # -- the canary ---------------------------------------------------------------------
-    def maybe_start(self, desired: FlagSet) -> None:
+    def maybe_start(self, desired: EngineRevision) -> None:
         if desired.revision == self.status.stable_revision:
             return
         if desired.revision == self.status.rejected_revision:
@@ -241,8 +242,8 @@ class _Step:
             return
         self.start_canary(desired, "CanaryStarted")
 
-    def start_canary(self, desired: FlagSet, reason: str) -> None:
-        same_format = desired.transfer_revision == self.status.stable.transfer_revision
+    def start_canary(self, desired: EngineRevision, reason: str) -> None:
+        same_format = desired.transfer_key == self.status.stable.transfer_key
         self.update(
             phase=RolloutPhase.CANARY_STARTING,
             canary=desired,
@@ -260,10 +261,14 @@ class _Step:
             message=f"canary with flags {desired.revision} starting",
         )
         self.events.append(
-            ("Normal", reason, f"canary {desired.revision} started: {flags_text(desired)}")
+            (
+                "Normal",
+                reason,
+                f"canary {desired.revision} started: {changes_text(self.status.stable, desired)}",
+            )
         )
 
-    def canary_phase(self, desired: FlagSet, canary: CanarySpec) -> None:
+    def canary_phase(self, desired: EngineRevision, canary: CanarySpec) -> None:
         if desired.revision != self.status.canary_revision:
             # The spec moved under a running canary: test what is asked for now instead.
             self.start_canary(desired, "CanarySuperseded")
@@ -492,7 +497,17 @@ def evidence_text(outcome: ProbeOutcome) -> str:
     )
 
 
-def flags_text(flags: FlagSet) -> str:
+def flags_text(flags: EngineRevision) -> str:
     f = flags.features
     hicache = "on" if f.hicache.enabled else "off"
-    return f"hicache={hicache} indexDtype={f.index_dtype.value} image={flags.image}"
+    image = flags.pinned_image
+    return f"revision {flags.revision}: hicache={hicache} indexDtype={f.index_dtype.value} image={image}"
+
+
+def changes_text(stable: EngineRevision, desired: EngineRevision, most: int = 6) -> str:
+    """The engine fields a canary tests, as a person reads them in an Event."""
+    changed = differences(stable.spec, desired.spec)
+    shown = "; ".join(changed[:most]) + (
+        f"; and {len(changed) - most} more" if len(changed) > most else ""
+    )
+    return shown or flags_text(desired)

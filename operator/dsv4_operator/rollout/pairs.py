@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from dsv4_engine.features import Role
 from dsv4_operator.api.rollout import (
-    FlagSet,
+    EngineRevision,
     PairStage,
     RolloutPhase,
     RolloutStatus,
@@ -60,7 +60,7 @@ def serves(replicas: tuple[int, int]) -> bool:
 @dataclass(frozen=True)
 class SlotPlan:
     slot: Slot
-    flags: dict[Role, FlagSet]  # per role: a role-by-role promotion runs both in one slot
+    flags: dict[Role, EngineRevision]  # per role: a role-by-role promotion runs both in one slot
     prefill: int
     decode: int
     router: bool
@@ -100,7 +100,7 @@ def plan_slots(status: RolloutStatus, pairs: Pairs) -> list[SlotPlan]:
     return [active, SlotPlan(status.retiring, rejected, *pairs.moved(status.pair_step), False)]
 
 
-def role_flags(status: RolloutStatus, role: Role) -> FlagSet:
+def role_flags(status: RolloutStatus, role: Role) -> EngineRevision:
     """The flags the active slot's ``role`` runs: during a role-by-role promotion the roles
     already promoted run the new flags; otherwise the stable ones."""
     if status.phase is RolloutPhase.PROMOTING and role in status.promoted_roles:

@@ -2,7 +2,7 @@
 runs, which were rejected.  It lets a lost `status.rollout` be rebuilt from the cluster
 (`recover`) instead of from the spec — the spec is exactly what has not been tested.
 
-Annotations, not labels: a FlagSet is JSON.  They sit on the workload objects' own metadata,
+Annotations, not labels: a EngineRevision is JSON.  They sit on the workload objects' own metadata,
 never on their pod templates, so recording a decision never restarts a pod.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from dsv4_engine.features import Role
-from dsv4_operator.api.rollout import FlagSet, Slot
+from dsv4_operator.api.rollout import EngineRevision, Slot
 from dsv4_operator.render.meta import (
     ENGINE_KINDS,
     LABEL_COMPONENT,
@@ -29,7 +29,7 @@ ANNOTATION_RUNS = "inference.dsv4.dev/flags"
 ANNOTATION_REJECTED = "inference.dsv4.dev/rejected-revision"
 
 
-def _dump(flags: FlagSet) -> str:
+def _dump(flags: EngineRevision) -> str:
     return json.dumps(flags.model_dump(mode="json", by_alias=True), sort_keys=True)
 
 
@@ -45,8 +45,8 @@ def role_of(workload: dict[str, Any]) -> Role | None:
 
 def with_record(
     objects: list[dict[str, Any]],
-    stable: FlagSet,
-    runs: dict[Role, FlagSet],
+    stable: EngineRevision,
+    runs: dict[Role, EngineRevision],
     rejected: str | None,
 ) -> list[dict[str, Any]]:
     """``objects`` with the record on every workload: the stable flags, the rejected
@@ -79,8 +79,8 @@ class Record:
     """What one live workload says (None: not recorded, or unreadable)."""
 
     name: str
-    stable: FlagSet | None
-    runs: FlagSet | None
+    stable: EngineRevision | None
+    runs: EngineRevision | None
     rejected: str | None
 
     @classmethod
@@ -94,10 +94,10 @@ class Record:
         )
 
 
-def _load(text: str | None) -> FlagSet | None:
+def _load(text: str | None) -> EngineRevision | None:
     if not text:
         return None
     try:
-        return FlagSet.model_validate_json(text)
+        return EngineRevision.model_validate_json(text)
     except ValidationError:
         return None

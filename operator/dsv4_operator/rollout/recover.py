@@ -18,7 +18,7 @@ from typing import Any
 
 from dsv4_engine.features import Role
 from dsv4_operator.api.rollout import (
-    FlagSet,
+    EngineRevision,
     PairStage,
     RolloutPhase,
     RolloutStatus,
@@ -113,7 +113,7 @@ def recover(
     return Recovered(base, f"stable flags {stable.revision}")
 
 
-def _stable(records: list[Record]) -> FlagSet:
+def _stable(records: list[Record]) -> EngineRevision:
     """The recorded stable flags.  Workloads disagree only when a pass died between their
     applies; then the flags that every workload already runs are the newer record."""
     candidates = {r.stable.revision: r.stable for r in records if r.stable is not None}
@@ -136,11 +136,10 @@ def _mid_paired(
 ) -> Recovered:
     """Engines in both slots: a paired promotion was under way.  It resumes where the new
     slot's replica counts say, or the new slot is emptied."""
-    runs = {Record.of(w).runs for w in new_slot.values()}
-    if len(runs) != 1 or None in runs:
+    runs = [Record.of(w).runs for w in new_slot.values()]
+    flags = runs[0]
+    if flags is None or any(r != flags for r in runs):
         raise Unrecoverable("status.rollout is lost and the second slot runs mixed flags")
-    flags = runs.pop()
-    assert flags is not None
     step = max(1, *(int(w.get("spec", {}).get("replicas", 0)) for w in new_slot.values()))
     both = {"transfer": Transfer.INCOMPATIBLE, "pair_step": step}
     return _resume_or_reject(
@@ -156,7 +155,7 @@ def _mid_paired(
 
 def _mid_promotion(
     base: RolloutStatus,
-    runs: dict[Role, FlagSet | None],
+    runs: dict[Role, EngineRevision | None],
     promoted: set[Role],
     reports: list[FiledReport],
     at: str,
@@ -174,7 +173,7 @@ def _mid_promotion(
 
 def _resume_or_reject(
     base: RolloutStatus,
-    flags: FlagSet,
+    flags: EngineRevision,
     reports: list[FiledReport],
     at: str,
     what: str,

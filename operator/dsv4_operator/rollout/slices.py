@@ -11,32 +11,45 @@ from typing import Any
 
 from dsv4_engine.features import Role
 from dsv4_operator.api.names import CANARY_SUFFIX
-from dsv4_operator.api.rollout import CanarySpec, FlagSet, RolloutStatus
+from dsv4_operator.api.rollout import CanarySpec, EngineRevision, RolloutStatus
+from dsv4_operator.api.rolls import Rolls, classes, overlay, project
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.render import render_all
-from dsv4_operator.render.meta import Owner
+from dsv4_operator.render.meta import LABEL_COMPONENT, WORKLOAD_KINDS, Owner
+from dsv4_operator.render.router import COMPONENT as ROUTER_COMPONENT
 from dsv4_operator.render.router import ROUTER_PORT, router_name
+from dsv4_operator.render.transfer import transfer_key
 from dsv4_operator.render.workloads import HostMemory
 
 SLICE_LABEL = "inference.dsv4.dev/slice"
 
 
-def spec_flags(spec: DSV4DeploymentSpec) -> FlagSet:
-    """The flags the spec asks for: what a rollout moves production towards."""
-    return FlagSet(features=spec.features, image=spec.image.name)
+REVISION_PATHS = [
+    path for path, rolls in classes(DSV4DeploymentSpec).items() if rolls is Rolls.REVISION
+]
 
 
-def with_flags(spec: DSV4DeploymentSpec, flags: FlagSet) -> DSV4DeploymentSpec:
-    image = spec.image.model_copy(update={"name": flags.image})
-    return spec.model_copy(update={"features": flags.features, "image": image})
+def spec_revision(spec: DSV4DeploymentSpec) -> EngineRevision:
+    """The engine revision the spec asks for: what a rollout moves production towards."""
+    data = spec.model_dump(mode="json", by_alias=True)
+    return EngineRevision(spec=project(data, REVISION_PATHS), transfer_key=transfer_key(spec))
+
+
+def with_revision(spec: DSV4DeploymentSpec, revision: EngineRevision) -> DSV4DeploymentSpec:
+    """``spec`` with ``revision``'s engine fields: every other field (replicas, placement,
+    the rollout's own settings) stays the live spec's."""
+    data = spec.model_dump(mode="json", by_alias=True)
+    return DSV4DeploymentSpec.model_validate(overlay(data, revision.spec, REVISION_PATHS))
 
 
 def canary_owner(owner: Owner) -> Owner:
     return Owner(name=f"{owner.name}{CANARY_SUFFIX}", namespace=owner.namespace, uid=owner.uid)
 
 
-def canary_spec(spec: DSV4DeploymentSpec, flags: FlagSet, canary: CanarySpec) -> DSV4DeploymentSpec:
-    flagged = with_flags(spec, flags)
+def canary_spec(
+    spec: DSV4DeploymentSpec, flags: EngineRevision, canary: CanarySpec
+) -> DSV4DeploymentSpec:
+    flagged = with_revision(spec, flags)
     return flagged.model_copy(
         update={
             "prefill": flagged.prefill.model_copy(update={"replicas": canary.prefill_replicas}),
@@ -71,11 +84,44 @@ def canary_objects(
 
 
 def role_specs(
-    spec: DSV4DeploymentSpec, flags_of: dict[Role, FlagSet]
+    spec: DSV4DeploymentSpec, flags_of: dict[Role, EngineRevision]
 ) -> dict[Role, DSV4DeploymentSpec]:
-    return {role: with_flags(spec, flags_of[role]) for role in Role}
+    return {role: with_revision(spec, flags_of[role]) for role in Role}
 
 
 def canary_url(owner: Owner) -> tuple[str, int]:
     """(Service name, port) of the canary's router: the probes' target."""
     return router_name(canary_owner(owner)), ROUTER_PORT
+
+
+def pinned(objects: list[dict[str, Any]], runs: dict[Role, EngineRevision]) -> list[dict[str, Any]]:
+    """Production runs the build its canary proved: each role's engine containers, and a
+    router that runs the engine image, get their revision's digest in place of its tag."""
+    out = []
+    for obj in objects:
+        component = (obj["metadata"].get("labels") or {}).get(LABEL_COMPONENT)
+        role = (
+            Role.DECODE
+            if component == ROUTER_COMPONENT
+            else Role(component)
+            if component in tuple(Role)
+            else None
+        )
+        revision = runs.get(role) if role is not None else None
+        if obj["kind"] not in WORKLOAD_KINDS or revision is None or revision.image_digest is None:
+            out.append(obj)
+            continue
+        out.append(_with_image(obj, revision.image, revision.image_digest))
+    return out
+
+
+def _with_image(node: Any, tag: str, digest: str) -> Any:
+    """A copy of ``node`` whose containers running ``tag`` run ``digest`` instead."""
+    if isinstance(node, list):
+        return [_with_image(item, tag, digest) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: _with_image(value, tag, digest) for key, value in node.items()}
+    if "name" in out and out.get("image") == tag:
+        out["image"] = digest
+    return out

@@ -23,12 +23,12 @@ from dsv4_operator.api.names import (
     TOO_LONG_MULTINODE,
     name_problem,
 )
-from dsv4_operator.api.rollout import CanarySpec, FlagSet, Slot
+from dsv4_operator.api.rollout import CanarySpec, Slot
 from dsv4_operator.api.samples import load_sample, merge_patch, shipped_sample
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.render import render_all, render_slot
 from dsv4_operator.render.meta import LABEL_INSTANCE, Owner
-from dsv4_operator.rollout.slices import as_canary, canary_owner, canary_spec
+from dsv4_operator.rollout.slices import as_canary, canary_owner, canary_spec, spec_revision
 
 LABEL_MAX = 63
 DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
@@ -44,7 +44,7 @@ MULTI = DSV4DeploymentSpec.model_validate(shipped_sample("pro-gb200-nvl72")["spe
 def both_slices(name: str, spec: DSV4DeploymentSpec) -> list[dict]:
     """Both slices, and the stable engines in both slots (a paired promotion's green one)."""
     owner = Owner(name=name, namespace="serving", uid="uid-1")
-    canary = canary_spec(spec, FlagSet(features=spec.features, image="x"), CanarySpec())
+    canary = canary_spec(spec, spec_revision(spec), CanarySpec())
     canary_children = as_canary(owner, render_all(canary_owner(owner), canary))
     return render_all(owner, spec) + render_slot(owner, spec, Slot.GREEN) + canary_children
 

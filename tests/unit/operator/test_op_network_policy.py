@@ -18,7 +18,7 @@ from dsv4_operator.render.memory import pod_memory
 from dsv4_operator.render.meta import Owner
 from dsv4_operator.render.network import SCRAPER_LABEL, policy_name
 from dsv4_operator.rollout.probe_job import probe_job
-from dsv4_operator.rollout.slices import canary_objects, spec_flags
+from dsv4_operator.rollout.slices import canary_objects, spec_revision
 
 OWNER = Owner(name="flash", namespace="serving", uid="uid-1")
 SPEC = DSV4DeploymentSpec.model_validate(load_sample()["spec"])
@@ -54,7 +54,7 @@ def pods(objects: list[dict[str, Any]], kind: str) -> list[dict[str, str]]:
 
 
 def slice_objects() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    stable = spec_flags(SPEC)
+    stable = spec_revision(SPEC)
     status = RolloutStatus(
         stable=stable,
         stable_revision=stable.revision,

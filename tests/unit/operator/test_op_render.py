@@ -16,7 +16,19 @@ OWNER = Owner(name="flash", namespace="serving", uid="uid-1")
 def render(patch=None, host_memory=None):
     spec = DSV4DeploymentSpec.model_validate(merge_patch(load_sample()["spec"], patch or {}))
     kwargs = {"host_memory": host_memory} if host_memory else {}
-    return {(o["kind"], o["metadata"]["name"]): o for o in render_all(OWNER, spec, **kwargs)}
+    return {key(o): o for o in render_all(OWNER, spec, **kwargs)}
+
+
+def key(obj):
+    """(kind, name); an engine ConfigMap by its role (its name ends in its content's hash)."""
+    if obj["kind"] == "ConfigMap":
+        (item,) = obj["data"]
+        return ("ConfigMap", f"{item.removesuffix('.yaml')}.yaml")
+    return (obj["kind"], obj["metadata"]["name"])
+
+
+def engine_yaml(objs, role):
+    return objs[("ConfigMap", f"{role.value}.yaml")]["data"][f"{role.value}.yaml"]
 
 
 def pod_spec(objs, name):
@@ -26,7 +38,8 @@ def pod_spec(objs, name):
 def test_sample_renders_every_child_owned_by_the_deployment():
     objs = render()
     assert set(objs) == {
-        ("ConfigMap", "flash-engine"),
+        ("ConfigMap", "prefill.yaml"),
+        ("ConfigMap", "decode.yaml"),
         ("StatefulSet", "flash-prefill"),
         ("StatefulSet", "flash-decode"),
         ("Service", "flash-prefill"),
@@ -72,25 +85,33 @@ def test_gpu_placement():
 
 def test_pod_templates_carry_the_hash_of_their_roles_engine_yaml():
     objs = render()
-    data = objs[("ConfigMap", "flash-engine")]["data"]
     for role in Role:
+        text = engine_yaml(objs, role)
         template = objs[("StatefulSet", f"flash-{role.value}")]["spec"]["template"]
-        assert template["metadata"]["annotations"][ANNOTATION_CONFIG_HASH] == short_hash(
-            data[f"{role.value}.yaml"]
+        assert template["metadata"]["annotations"][ANNOTATION_CONFIG_HASH] == short_hash(text)
+        assert load_engine_yaml(text).role is role
+        # Its own immutable ConfigMap, named for its content: a restarted pod of an older
+        # template still mounts the configuration it was created with.
+        config_map = objs[("ConfigMap", f"{role.value}.yaml")]
+        assert config_map["immutable"] is True
+        assert (
+            config_map["metadata"]["name"] == f"flash-{role.value}-engine-{short_hash(text)[:10]}"
         )
-        assert load_engine_yaml(data[f"{role.value}.yaml"]).role is role
+        (volume,) = [v for v in template["spec"]["volumes"] if v["name"] == "engine-config"]
+        assert volume["configMap"]["name"] == config_map["metadata"]["name"]
 
 
 def test_flag_change_rolls_only_the_roles_it_affects():
     before = render()
     after = render({"features": {"hicache": {"enabled": True, "ratio": 2.0, "roles": ["decode"]}}})
     changed = {k for k in before if before[k] != after[k]}
-    assert changed == {("ConfigMap", "flash-engine"), ("StatefulSet", "flash-decode")}
+    assert changed == {("ConfigMap", "decode.yaml"), ("StatefulSet", "flash-decode")}
     # Another index-K dtype is another transfer format: both roles, and the router, which
     # discovers only engines of its own format (a paired promotion never mixes them).
     both = render({"features": {"indexDtype": "fp4"}})
     assert {k for k in before if before[k] != both[k]} == {
-        ("ConfigMap", "flash-engine"),
+        ("ConfigMap", "prefill.yaml"),
+        ("ConfigMap", "decode.yaml"),
         ("StatefulSet", "flash-decode"),
         ("StatefulSet", "flash-prefill"),
         ("Deployment", "flash-router"),
@@ -127,7 +148,7 @@ def test_a_multi_node_role_is_one_leaderworkerset_group_per_replica():
     (leader_c,), (worker_c,) = leader["spec"]["containers"], worker["spec"]["containers"]
     assert [p["name"] for p in worker_c["ports"]] == ["dist"]
     assert "readinessProbe" in leader_c and "readinessProbe" not in worker_c
-    config = load_engine_yaml(objs[("ConfigMap", "flash-engine")]["data"]["prefill.yaml"])
+    config = load_engine_yaml(engine_yaml(objs, Role.PREFILL))
     assert config.multinode is not None and config.multinode.nnodes == 3
 
 
@@ -172,20 +193,16 @@ def test_model_from_a_pvc_and_the_host_memory_seam():
     (model,) = [v for v in spec["volumes"] if v["name"] == "model"]
     assert model["persistentVolumeClaim"] == {"claimName": "weights", "readOnly": True}
     assert spec["containers"][0]["resources"]["requests"]["memory"] == "300Gi"
-    data = yaml.safe_load(objs[("ConfigMap", "flash-engine")]["data"]["decode.yaml"])
+    data = yaml.safe_load(engine_yaml(objs, Role.DECODE))
     assert data["modelPath"] == "/models/v4/flash"
 
 
 def test_the_reference_model_reaches_each_roles_engine_yaml():
     """spec.model.referenceModel is what the reference engine of every role builds."""
-    data = render({"engine": "reference", "model": {"referenceModel": "echo"}})[
-        ("ConfigMap", "flash-engine")
-    ]["data"]
-    assert {load_engine_yaml(data[f"{r.value}.yaml"]).reference_model.value for r in Role} == {
-        "echo"
-    }
-    default = render({"engine": "reference"})[("ConfigMap", "flash-engine")]["data"]
-    assert load_engine_yaml(default["decode.yaml"]).reference_model.value == "random"
+    objs = render({"engine": "reference", "model": {"referenceModel": "echo"}})
+    assert {load_engine_yaml(engine_yaml(objs, r)).reference_model.value for r in Role} == {"echo"}
+    default = render({"engine": "reference"})
+    assert load_engine_yaml(engine_yaml(default, Role.DECODE)).reference_model.value == "random"
 
 
 def _empty_lists(value, path=""):

@@ -46,7 +46,7 @@ def test_ready_when_every_replica_is_ready_and_updated():
         "Progressing": "False",
         "Degraded": "False",
     }
-    assert status.decode.summary == "1/1" and status.feature_revision == "abc"
+    assert status.decode.summary == "1/1" and status.engine_revision == "abc"
 
 
 def test_progressing_while_applying_or_waiting():
@@ -64,7 +64,7 @@ def test_degraded_keeps_the_flags_that_run():
         revision="new",
         now="2026-01-02T00:00:00Z",
     )
-    assert status.phase is Phase.DEGRADED and status.feature_revision == "abc"
+    assert status.phase is Phase.DEGRADED and status.engine_revision == "abc"
     degraded = next(c for c in status.conditions if c.type == "Degraded")
     assert (degraded.status, degraded.reason) == ("True", "NoAllowedGPUNodes")
     assert degraded.last_transition_time == "2026-01-02T00:00:00Z"
@@ -90,7 +90,7 @@ def test_role_status_sums_both_slots_of_a_paired_promotion():
 
 def test_degraded_before_anything_ran_claims_no_flags():
     status = decide(problem=Problem("PVCNotFound", "spec.model.pvc.claimName: …"))
-    assert status.active_features is None and status.feature_revision is None
+    assert status.active_features is None and status.engine_revision is None
 
 
 def test_a_rendered_multinode_role_counts_leaderworkerset_groups():

@@ -8,13 +8,13 @@ from kubernetes.utils import parse_quantity
 from dsv4_engine.configurator import EngineSettings, plan_for_gpu
 from dsv4_engine.features import Role
 from dsv4_engine.presets import preset_config
-from dsv4_operator.api.rollout import CanarySpec, FlagSet
+from dsv4_operator.api.rollout import CanarySpec
 from dsv4_operator.api.samples import load_sample, merge_patch
 from dsv4_operator.api.spec import DSV4DeploymentSpec, ModelPreset
 from dsv4_operator.render import render_all
 from dsv4_operator.render.memory import GIB, MemorySizingError, pod_memory
 from dsv4_operator.render.meta import Owner
-from dsv4_operator.rollout.slices import canary_owner, canary_spec, spec_flags
+from dsv4_operator.rollout.slices import canary_owner, canary_spec, spec_revision
 
 OWNER = Owner(name="flash", namespace="prod", uid="u-1")
 
@@ -61,10 +61,10 @@ def test_hicache_adds_ratio_times_the_device_kv_pools_of_every_gpu_in_the_pod():
 def test_the_canary_asks_for_the_same_memory_as_the_promoted_pods_will():
     new = spec({"hicache": {"enabled": True, "ratio": 3.0}, "indexDtype": "fp4"})
     stable = spec()
-    flags = FlagSet(features=new.features, image=new.image.name)
+    flags = spec_revision(new)
     canary = render_all(canary_owner(OWNER), canary_spec(stable, flags, CanarySpec()))
     promoted = render_all(OWNER, new)
-    assert spec_flags(new) == flags
+    assert spec_revision(new) == flags
     for role in Role:
         assert engine_memory(canary, role) == engine_memory(promoted, role)
         assert engine_memory(promoted, role) > int(parse_quantity(stable.decode.resources.memory))

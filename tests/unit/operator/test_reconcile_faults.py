@@ -15,7 +15,7 @@ import copy
 import pytest
 
 from dsv4_operator.api import KIND
-from dsv4_operator.api.rollout import FlagSet
+from dsv4_operator.api.rollout import EngineRevision
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.reconcile.kube import ApiError
 from dsv4_operator.reconcile.triggers import owning_deployment
@@ -23,7 +23,7 @@ from dsv4_operator.render.meta import LABEL_SLOT, LABEL_TRANSFER
 from dsv4_operator.rollout import manual
 from dsv4_operator.rollout.decide import ManualAction
 from dsv4_operator.rollout.record import ANNOTATION_RUNS
-from dsv4_operator.rollout.slices import spec_flags
+from dsv4_operator.rollout.slices import spec_revision
 from tests.unit.operator.harness import FAIL, FP4, HICACHE, NS, PASS, World
 from tests.unit.operator.memory_api import MemoryApi
 
@@ -37,9 +37,9 @@ def ready_world() -> World:
     return world
 
 
-def flags_of(world: World, name: str = "flash") -> FlagSet:
+def flags_of(world: World, name: str = "flash") -> EngineRevision:
     """The flags the spec asks for now."""
-    return spec_flags(DSV4DeploymentSpec.model_validate(world.obj(name)["spec"]))
+    return spec_revision(DSV4DeploymentSpec.model_validate(world.obj(name)["spec"]))
 
 
 def stable_runs(api: MemoryApi, writes: list, instance: str = "flash") -> set[str]:
@@ -53,7 +53,7 @@ def stable_runs(api: MemoryApi, writes: list, instance: str = "flash") -> set[st
             continue
         runs = body["metadata"].get("annotations", {}).get(ANNOTATION_RUNS)
         if runs:
-            seen.add(FlagSet.model_validate_json(runs).revision)
+            seen.add(EngineRevision.model_validate_json(runs).revision)
     return seen
 
 
@@ -354,7 +354,7 @@ def test_a_promotion_that_cannot_finish_is_rolled_back_at_its_deadline():
     assert rollout["verdict"] == "PROMOTION_TIMEOUT"
     assert "within 120s (decode not rolled)" in rollout["message"]
     decode = world.api.get("StatefulSet", NS, "flash-decode")
-    runs = FlagSet.model_validate_json(decode["metadata"]["annotations"][ANNOTATION_RUNS])
+    runs = EngineRevision.model_validate_json(decode["metadata"]["annotations"][ANNOTATION_RUNS])
     assert runs.revision == rollout["stableRevision"], "decode is back on the stable flags"
 
 

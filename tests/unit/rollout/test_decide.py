@@ -11,7 +11,7 @@ from dsv4_engine.probe import ProbeSettings
 from dsv4_engine.probe.stats import minimum_samples, upper_bound
 from dsv4_operator.api.rollout import (
     CanarySpec,
-    FlagSet,
+    EngineRevision,
     PairStage,
     RolloutPhase,
     RolloutSpec,
@@ -33,18 +33,14 @@ from dsv4_operator.rollout.decide import (
     first_status,
 )
 from dsv4_operator.rollout.pairs import Pairs, plan_slots, role_flags
+from tests.unit.revisions import revision
 
 T0 = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)
-STABLE = FlagSet(features=EngineFeatures(), image="engine:1")
-BF16_HICACHE = FlagSet(
-    features=EngineFeatures(
-        hicache=HiCacheFeature(enabled=True, ratio=2.0), index_dtype=IndexDtype.BF16
-    ),
-    image="engine:1",
+STABLE = revision(EngineFeatures())
+BF16_HICACHE = revision(
+    EngineFeatures(hicache=HiCacheFeature(enabled=True, ratio=2.0), index_dtype=IndexDtype.BF16)
 )
-HICACHE = FlagSet(
-    features=EngineFeatures(hicache=HiCacheFeature(enabled=True, ratio=2.0)), image="engine:1"
-)
+HICACHE = revision(EngineFeatures(hicache=HiCacheFeature(enabled=True, ratio=2.0)))
 CANARY = CanarySpec()
 ROLLOUT = RolloutSpec(stable_probe_interval_seconds=0)
 PASS = ProbeOutcome(RolloutVerdict.PASS, 0.0, 0.004, 600, "demo-rollout-1")
@@ -56,7 +52,7 @@ def at(seconds: float) -> dt.datetime:
 
 
 def step(
-    desired: FlagSet, status: RolloutStatus, rollout: RolloutSpec = ROLLOUT, **observed
+    desired: EngineRevision, status: RolloutStatus, rollout: RolloutSpec = ROLLOUT, **observed
 ) -> Decision:
     observed.setdefault("now", T0)
     return decide(desired, status, Observed(**observed), CANARY, rollout, Pairs(1, 1))
@@ -66,7 +62,7 @@ def idle() -> RolloutStatus:
     return first_status(STABLE, T0).status
 
 
-def probing(desired: FlagSet = BF16_HICACHE) -> RolloutStatus:
+def probing(desired: EngineRevision = BF16_HICACHE) -> RolloutStatus:
     started = step(desired, idle()).status
     return step(desired, started, canary_ready=True).status
 
@@ -151,11 +147,7 @@ def test_retry_tests_the_rejected_flags_again_exactly_once():
 
 def test_other_flags_after_a_reject_start_a_new_canary():
     failed = step(BF16_HICACHE, probing(), probe=FAIL).status
-    fp8_hicache = BF16_HICACHE.model_copy(
-        update={
-            "features": BF16_HICACHE.features.model_copy(update={"index_dtype": IndexDtype.FP8})
-        }
-    )
+    fp8_hicache = revision(BF16_HICACHE.features.model_copy(update={"index_dtype": IndexDtype.FP8}))
     decision = step(fp8_hicache, failed)
     assert decision.status.phase is RolloutPhase.CANARY_STARTING
     assert decision.status.canary_revision == fp8_hicache.revision
@@ -307,7 +299,7 @@ def test_a_canary_whose_names_are_held_by_another_owner_is_rolled_back():
 
 
 def test_spec_change_during_probing_restarts_the_canary_with_new_flags():
-    other = BF16_HICACHE.model_copy(update={"image": "engine:2"})
+    other = revision(BF16_HICACHE.features, image="engine:2")
     decision = step(other, probing())
     assert decision.status.phase is RolloutPhase.CANARY_STARTING
     assert decision.status.canary == other
@@ -327,7 +319,7 @@ def test_abort_and_manual_promote_act_on_their_own_rollout():
 
 def test_a_leftover_control_never_acts_on_a_later_rollout():
     """A promote written for one rollout, still there when the next starts, is refused."""
-    old = FlagSet(features=EngineFeatures(kv_canary="off"), image="engine:1")
+    old = revision(EngineFeatures(kv_canary="off"))
     leftover = control(ManualAction.PROMOTE, "t-old", revision=old.revision)
     started = step(BF16_HICACHE, idle(), manual=leftover)
     assert started.status.phase is RolloutPhase.CANARY_STARTING
@@ -345,7 +337,7 @@ def test_a_leftover_control_never_acts_on_a_later_rollout():
 
 
 def test_a_probe_that_can_no_longer_decide_is_stopped_once():
-    other = BF16_HICACHE.model_copy(update={"image": "engine:2"})
+    other = revision(BF16_HICACHE.features, image="engine:2")
     late = at(CANARY.probe_timeout_seconds + 1)
     for decision in (
         step(BF16_HICACHE, probing(), manual=control(ManualAction.ABORT)),
