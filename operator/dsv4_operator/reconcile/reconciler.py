@@ -34,7 +34,7 @@ from dsv4_operator.api import API_VERSION, KIND
 from dsv4_operator.api.errors import first_error
 from dsv4_operator.api.host_paths import host_path_problem
 from dsv4_operator.api.names import name_problem
-from dsv4_operator.api.rollout import RolloutStatus, Slot, WatchVerdict
+from dsv4_operator.api.rollout import EngineRevision, RolloutStatus, Slot, WatchVerdict
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.api.status import Condition, ConditionType, DSV4DeploymentStatus, Phase
 from dsv4_operator.api.times import parse_stamp, stamp
@@ -71,10 +71,12 @@ from dsv4_operator.render.meta import (
 from dsv4_operator.render.placement import GPU_PRODUCT_LABEL
 from dsv4_operator.render.router import router_name
 from dsv4_operator.render.workloads import HostMemory
+from dsv4_operator.rollout import manual
 from dsv4_operator.rollout.controller import RolloutController
-from dsv4_operator.rollout.decide import Decision, decide, first_status
+from dsv4_operator.rollout.decide import Decision, Manual, ManualAction, decide, first_status
+from dsv4_operator.rollout.ledger import Ledger, Rejection, ledger_config_map, ledger_name
 from dsv4_operator.rollout.observe import rolled_roles, settled, settled_slots
-from dsv4_operator.rollout.recover import Unrecoverable, recover
+from dsv4_operator.rollout.recover import RevisionRejected, Unrecoverable, recover
 from dsv4_operator.rollout.reports import FiledReport, report_selector
 from dsv4_operator.rollout.slices import canary_owner, spec_revision
 from dsv4_operator.spread import phase
@@ -224,7 +226,10 @@ class Reconciler:
         stable, canary, foreign, unserved = self._children(owner)
         pods, events = self._why_not_ready(owner, [*stable, *canary])
         now = self.clock()
-        state = PassState(owner, obj, spec, previous, stable, canary, foreign, now, pods, events)
+        ledger = Ledger.of(self.cache.get("ConfigMap", namespace, ledger_name(owner)))
+        state = PassState(
+            owner, obj, spec, previous, stable, canary, foreign, now, pods, events, ledger
+        )
         problem = check_prerequisites(self.cache, namespace, spec, self.model_host_paths, unserved)
         rollout: RolloutPass | None = None
         actions: list[Action] = []
@@ -233,6 +238,8 @@ class Reconciler:
                 rollout = self._rollout(state)
             except Unrecoverable as err:
                 problem = Problem("RolloutStateLost", str(err))
+            except RevisionRejected as err:
+                problem = Problem("RevisionRejected", str(err))
             except MemorySizingError as err:
                 problem = Problem("InvalidSpec", str(err))
         if rollout is not None:
@@ -365,8 +372,8 @@ class Reconciler:
             for item in self.cache.list(kind, owner.namespace, selector):
                 if owned_by(item, owner.uid):
                     found[item["metadata"]["labels"][LABEL_INSTANCE]].append(item)
-                else:
-                    foreign.append(item)
+                elif (kind, item["metadata"]["name"]) != ("ConfigMap", ledger_name(owner)):
+                    foreign.append(item)  # the ledger is owned by no one, on purpose
         return found[owner.name], found[canary.name], foreign, unserved
 
     def _why_not_ready(
@@ -401,7 +408,7 @@ class Reconciler:
         desired = spec_revision(state.spec)
         renders = Desired(state.owner, state.spec, self.host_memory)
         if before is None:
-            decision = first_status(desired, state.now)
+            decision = first_status(desired, state.now, self._retry_of_rejected(state, desired))
             return RolloutPass(None, decision, renders.children(decision.status), events)
         current = renders.children(before)
         canary = renders.canary(before)
@@ -421,6 +428,7 @@ class Reconciler:
                 )
             ),  # fmt: skip
             canary_blocked=_blocked(canary, state.foreign) or _unplaceable(state),
+            rejected={rev: r.text() for rev, r in state.ledger.rejected.items()},
         )
         decision = decide(
             desired,
@@ -432,6 +440,25 @@ class Reconciler:
             offset=phase(state.owner.uid),
         )
         return RolloutPass(before, decision, renders.children(decision.status), events)
+
+    def _retry_of_rejected(self, state: PassState, desired: EngineRevision) -> Manual | None:
+        """Nothing serves yet and the spec asks for a rejected revision: it is never adopted
+        as stable, unless a person's retry control names it (returned, to act on)."""
+        rejection = state.ledger.rejected.get(desired.revision)
+        if rejection is None:
+            return None
+        control = manual.parse(state.obj["metadata"].get("annotations"))
+        if (
+            control is not None
+            and control.action is ManualAction.RETRY
+            and control.revision == desired.revision
+        ):
+            return control
+        raise RevisionRejected(
+            f"the spec asks for engine revision {desired.revision}, rejected under this name "
+            f"before ({rejection.text()}; ConfigMap {ledger_name(state.owner)}): it is not "
+            "run until the spec changes or `dsv4ctl rollout retry` is run"
+        )
 
     def _plan(
         self, state: PassState, desired: list[dict[str, Any]]
@@ -453,6 +480,11 @@ class Reconciler:
         )
 
     # -- writing ------------------------------------------------------------------------
+    def _remember(self, state: PassState, decision: Decision) -> None:
+        ledger = remembered(state.ledger, decision)
+        if ledger != state.ledger:
+            self.kube.apply(ledger_config_map(state.owner, ledger))
+
     def _write_children(self, owner: Owner, actions: list[Action]) -> Problem | None:
         """Every child write of the pass; the first failure stops the rest and is returned
         (the status and an Event then name the object and why)."""
@@ -498,12 +530,28 @@ class Reconciler:
     def _carry_out(self, state: PassState, rollout: RolloutPass) -> Problem | None:
         try:
             self.rollout.carry_out(state, rollout.before, rollout.decision)
+            self._remember(state, rollout.decision)
         except ApiError as err:
             return Problem(_reason(err), f"rollout step failed: {err}")
         status = rollout.decision.status
         since = parse_stamp(status.phase_since).timestamp() if status.phase_since else 0.0
         metrics.record_phase(state.owner.namespace, state.owner.name, status.phase, since)
         return None
+
+
+def remembered(ledger: Ledger, decision: Decision) -> Ledger:
+    """The ledger after ``decision``: its rejection added (again, after a crash between the
+    status write and this one), a retried revision taken out."""
+    status = decision.status
+    if decision.retried is not None:
+        ledger = ledger.without(decision.retried)
+    if status.rejected_revision is not None:
+        verdict = status.verdict.value if status.verdict else "rejected"
+        at = status.phase_since or ""
+        ledger = ledger.with_rejection(
+            status.rejected_revision, Rejection(verdict, status.report, at)
+        )
+    return ledger
 
 
 def _blocked(canary_objects: list[dict[str, Any]], foreign: list[dict[str, Any]]) -> str | None:

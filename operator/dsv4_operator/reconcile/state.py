@@ -11,6 +11,7 @@ from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.api.status import DSV4DeploymentStatus
 from dsv4_operator.reconcile.blockers import Blocker, blockers
 from dsv4_operator.render.meta import WORKLOAD_KINDS, Owner
+from dsv4_operator.rollout.ledger import Ledger
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class PassState:
     # the pods of both slices and the namespace's FailedCreate Events.
     pods: list[dict[str, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
+    ledger: Ledger = field(default_factory=Ledger)  # revisions rejected under this name
 
     @property
     def workloads(self) -> list[dict[str, Any]]:

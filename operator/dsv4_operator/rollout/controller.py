@@ -21,9 +21,11 @@ from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.reconcile.cache import Reader
 from dsv4_operator.reconcile.kube import ApiError
 from dsv4_operator.reconcile.state import PassState
+from dsv4_operator.render.meta import LABEL_INSTANCE, Owner
 from dsv4_operator.render.router import ROUTER_PORT, router_name
 from dsv4_operator.rollout import manual
 from dsv4_operator.rollout.decide import Decision, Effect, Observed, ProbeOutcome
+from dsv4_operator.rollout.digest import Builds
 from dsv4_operator.rollout.executor import ProbeExecutor
 from dsv4_operator.rollout.observe import slice_ready
 from dsv4_operator.rollout.reports import (
@@ -34,7 +36,7 @@ from dsv4_operator.rollout.reports import (
     report_selector,
     stale_canary_reports,
 )
-from dsv4_operator.rollout.slices import canary_url, with_revision
+from dsv4_operator.rollout.slices import canary_owner, canary_url, with_revision
 
 log = logging.getLogger("dsv4_operator.rollout")
 
@@ -106,8 +108,14 @@ class RolloutController:
             stable_probe_running=watch is not None
             and self.executor.running(owner, watch.name(owner)),
             manual=manual.parse(state.obj["metadata"].get("annotations")),
+            canary_builds=self._builds(owner) if canary else Builds(),
             **known,
         )
+
+    def _builds(self, owner: Owner) -> Builds:
+        """The builds the canary's engine pods report running (from the pod cache)."""
+        selector = f"{LABEL_INSTANCE}={canary_owner(owner).name}"
+        return Builds.of(self.cache.list("Pod", owner.namespace, selector))
 
     def _endpoint_ready(self, namespace: str, service: str, port: int) -> bool:
         """A canary is Ready only once its router Service has a ready endpoint (an

@@ -13,6 +13,7 @@ keeps untested flags out of production.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -33,6 +34,7 @@ from dsv4_operator.api.rollout import (
 )
 from dsv4_operator.api.rolls import differences
 from dsv4_operator.api.times import parse_stamp, stamp
+from dsv4_operator.rollout.digest import Builds
 from dsv4_operator.rollout.pairs import Pairs, paired, serves
 from dsv4_operator.spread import first_due
 
@@ -95,6 +97,9 @@ class Observed:
     routers_live: frozenset[Slot] = frozenset()  # slots whose router Deployment exists
     manual: Manual | None = None
     canary_blocked: str | None = None  # why the canary slice cannot be created (a name taken)
+    canary_builds: Builds = Builds()  # the builds the canary's engine pods ran (imageID)
+    # Revisions rejected before, by anyone of this name (`rollout.ledger`): revision → why.
+    rejected: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,7 @@ class Decision:
     status: RolloutStatus
     effects: tuple[Effect, ...] = ()
     events: tuple[tuple[str, str, str], ...] = field(default=())  # (type, reason, message)
+    retried: str | None = None  # a rejected revision a person asked to try again
 
 
 IN_PROGRESS = (RolloutPhase.CANARY_STARTING, RolloutPhase.PROBING, RolloutPhase.PROMOTING)
@@ -117,12 +123,21 @@ def canary_wanted(status: RolloutStatus | None) -> bool:
     )
 
 
-def first_status(desired: EngineRevision, now: dt.datetime) -> Decision:
+def first_status(
+    desired: EngineRevision, now: dt.datetime, retry: Manual | None = None
+) -> Decision:
     """First sight of a resource with no children: nothing serves users yet, so there is
-    nothing to guard and the spec's flags are the stable ones."""
+    nothing to guard and the spec's revision is the stable one — unless it was rejected
+    under this name before, which only ``retry``, a person's control naming it, overrides
+    (the reconciler refuses it otherwise)."""
     at = stamp(now)
     status = RolloutStatus(stable=desired, stable_revision=desired.revision, phase_since=at)
-    return Decision(status, events=(("Normal", "FlagsInitialized", flags_text(desired)),))
+    events = [("Normal", "FlagsInitialized", flags_text(desired))]
+    if retry is None:
+        return Decision(status, events=tuple(events))
+    status = status.model_copy(update={"handled_action": retry.token})
+    events.append(("Normal", "RetryRequested", f"retrying rejected flags {retry.revision}"))
+    return Decision(status, (Effect.CONSUME_ACTION,), tuple(events), retried=retry.revision)
 
 
 def decide(
@@ -157,7 +172,7 @@ def decide(
         step.effects.append(Effect.STOP_PROBE)
     if handled:
         step.effects.append(Effect.CONSUME_ACTION)
-    return Decision(step.status, tuple(step.effects), tuple(step.events))
+    return Decision(step.status, tuple(step.effects), tuple(step.events), step.retried)
 
 
 class _Step:
@@ -173,6 +188,7 @@ class _Step:
         self.offset = offset
         self.effects: list[Effect] = []
         self.events: list[tuple[str, str, str]] = []
+        self.retried: str | None = None
 
     def update(self, **changes: object) -> None:
         if "phase" in changes and changes["phase"] != self.status.phase:
@@ -198,6 +214,7 @@ class _Step:
                 ("Normal", "RetryRequested", f"retrying rejected flags {manual.revision}")
             )
             self.update(rejected_revision=None)
+            self.retried = manual.revision
         elif manual.action is ManualAction.ABORT:
             during = " during promotion" if self.status.phase is RolloutPhase.PROMOTING else ""
             self.roll_back(RolloutVerdict.ABORTED, f"aborted by a person{during}")
@@ -213,11 +230,14 @@ class _Step:
         if manual.revision is None:
             return "the annotation names no flags revision (use dsv4ctl rollout)"
         if manual.action is ManualAction.RETRY:
-            if status.phase is not RolloutPhase.ROLLED_BACK or status.rejected_revision is None:
+            if status.phase in IN_PROGRESS:
+                return "a rollout is in progress"
+            rejected = {*self.observed.rejected, status.rejected_revision} - {None}
+            if not rejected:
                 return "no rejected flags to retry"
-            if manual.revision != status.rejected_revision:
-                return f"flags {manual.revision} are not the rejected ones ({status.rejected_revision})"
-            if desired.revision != status.rejected_revision:
+            if manual.revision not in rejected:
+                return f"flags {manual.revision} are not rejected ({', '.join(sorted(rejected))})"
+            if desired.revision != manual.revision:
                 return "the spec no longer asks for the rejected flags"
             return None
         if manual.revision != status.canary_revision or status.phase not in IN_PROGRESS:
@@ -230,10 +250,15 @@ class _Step:
     def maybe_start(self, desired: EngineRevision) -> None:
         if desired.revision == self.status.stable_revision:
             return
-        if desired.revision == self.status.rejected_revision:
-            verdict = self.status.verdict.value if self.status.verdict else "a failed canary"
+        retried = desired.revision == self.retried
+        earlier = None if retried else self.observed.rejected.get(desired.revision)
+        if desired.revision == self.status.rejected_revision or earlier is not None:
+            if desired.revision == self.status.rejected_revision:
+                why = self.status.verdict.value if self.status.verdict else "a failed canary"
+            else:
+                why = f"earlier: {earlier}"
             message = (
-                f"flags {desired.revision} were rejected ({verdict}); they are not retried "
+                f"flags {desired.revision} were rejected ({why}); they are not retried "
                 "until the spec changes or `dsv4ctl rollout retry` is run"
             )
             if self.status.message != message:
@@ -309,6 +334,10 @@ class _Step:
                 report=outcome.report,
             )
             if outcome.verdict is RolloutVerdict.PASS:
+                refusal = self.pin_build()
+                if refusal is not None:
+                    self.roll_back(RolloutVerdict.INCONCLUSIVE, refusal)
+                    return
                 self.start_promotion(evidence_text(outcome))
             else:
                 self.roll_back(outcome.verdict, outcome.message or evidence_text(outcome))
@@ -319,6 +348,32 @@ class _Step:
         elif not self.observed.probe_running:
             # The operator restarted mid-probe (or the probe died): run the same attempt again.
             self.effects.append(Effect.START_PROBE)
+
+    def pin_build(self) -> str | None:
+        """Bind the PASS to the build the canary ran: production is pinned to its digest.
+        Returns why the PASS proves no one build (pods ran several), else None."""
+        canary, builds = self.status.canary, self.observed.canary_builds
+        assert canary is not None
+        if len(builds.digests) > 1:
+            return (
+                f"the canary's engine pods ran {len(builds.digests)} builds of {canary.image} "
+                f"({', '.join(sorted(builds.digests))}): the PASS proves none of them alone"
+            )
+        if not builds.digests or builds.unpinned:
+            pods = ", ".join(builds.unpinned) or "none"
+            self.events.append(
+                ("Warning", "ImageNotPinned", f"{canary.image}: no registry digest reported "
+                 f"(pods without one: {pods}); production runs the image by its name")
+            )  # fmt: skip
+            return None
+        digest = next(iter(builds.digests))
+        changes: dict[str, object] = {"canary": canary.model_copy(update={"image_digest": digest})}
+        stable = self.status.stable.image_digest
+        if stable is not None and stable != digest and self.status.transfer is Transfer.COMPATIBLE:
+            changes["transfer"] = Transfer.INCOMPATIBLE  # one tag, another build: never mixed
+        self.update(**changes)
+        self.events.append(("Normal", "ImagePinned", f"{canary.image} ran as {digest}"))
+        return None
 
     # -- promotion ----------------------------------------------------------------------
     def start_promotion(self, why: str) -> None:

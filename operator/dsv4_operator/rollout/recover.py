@@ -35,6 +35,11 @@ class Unrecoverable(Exception):
     """The children do not say enough to rebuild the rollout safely; the message says why."""
 
 
+class RevisionRejected(Exception):
+    """Nothing serves yet and the spec asks for a revision rejected under this name before
+    (`rollout.ledger`): it is not adopted as stable; the message says why and what to do."""
+
+
 @dataclass(frozen=True)
 class Recovered:
     status: RolloutStatus

@@ -1,0 +1,352 @@
+"""One engine revision: every field that can change what an engine computes, or the wire
+between prefill and decode, reaches production only through a canary — proven on exactly
+the build it ran, under a transfer key derived from the resolved engine configuration, with
+no way around it by recreating the deployment."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import pytest
+from pydantic import BaseModel
+
+from dsv4_operator.api import KIND
+from dsv4_operator.api.rolls import Rolls, Unclassified, classes
+from dsv4_operator.api.samples import load_sample, merge_patch
+from dsv4_operator.api.spec import DSV4DeploymentSpec
+from dsv4_operator.rollout import manual
+from dsv4_operator.rollout.decide import ManualAction
+from dsv4_operator.rollout.digest import registry_digest
+from dsv4_operator.rollout.slices import spec_revision
+from tests.unit.operator.harness import FAIL, FP4, HICACHE, NS, PASS, World
+
+# One change of each revision-class field (a spec patch), for the field's path.
+REVISION_CHANGES = {
+    ("engine",): {"engine": "reference"},
+    ("model",): {"model": {"toolCallParser": "deepseekv32"}},
+    ("image",): {"image": {"name": "ghcr.io/dsv4/engine:0.2.0"}},
+    ("features",): {"features": {"kvCanary": "raise"}},
+    ("disaggregation",): {"disaggregation": {"transferBackend": "nixl"}},
+    ("prefill", "nodesPerReplica"): {"prefill": {"nodesPerReplica": 2, "tp": 8}},
+    ("prefill", "gpusPerNode"): {"prefill": {"gpusPerNode": 8, "tp": 8}},
+    ("prefill", "tp"): {"prefill": {"tp": 2}},
+    ("prefill", "dp"): {"prefill": {"dp": 2}},
+    ("prefill", "ep"): {"prefill": {"ep": 4}},
+    ("prefill", "enableDpAttention"): {"decode": {"enableDpAttention": True, "dp": 2}},
+    ("prefill", "extraArgs"): {"prefill": {"extraArgs": ["--mem-fraction-static", "0.8"]}},
+    ("prefill", "env"): {"prefill": {"env": [{"name": "NCCL_DEBUG", "value": "INFO"}]}},
+    ("router", "policy"): {"router": {"policy": "round_robin"}},
+    ("router", "image"): {"router": {"image": "ghcr.io/dsv4/router:1"}},
+}
+# Changes that roll production directly (or change nothing in a pod).
+DIRECT_CHANGES = [
+    {"prefill": {"replicas": 2}},
+    {"decode": {"resources": {"memory": "600Gi"}}},
+    {"router": {"replicas": 2}},
+    {"placement": {"gpuProducts": ["NVIDIA-GB200"]}},
+    {"progressDeadlineSeconds": 900},
+    {"canary": {"concurrency": 8}},
+    {"rollout": {"order": ["prefill"]}},
+]
+
+
+def spec(patch: dict | None = None) -> DSV4DeploymentSpec:
+    return DSV4DeploymentSpec.model_validate(merge_patch(load_sample()["spec"], patch or {}))
+
+
+def test_every_spec_field_has_a_rollout_class():
+    found = classes(DSV4DeploymentSpec)
+    assert set(found.values()) == set(Rolls)
+
+    class Later(BaseModel):
+        kept: Annotated[int, Rolls.CAPACITY] = 1
+        forgotten: int = 0  # a field someone added without saying how it rolls
+
+    with pytest.raises(Unclassified, match="forgotten"):
+        classes(Later)
+
+
+def test_each_revision_field_changes_the_revision_and_nothing_else_does():
+    revision_fields = {p for p, r in classes(DSV4DeploymentSpec).items() if r is Rolls.REVISION}
+    covered = {path for path in REVISION_CHANGES}
+    # Both roles' fields have the same class: one role's change stands for both.
+    expected = {p for p in revision_fields if p[0] != "decode"}
+    assert covered == expected, "give every revision field a sample change here"
+    base = spec_revision(spec())
+    for path, patch in REVISION_CHANGES.items():
+        assert spec_revision(spec(patch)).revision != base.revision, path
+    for patch in DIRECT_CHANGES:
+        assert spec_revision(spec(patch)).revision == base.revision, patch
+
+
+WIRE = {
+    "index-K dtype": {"features": {"indexDtype": "fp4"}},
+    "engine build": {"image": {"name": "ghcr.io/dsv4/engine:0.2.0"}},
+    "transfer backend": {"disaggregation": {"transferBackend": "nixl"}},
+    "weights": {"model": {"hostPath": "/data/models/deepseek-v4-flash-2"}},
+    "preset": {"model": {"preset": "v4-pro"}},
+    "speculative decoding": {
+        "decode": {"extraArgs": ["--speculative-algorithm", "EAGLE", "--speculative-num-steps=3"]}
+    },
+    "attention backend (KV layout)": {"prefill": {"extraArgs": ["--dsv4-attn-backend=flashmla"]}},
+    "KV layout env": {"decode": {"env": [{"name": "SGLANG_DSV4_KV_LAYOUT", "value": "v41"}]}},
+    "engine": {"engine": "reference"},
+}
+SAME_WIRE = {
+    "HiCache": {"features": {"hicache": {"enabled": True, "ratio": 2.0}}},
+    "kv-canary": {"features": {"kvCanary": "raise"}},
+    "tool-call parser": {"model": {"toolCallParser": "deepseekv32"}},
+    "served name": {"model": {"servedModelName": "flash-2"}},
+    "other extra args": {"prefill": {"extraArgs": ["--mem-fraction-static", "0.8"]}},
+    "other env": {"decode": {"env": [{"name": "NCCL_DEBUG", "value": "INFO"}]}},
+    "IB devices": {"disaggregation": {"ibDevices": ["mlx5_0"]}},
+    "replicas": {"decode": {"replicas": 3}},
+}
+
+
+@pytest.mark.parametrize("what", WIRE)
+def test_the_transfer_key_moves_with_each_field_of_the_wire_format(what):
+    assert spec_revision(spec(WIRE[what])).transfer_key != spec_revision(spec()).transfer_key
+
+
+@pytest.mark.parametrize("what", SAME_WIRE)
+def test_the_transfer_key_stays_for_changes_that_keep_the_wire_format(what):
+    changed = spec_revision(spec(SAME_WIRE[what]))
+    assert changed.transfer_key == spec_revision(spec()).transfer_key
+    if what != "replicas":
+        assert changed.revision != spec_revision(spec()).revision  # still a canary
+
+
+def test_wire_flags_are_read_however_they_are_written():
+    """`--flag value` and `--flag=value` set the same thing; so does an argparse prefix of a
+    listed flag.  (A speculative flag's prefix is taken as written: at worst another key,
+    which promotes in pairs — the safe direction.)"""
+    keys = {
+        spec_revision(spec({"decode": {"extraArgs": args}})).transfer_key
+        for args in (
+            ["--speculative-algorithm", "EAGLE", "--dsv4-attn-backend", "x"],
+            ["--speculative-algorithm=EAGLE", "--dsv4-attn=x"],
+        )
+    }
+    assert len(keys) == 1
+
+
+def test_registry_digests_are_read_from_image_ids():
+    digest = "sha256:" + "a" * 64
+    assert registry_digest(f"docker-pullable://ghcr.io/dsv4/engine@{digest}") == (
+        f"ghcr.io/dsv4/engine@{digest}"
+    )
+    assert registry_digest(f"ghcr.io/dsv4/engine@{digest}") == f"ghcr.io/dsv4/engine@{digest}"
+    assert registry_digest(digest) is None  # a local image ID: no registry serves it
+    assert registry_digest("") is None
+
+
+# -- through the operator (the in-memory API harness) ------------------------------------
+def ready_world() -> World:
+    world = World()
+    world.create("flash")
+    world.until("Ready", lambda: (world.obj().get("status") or {}).get("phase") == "Ready")
+    return world
+
+
+def stable_templates(world: World) -> dict[str, dict]:
+    return {
+        name: obj["spec"]["template"]
+        for (kind, _, name), obj in world.api.objects.items()
+        if kind == "StatefulSet"
+        and obj["metadata"]["labels"]["app.kubernetes.io/instance"] == "flash"
+    }
+
+
+ENGINE_CHANGES = {
+    "tool-call parser": ({"model": {"toolCallParser": "deepseekv32"}}, "compatible"),
+    "transfer backend": ({"disaggregation": {"transferBackend": "nixl"}}, "incompatible"),
+    "extraArgs": ({"prefill": {"extraArgs": ["--mem-fraction-static", "0.8"]}}, "compatible"),
+    "env": ({"decode": {"env": [{"name": "DSV4_LOG", "value": "debug"}]}}, "compatible"),
+    "image": ({"image": {"name": "ghcr.io/dsv4/engine:0.2.0"}}, "incompatible"),
+    "speculative decoding": (
+        {"decode": {"extraArgs": ["--speculative-algorithm", "EAGLE"]}},
+        "incompatible",
+    ),
+}
+
+
+@pytest.mark.parametrize("what", ENGINE_CHANGES)
+def test_an_engine_change_goes_through_a_canary_and_is_promoted_only_on_pass(what):
+    patch, transfer = ENGINE_CHANGES[what]
+    world = ready_world()
+    before = stable_templates(world)
+    world.verdict = lambda job: FAIL
+    world.patch_spec("flash", patch)
+    world.step("flash")
+    assert world.phase() == "CanaryStarting" and world.rollout()["transfer"] == transfer
+    world.until("rolled back", lambda: world.phase() == "RolledBack")
+    assert stable_templates(world) == before, "a FAIL leaves production as it was"
+    # Another change of the same field passes: promoted, production runs it.
+    world.verdict = lambda job: PASS
+    world.patch_spec("flash", {"canary": {"concurrency": 8}})  # not a revision: still rejected
+    world.step("flash")
+    assert world.phase() == "RolledBack"
+    control = manual.encode(ManualAction.RETRY, "t1", world.rollout()["rejectedRevision"])
+    world.annotate("flash", manual.ANNOTATION, control)
+    world.until(
+        "promoted", lambda: world.phase() == "Idle" and world.rollout()["verdict"] == "PASS"
+    )
+    assert world.rollout()["stableRevision"] == spec_revision(spec(patch)).revision
+    assert stable_templates(world) != before
+
+
+def test_a_replicas_change_rolls_directly():
+    world = ready_world()
+    world.patch_spec("flash", {"decode": {"replicas": 2}})
+    world.step("flash")
+    assert world.phase() == "Idle" and not world.children("flash--canary")
+    (decode,) = [
+        o for (k, _, n), o in world.api.objects.items() if (k, n) == ("StatefulSet", "flash-decode")
+    ]
+    assert decode["spec"]["replicas"] == 2
+
+
+def test_an_engine_change_during_probing_ends_the_attempt_and_probes_the_new_revision():
+    world = ready_world()
+    world.api.run_probe_jobs = lambda *a, **k: 0
+    world.patch_spec("flash", HICACHE)
+    world.until("probing", lambda: world.phase() == "Probing")
+    first = world.rollout()
+    world.patch_spec("flash", {"model": {"toolCallParser": "deepseekv32"}})
+    world.step("flash")
+    superseded = world.rollout()
+    assert superseded["canaryRevision"] != first["canaryRevision"]
+    assert superseded["phase"] == "CanaryStarting"
+    (event,) = world.events("CanarySuperseded")
+    assert "model.toolCallParser" in event["message"]
+    jobs = [n for (k, _, n) in world.api.objects if k == "Job"]
+    assert not jobs, "the probe of the old revision is stopped, never judged"
+    world.until("probing again", lambda: world.phase() == "Probing")
+    assert world.rollout()["probeAttempt"] == first["probeAttempt"] + 1
+
+
+def engine_config_maps(world: World, role: str) -> set[str]:
+    return {
+        name
+        for (kind, _, name) in world.api.objects
+        if kind == "ConfigMap" and name.startswith(f"flash-{role}-engine-")
+    }
+
+
+def test_a_role_rolling_to_a_new_revision_keeps_its_old_engine_yaml_until_rolled():
+    """An old pod restarted mid-rollout mounts the ConfigMap its template names: still
+    there, unchanged (immutable), until the role has rolled."""
+    world = ready_world()
+    (old,) = engine_config_maps(world, "decode")
+    world.held = lambda obj: obj["metadata"]["name"] == "flash-decode"  # decode keeps rolling
+    world.patch_spec("flash", HICACHE)
+    world.until("decode promoting", lambda: world.rollout().get("promotedRoles") == ["decode"])
+    world.step("flash")
+    both = engine_config_maps(world, "decode")
+    assert old in both and len(both) == 2
+    assert world.api.objects[("ConfigMap", NS, old)]["immutable"] is True
+    world.held = lambda obj: False
+    world.until("promoted", lambda: world.phase() == "Idle")
+    world.step("flash")
+    assert old not in engine_config_maps(world, "decode")
+
+
+DIGEST = "ghcr.io/dsv4/engine@sha256:" + "b" * 64
+
+
+def canary_pods(world: World, image_ids: dict[str, str]) -> None:
+    """What the kubelet reports of the canary's engine pods: the build each pulled."""
+    for role, image_id in image_ids.items():
+        world.api.user_apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"flash--canary-{role}-0",
+                    "namespace": NS,
+                    "labels": {
+                        "app.kubernetes.io/name": "dsv4",
+                        "app.kubernetes.io/instance": "flash--canary",
+                        "app.kubernetes.io/component": role,
+                    },
+                },
+                "status": {
+                    "phase": "Running",
+                    "containerStatuses": [
+                        {
+                            "name": "engine",
+                            "image": "ghcr.io/dsv4/engine:0.2.0",
+                            "imageID": image_id,
+                        }
+                    ],
+                },
+            }
+        )
+
+
+def engine_images(world: World) -> set[str]:
+    return {c["image"] for t in stable_templates(world).values() for c in t["spec"]["containers"]}
+
+
+def test_the_pass_records_the_digest_the_canary_ran_and_production_runs_it():
+    world = ready_world()
+    world.patch_spec("flash", {"image": {"name": "ghcr.io/dsv4/engine:0.2.0"}})
+    world.until("canary up", lambda: world.phase() in ("CanaryStarting", "Probing"), passes=2)
+    canary_pods(world, {"prefill": DIGEST, "decode": f"docker-pullable://{DIGEST}"})
+    world.until(
+        "promoted", lambda: world.phase() == "Idle" and world.rollout()["verdict"] == "PASS"
+    )
+    assert world.rollout()["stable"]["imageDigest"] == DIGEST
+    assert engine_images(world) == {DIGEST}, "the tag may move; production runs the build"
+    assert world.events("ImagePinned")
+
+
+def test_a_canary_that_ran_two_builds_proves_neither():
+    world = ready_world()
+    world.patch_spec("flash", {"image": {"name": "ghcr.io/dsv4/engine:0.2.0"}})
+    world.until("canary up", lambda: world.phase() in ("CanaryStarting", "Probing"), passes=2)
+    canary_pods(world, {"prefill": DIGEST, "decode": DIGEST.replace("b" * 64, "c" * 64)})
+    world.until("rolled back", lambda: world.phase() == "RolledBack")
+    assert world.rollout()["verdict"] == "INCONCLUSIVE"
+    assert "2 builds" in world.rollout()["verdictReason"]
+    assert engine_images(world) == {"ghcr.io/dsv4/engine:0.1.0"}
+
+
+def test_a_deployment_recreated_with_rejected_flags_does_not_adopt_them():
+    world = ready_world()
+    world.verdict = lambda job: FAIL
+    world.patch_spec("flash", FP4)
+    world.until("rolled back", lambda: world.phase() == "RolledBack")
+    rejected = world.rollout()["rejectedRevision"]
+    world.api.delete(KIND, NS, "flash")  # the owner goes, its children with it
+    assert not stable_templates(world)
+    world.create("flash", FP4)  # the same name, asking for the rejected flags
+    for _ in range(3):
+        world.step("flash")
+    assert not stable_templates(world), "no engine runs a rejected revision"
+    status = world.obj()["status"]
+    (degraded,) = [c for c in status["conditions"] if c["type"] == "Degraded"]
+    assert status["phase"] == "Degraded" and degraded["reason"] == "RevisionRejected"
+    assert rejected in degraded["message"]
+    # The retry control is the way back: the person decides.
+    control = manual.encode(ManualAction.RETRY, "t1", rejected)
+    world.annotate("flash", manual.ANNOTATION, control)
+    world.until("Ready", lambda: (world.obj().get("status") or {}).get("phase") == "Ready")
+    assert world.rollout()["stableRevision"] == rejected
+
+
+def test_a_rejected_revision_stays_rejected_after_the_spec_moved_away_and_back():
+    world = ready_world()
+    world.verdict = lambda job: FAIL
+    world.patch_spec("flash", FP4)
+    world.until("rolled back", lambda: world.phase() == "RolledBack")
+    rejected = world.rollout()["rejectedRevision"]
+    world.patch_spec("flash", HICACHE)  # another revision: its own canary (fails too)
+    world.until("second canary", lambda: world.rollout().get("rejectedRevision") != rejected)
+    world.until("rolled back", lambda: world.phase() == "RolledBack")
+    world.patch_spec("flash", {"features": {"indexDtype": "fp4", "hicache": None}})
+    world.step("flash")
+    assert spec_revision(spec(FP4)).revision == rejected
+    assert world.phase() == "RolledBack" and not world.children("flash--canary")
+    assert f"flags {rejected} were rejected (earlier" in world.rollout()["message"]
