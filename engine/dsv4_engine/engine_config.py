@@ -96,11 +96,24 @@ OPERATOR_OWNED_FLAGS: tuple[str, ...] = (
 )
 
 
-# SGLang flags that change the prefill→decode transfer format (see
-# `features.CHANGES_TRANSFER`): both roles must agree on them at every instant, which a
-# per-role extra argument — applied to one role's pods at a time, without a canary — cannot
-# promise.  So they are refused in extraArgs too (with their own reason).
+# SGLang flags that size the KV pools: the operator sizes each engine pod's memory (the
+# HiCache host tier) with SGLang's defaults for them (`configurator.settings`), so another
+# value in extraArgs would contradict the pod it runs in.  Refused, with their own reason.
 TRANSFER_FORMAT_FLAGS: tuple[str, ...] = ("--page-size", "--kv-cache-dtype")
+
+# Environment the launcher sets from typed fields, or LeaderWorkerSet sets for a group: a
+# user `env` entry of the same name would contradict the field (refused in `env`).
+INDEX_DTYPE_ENV = "DSV4_INDEX_DTYPE"  # features.indexDtype, read by the SGLang plugin
+UNGATED_INDEX_K_ENV = "DSV4_INJECT_UNGATED_INDEX_K"  # features.faultInjection
+PLUGINS_ENV = "SGLANG_PLUGINS"  # the project's SGLang plugin
+OPERATOR_OWNED_ENV: tuple[str, ...] = (
+    INDEX_DTYPE_ENV,
+    UNGATED_INDEX_K_ENV,
+    PLUGINS_ENV,
+    LWS_LEADER_ADDRESS,
+    LWS_WORKER_INDEX,
+    LWS_GROUP_SIZE,
+)
 
 
 def flag_in(extra_args: list[str] | tuple[str, ...], flags: tuple[str, ...]) -> str | None:
@@ -254,7 +267,7 @@ def to_sglang_args(
 
 def plugin_env(config: EngineConfig) -> dict[str, str]:
     """Environment for the project's SGLang plugin: the index-K dtype it checks."""
-    return {"DSV4_INDEX_DTYPE": config.features.index_dtype.value}
+    return {INDEX_DTYPE_ENV: config.features.index_dtype.value}
 
 
 def dump_engine_yaml(config: EngineConfig) -> str:

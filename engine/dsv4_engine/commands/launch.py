@@ -19,6 +19,8 @@ from pydantic import ValidationError
 
 from dsv4_engine.cliutil import CommandError
 from dsv4_engine.engine_config import (
+    PLUGINS_ENV,
+    UNGATED_INDEX_K_ENV,
     Backend,
     EngineConfig,
     load_engine_yaml,
@@ -29,8 +31,6 @@ from dsv4_engine.engine_config import (
 from dsv4_engine.index_k import sglang_index_dtype_error
 
 PLUGIN_ENTRY_POINT = "dsv4_index_k"  # engine/pyproject.toml, group sglang.srt.plugins
-# dsv4_engine.pools.device_pool.UNGATED_INDEX_K_ENV (not imported: that imports torch).
-UNGATED_INDEX_K_ENV = "DSV4_INJECT_UNGATED_INDEX_K"
 HICACHE_SWITCH = "--enable-hierarchical-cache"
 HICACHE_VALUED_FLAGS = (
     "--hicache-ratio", "--hicache-size", "--hicache-write-policy", "--hicache-mem-layout"
@@ -128,7 +128,7 @@ def command(config: EngineConfig) -> tuple[list[str], dict[str, str]]:
     rank, addr = sglang_placement(config)
     # plugin_env carries the index-K dtype under the name dsv4_engine.sglang_plugin reads
     # (the plugin refuses, at pool sizing, a dtype SGLang does not store, as above).
-    env = {"SGLANG_PLUGINS": PLUGIN_ENTRY_POINT, **plugin_env(config)}
+    env = {PLUGINS_ENV: PLUGIN_ENTRY_POINT, **plugin_env(config)}
     argv = [sys.executable, "-m", "sglang.launch_server", *to_sglang_args(config, rank, addr)]
     return argv, env
 

@@ -29,13 +29,12 @@ import random
 
 import torch
 
+from dsv4_engine.engine_config import UNGATED_INDEX_K_ENV
 from dsv4_engine.features import IndexDtype
 from dsv4_engine.kernels import KernelOps, default_backend, get_ops
 from dsv4_engine.pools.allocator import PageAllocator
 from dsv4_engine.pools.gate import LayerGate
 from dsv4_engine.pools.layout import BufferKind, ModelShape, PoolLayout, pool_layout
-
-UNGATED_INDEX_K_ENV = "DSV4_INJECT_UNGATED_INDEX_K"
 
 logger = logging.getLogger(__name__)
 

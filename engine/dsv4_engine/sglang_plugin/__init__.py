@@ -30,10 +30,10 @@ from collections.abc import Callable
 from typing import Any
 
 from dsv4_engine.configurator.errors import ConfigError
+from dsv4_engine.engine_config import INDEX_DTYPE_ENV as ENV_INDEX_DTYPE
 from dsv4_engine.features import IndexDtype
 from dsv4_engine.index_k import sglang_index_dtype_error
 
-ENV_INDEX_DTYPE = "DSV4_INDEX_DTYPE"
 _CONFIGURATORS = "sglang.srt.model_executor.pool_configurator"
 DSA_TARGET = f"{_CONFIGURATORS}.DefaultPoolConfigurator._compute_dsa_indexer_cell_size"
 DSV4_TARGET = f"{_CONFIGURATORS}.DSV4PoolConfigurator._get_bytes_per_full_token"

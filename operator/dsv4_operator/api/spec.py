@@ -16,6 +16,7 @@ from typing import Annotated
 from pydantic import Field, StringConstraints, model_validator
 
 from dsv4_engine.engine_config import (
+    OPERATOR_OWNED_ENV,
     OPERATOR_OWNED_FLAGS,
     TRANSFER_FORMAT_FLAGS,
     Backend,
@@ -128,10 +129,15 @@ def _sets_one_of(flags: tuple[str, ...]) -> str:
 
 
 _TRANSFER_ARG = (
-    "extraArgs must not set --page-size or --kv-cache-dtype: they are part of the "
-    "prefill→decode transfer format, which both roles must share at every instant, and an "
-    "extra argument rolls one role's pods at a time"
+    "extraArgs must not set --page-size or --kv-cache-dtype: they size the KV pools, and the "
+    "operator sizes each engine pod's memory with SGLang's defaults for them"
 )
+_OWNED_ENV = (
+    "env must not set a variable the operator or LeaderWorkerSet sets ("
+    + ", ".join(OPERATOR_OWNED_ENV)
+    + "); use the typed field (features.indexDtype, features.faultInjection)"
+)
+_OWNED_ENV_LIST = "[" + ", ".join(f"'{name}'" for name in OPERATOR_OWNED_ENV) + "]"
 
 
 class RoleSpec(CamelModel):
@@ -160,6 +166,7 @@ class RoleSpec(CamelModel):
             "disaggregation, HiCache, kv-canary, host/port); use the typed field",
             ".extraArgs",
         ),
+        cel(f"!self.env.exists(e, e.name in {_OWNED_ENV_LIST})", _OWNED_ENV, ".env"),
     )
 
     replicas: Annotated[int, Rolls.CAPACITY] = Field(default=1, ge=0, le=MAX_ROLE_REPLICAS)
@@ -171,7 +178,12 @@ class RoleSpec(CamelModel):
     enable_dp_attention: Annotated[bool, Rolls.REVISION] = False
     resources: Annotated[RoleResources, Rolls.CAPACITY] = RoleResources()
     extra_args: Annotated[tuple[ExtraArg, ...], Rolls.REVISION] = Field(default=(), max_length=64)
-    env: Annotated[tuple[EnvVar, ...], Rolls.REVISION] = Field(default=(), max_length=64)
+    env: Annotated[tuple[EnvVar, ...], Rolls.REVISION] = Field(
+        default=(),
+        max_length=64,
+        # A map keyed by name: the API server itself refuses a variable named twice.
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
 
     @model_validator(mode="after")
     def _parallelism_fits(self) -> RoleSpec:
@@ -187,6 +199,13 @@ class RoleSpec(CamelModel):
         transfer = transfer_flag_in(self.extra_args)
         if transfer is not None:
             raise ValueError(f"{_TRANSFER_ARG} (got {transfer!r})")
+        names = [e.name for e in self.env]
+        owned_env = next((n for n in names if n in OPERATOR_OWNED_ENV), None)
+        if owned_env is not None:
+            raise ValueError(f"{_OWNED_ENV} (got {owned_env!r})")
+        twice = next((n for n in names if names.count(n) > 1), None)
+        if twice is not None:
+            raise ValueError(f"env must not name a variable twice (got {twice!r})")
         return self
 
     @property
