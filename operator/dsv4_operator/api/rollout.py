@@ -15,7 +15,7 @@ import json
 from enum import StrEnum
 from typing import Any
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from dsv4_engine.features import CamelModel, EngineFeatures, Role
 from dsv4_engine.probe.settings import ProbeName
@@ -168,6 +168,13 @@ class EngineRevision(CamelModel):
         "production runs this reference (unset: the runtime reported no registry digest).",
     )
 
+    @field_validator("spec")
+    @classmethod
+    def _canonical(cls, spec: dict[str, Any]) -> dict[str, Any]:
+        """Numbers as the API server gives them back: it writes a whole float (`1.0`) as
+        an integer, and the revision — a hash of this JSON — must not move with that."""
+        return _whole_numbers(spec)
+
     @property
     def revision(self) -> str:
         return _digest(self.spec)
@@ -185,6 +192,16 @@ class EngineRevision(CamelModel):
     def pinned_image(self) -> str:
         """What production's engine containers run: the digest once proven, else the name."""
         return self.image_digest or self.image
+
+
+def _whole_numbers(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _whole_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_whole_numbers(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
 def _digest(body: object) -> str:

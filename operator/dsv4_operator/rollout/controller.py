@@ -231,9 +231,13 @@ class RolloutController:
 
 
 def canary_settings(spec: DSV4DeploymentSpec, url: str) -> ProbeSettings:
-    """What a canary probe attempt runs with: `spec.canary`, against ``url``."""
+    """What a probe attempt runs with: `spec.canary`, against ``url``, for the engines
+    ``spec`` renders.  Without HiCache there is no host tier to push prefixes to, so the
+    probes ask for no offload (the engine serves no offload endpoint then)."""
     canary: CanarySpec = spec.canary
+    offload = "default" if spec.features.hicache.enabled else None
     return ProbeSettings(
+        admin_offload_path=offload,
         base_url=url,
         backend=spec.engine,
         probes=canary.probes or (),

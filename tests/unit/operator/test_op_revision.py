@@ -5,19 +5,22 @@ no way around it by recreating the deployment."""
 
 from __future__ import annotations
 
+import json
 from typing import Annotated
 
 import pytest
 from pydantic import BaseModel
 
 from dsv4_operator.api import KIND
-from dsv4_operator.api.rolls import Rolls, Unclassified, classes
+from dsv4_operator.api.rollout import EngineRevision
+from dsv4_operator.api.rolls import Rolls, Unclassified, classes, project
 from dsv4_operator.api.samples import load_sample, merge_patch
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.rollout import manual
+from dsv4_operator.rollout.controller import canary_settings
 from dsv4_operator.rollout.decide import ManualAction
 from dsv4_operator.rollout.digest import registry_digest
-from dsv4_operator.rollout.slices import spec_revision
+from dsv4_operator.rollout.slices import REVISION_PATHS, spec_revision
 from tests.unit.operator.harness import FAIL, FP4, HICACHE, NS, PASS, World
 
 # One change of each revision-class field (a spec patch), for the field's path.
@@ -350,3 +353,28 @@ def test_a_rejected_revision_stays_rejected_after_the_spec_moved_away_and_back()
     assert spec_revision(spec(FP4)).revision == rejected
     assert world.phase() == "RolledBack" and not world.children("flash--canary")
     assert f"flags {rejected} were rejected (earlier" in world.rollout()["message"]
+
+
+def test_probes_ask_for_a_host_tier_round_trip_only_where_the_revision_has_one():
+    """A canary without HiCache serves no offload endpoint: asking for one made every
+    consistency probe inapplicable, so no such canary (a parser, an env change) could PASS."""
+
+    plain = canary_settings(spec({"engine": "reference"}), "http://canary:8000")
+    assert plain.offload_path is None
+    hicache = canary_settings(spec({"engine": "reference", **HICACHE}), "http://canary:8000")
+    assert hicache.offload_path is not None
+
+
+def test_a_revision_read_back_from_the_api_server_is_the_same_revision():
+    """The API server writes a whole float (ungatedShare 1.0, ratio 2.0) back as an integer:
+    the revision read from status must still name what the spec asks for, or every pass
+    would start the same canary again (seen on the real control plane)."""
+    asked = spec({"engine": "reference", **HICACHE})
+    written = {
+        "spec": project(asked.model_dump(mode="json", by_alias=True), REVISION_PATHS),
+        "transferKey": "k",
+    }
+    text = json.dumps(written)
+    assert '"ratio": 2.0' in text
+    stored = json.loads(text.replace(".0,", ",").replace(".0}", "}"))
+    assert EngineRevision.model_validate(stored).revision == spec_revision(asked).revision
