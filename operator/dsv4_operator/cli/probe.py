@@ -56,7 +56,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--max-corruption-rate", type=float, default=0.005)
     p.add_argument("--confidence", type=float, default=0.95)
-    p.add_argument("--max-transport-error-rate", type=float, default=0.02)
+    p.add_argument(
+        "--warm-up",
+        type=float,
+        default=60.0,
+        help="seconds the first request (a warm-up, not judged) may keep failing before the "
+        "engine counts as not answering (exit 3, or INCONCLUSIVE filed); after it, every "
+        "failed request counts as a failure",
+    )
     p.add_argument(
         "--max-tokens", type=int, help="tokens of each tool-call answer (default per backend)"
     )
@@ -107,7 +114,7 @@ OPTIONS: dict[str, str] = {
     "requests": "requests",
     "max_corruption_rate": "max-corruption-rate",
     "confidence": "confidence",
-    "max_transport_error_rate": "max-transport-error-rate",
+    "warm_up_s": "warm-up",
     "max_tokens": "max-tokens",
     "request_timeout_s": "timeout",
     "max_duration_s": "max-duration",
@@ -169,7 +176,7 @@ def _progress_bar(tally: Tally) -> None:
     filled = int(30 * done / tally.budget)
     sys.stderr.write(
         f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{tally.budget} "
-        f"corrupt {tally.corrupt} errors {tally.transport_errors} "
+        f"corrupt {tally.corrupt} failed requests {tally.transport_errors} "
     )
     sys.stderr.flush()
 

@@ -128,8 +128,9 @@ def test_probe_usage_errors_exit_3(capsys, argv, message):
 
 
 def test_probe_unreachable_engine_exits_3(capsys, unused_tcp_port):
-    assert main(["probe", f"http://127.0.0.1:{unused_tcp_port}", "--requests", "5"]) == 3
-    assert "is not an OpenAI API" in capsys.readouterr().err
+    url = f"http://127.0.0.1:{unused_tcp_port}"
+    assert main(["probe", url, "--requests", "5", "--warm-up", "1"]) == 3
+    assert "did not answer a warm-up request within 1 s" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
