@@ -57,6 +57,7 @@ from dsv4_operator.reconcile.status import (
     deadline_left,
     decide_status,
     observe_roles,
+    spec_pending,
 )
 from dsv4_operator.reconcile.watches import CHILD_KINDS
 from dsv4_operator.render.engine import feature_revision
@@ -306,6 +307,9 @@ class Reconciler:
             now=stamp(self.clock()),
             blockers=[b for b in state.blockers if not b.canary] if state else [],
             progress_deadline_seconds=state.spec.progress_deadline_seconds if state else None,
+            pending=spec_pending(rollout_status, spec_flags(state.spec).revision)
+            if state
+            else None,
         )
         if rollout_status is not None:
             dumped = rollout_status.model_dump(mode="json", by_alias=True, exclude_none=True)
