@@ -1,15 +1,22 @@
 """Leader election on a coordination.k8s.io Lease, so two operator replicas never both act.
 
-The decision is a pure function of the Lease and the clock (`lease_verdict`); the loop
-around it only reads and writes the Lease.  Writes carry the resourceVersion read, so two
-candidates racing for an expired Lease cannot both win: the loser gets 409.
+The decision is a pure function of the Lease, what this candidate saw of it and its own
+clock (`lease_verdict`); the loop around it only reads and writes the Lease.  Writes carry
+the resourceVersion read, so two candidates racing for an expired Lease cannot both win:
+the loser gets 409.
 
-Timing follows client-go's leader election: a candidate takes a Lease only after its full
-duration without renewal, while the holder stops acting once it has failed to renew for the
-(shorter) renew deadline.  The gap between the two is what guarantees the old leader has
-stopped writing before a new one can start: `Leadership.held` is checked before every write
-(`Kube.fence`), and each Lease request has a timeout far shorter than the deadline, so a hung
-API call cannot outlast it.
+Timing follows client-go's leader election.  A candidate measures expiry on its own
+monotonic clock, from when it last saw the Lease's holder or renewTime change (never the
+holder's renewTime against its own wall clock: the two machines' clocks may disagree by
+more than the Lease lasts), and takes a Lease only after its full duration without a
+change.  The holder stops acting once it has failed to renew for the (shorter) renew
+deadline, counted from when it sent its last successful renewal.  Every write but the
+Lease's own asks `Leadership.remaining` first (`Kube.fence`): none is sent once the deadline
+has passed, and each is abandoned by the client at the deadline at the latest.  So no write
+is sent or waited for after the renew deadline, which passes at least duration − deadline
+(5 s by default) before any candidate may take over; what this cannot rule out is a request
+the API server received before the deadline and finishes later (Kubernetes has no fencing
+token), which the gap makes unlikely, not impossible.
 """
 
 from __future__ import annotations
@@ -52,19 +59,34 @@ class LeaseConfig:
         return self.retry_period_s
 
 
+@dataclass(frozen=True)
+class Sighting:
+    """The Lease's holder and renewTime as this candidate last saw them change, and when,
+    on its own monotonic clock: expiry is counted from here."""
+
+    holder: str | None
+    renew_time: str | None
+    seen_at: float
+
+
 @dataclass
 class Leadership:
-    """Whether this process may still write: it renewed within the renew deadline."""
+    """Whether this process may still write (it renewed within the renew deadline), and
+    what it saw of the Lease while it did not hold it."""
 
     config: LeaseConfig
     renewed_at: float | None = None  # time.monotonic() of the last successful renewal
     clock: Any = field(default=time.monotonic)
+    sighting: Sighting | None = None
+
+    def remaining(self) -> float:
+        """Seconds this process may still write: until the renew deadline (0: not leader)."""
+        if self.renewed_at is None:
+            return 0.0
+        return max(0.0, self.config.renew_deadline_s - (self.clock() - self.renewed_at))
 
     def held(self) -> bool:
-        return (
-            self.renewed_at is not None
-            and self.clock() - self.renewed_at < self.config.renew_deadline_s
-        )
+        return self.remaining() > 0
 
 
 def _format(t: dt.datetime) -> str:
@@ -75,16 +97,21 @@ def _parse(s: str) -> dt.datetime:
     return dt.datetime.strptime(s.replace("Z", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z")
 
 
-def lease_verdict(spec: dict[str, Any], identity: str, now: dt.datetime) -> str:
-    """`renew` (ours), `take` (free or expired) or `wait` (someone else holds it)."""
-    holder = spec.get("holderIdentity")
+def lease_verdict(
+    spec: dict[str, Any], identity: str, last: Sighting | None, now: float
+) -> tuple[str, Sighting]:
+    """`renew` (ours), `take` (free, or unchanged for its duration as seen from here) or
+    `wait` (someone else holds it), and the sighting to remember; ``now`` is this
+    candidate's monotonic clock."""
+    holder, renewed = spec.get("holderIdentity"), spec.get("renewTime")
+    if last is None or (last.holder, last.renew_time) != (holder, renewed):
+        last = Sighting(holder, renewed, now)
     if holder == identity:
-        return "renew"
-    renewed = spec.get("renewTime")
+        return "renew", last
     if not holder or renewed is None:
-        return "take"
-    expiry = _parse(renewed) + dt.timedelta(seconds=spec.get("leaseDurationSeconds", 15))
-    return "take" if now >= expiry else "wait"
+        return "take", last
+    unchanged = now - last.seen_at
+    return ("take" if unchanged >= spec.get("leaseDurationSeconds", 15) else "wait"), last
 
 
 def lease_body(config: LeaseConfig, now: dt.datetime, acquired: str | None) -> dict[str, Any]:
@@ -101,17 +128,20 @@ def lease_body(config: LeaseConfig, now: dt.datetime, acquired: str | None) -> d
     }
 
 
-def try_hold(kube: Kube, config: LeaseConfig) -> bool:
+def try_hold(kube: Kube, leadership: Leadership) -> bool:
     """One attempt to take or renew the Lease; True while this process is the leader."""
+    config = leadership.config
     timeout = config.request_timeout_s
-    now = dt.datetime.now(dt.UTC)
+    now = dt.datetime.now(dt.UTC)  # only written into the Lease, for people to read
     lease = kube.get("Lease", config.namespace, config.name, timeout=timeout)
     sent: dict[str, Any] | None = None  # the renewal or takeover, once sent
     try:
         if lease is None:
             kube.create(lease_body(config, now, None), timeout=timeout)
             return True
-        verdict = lease_verdict(lease.get("spec") or {}, config.identity, now)
+        verdict, leadership.sighting = lease_verdict(
+            lease.get("spec") or {}, config.identity, leadership.sighting, leadership.clock()
+        )
         if verdict == "wait":
             return False
         acquired = lease["spec"].get("acquireTime") if verdict == "renew" else None
@@ -143,7 +173,7 @@ async def acquire(kube: Kube, leadership: Leadership) -> None:
     while True:
         started = leadership.clock()
         try:
-            if await asyncio.to_thread(try_hold, kube, config):
+            if await asyncio.to_thread(try_hold, kube, leadership):
                 leadership.renewed_at = started
                 log.info("became leader", extra={"lease": config.name, "identity": config.identity})
                 return
@@ -161,7 +191,7 @@ async def keep(kube: Kube, leadership: Leadership, lost: asyncio.Event) -> None:
         await asyncio.sleep(config.retry_period_s)
         started = leadership.clock()
         try:
-            if await asyncio.to_thread(try_hold, kube, config):
+            if await asyncio.to_thread(try_hold, kube, leadership):
                 # Credit the renewal to when it was sent: the API may have been slow.
                 leadership.renewed_at = started
             else:

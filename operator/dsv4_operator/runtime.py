@@ -259,7 +259,7 @@ async def serve(
         args.lease_name, args.lease_namespace, args.identity, args.lease_seconds
     )
     leadership = leader.Leadership(lease)
-    kube.fence = leadership.held  # no write leaves this process once it may not lead
+    kube.fence = leadership.remaining  # no write leaves, or is waited for, past the lead
     health = Health(kube, leadership)
     try:
         runner = await health.start(args.health_port, wiring.routes)

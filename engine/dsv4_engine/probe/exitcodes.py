@@ -13,6 +13,9 @@ from typing import NoReturn
 from dsv4_engine.cliutil import usage_error
 
 USAGE_OR_CONNECTION_ERROR = 3
+# A verdict was reached but could not be filed (`--report-configmap`): the run is over, and
+# a probe Job must not run it again — a rerun could only replace that verdict with another.
+VERDICT_NOT_FILED = 4
 
 
 def usage_error_exit_3(parser: argparse.ArgumentParser) -> Callable[[str], NoReturn]:

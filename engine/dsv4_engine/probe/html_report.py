@@ -75,13 +75,13 @@ def _rate_chart(report: dict[str, Any]) -> str:
         f'stroke-dasharray="5,4"/><text x="{_W - _PAD}" y="{ty - 4:.1f}" text-anchor="end" '
         f'fill="#b3261e">threshold {threshold:.2%}</text>'
         f'<text x="{_W - _PAD}" y="{_H - _PAD + 14}" text-anchor="end">{n}</text>'
-        f'<text x="{_PAD + 8}" y="{_PAD + 12}">line: corruption rate; band: FAIL lower bound '
+        f'<text x="{_PAD + 8}" y="{_PAD + 12}">line: failure rate; band: FAIL lower bound '
         f"to PASS upper bound ({report['confidence']:.0%}); dashed: threshold</text>"
     )
     return _frame(
-        "Running corruption rate with its confidence band (FAIL lower bound to PASS upper bound)",
+        "Running failure rate (corrupt answers and failed requests) with its confidence band (FAIL lower bound to PASS upper bound)",
         "judged samples",
-        "corruption rate",
+        "failure rate",
         f"{top:.1%}",
         body,
         "rate-chart",
@@ -139,7 +139,7 @@ def render_html(report: dict[str, Any]) -> str:
         f"<title>Probe report: {escape(verdict)}</title><style>{_CSS}</style></head><body>"
         f"<h1>Corruption probe <span class='badge {escape(verdict)}'>{escape(verdict)}</span></h1>"
         f"<pre>{escape(summary_table(report))}</pre>"
-        f"<h2>Running corruption rate</h2>{_rate_chart(report)}"
+        f"<h2>Running failure rate</h2>{_rate_chart(report)}"
         "<h2>Outcomes</h2>"
         + _bars(classes, "Samples per outcome", "outcome", "class-chart", "#6a51a3")
         + "<h2>Latency</h2>"

@@ -23,13 +23,19 @@ class Outcome(StrEnum):
     CACHE_MISMATCH = "CACHE_MISMATCH"
     """A greedy answer changed after its prefix went through the host tier."""
     TRANSPORT_ERROR = "TRANSPORT_ERROR"
-    """No answer to judge (connection, timeout, HTTP error): counted apart from corruption."""
+    """No answer to judge (connection, timeout, HTTP error, a body that is no chat answer):
+    not corruption, but a failed request, and the probe's bounds count it as a failure."""
     NOT_APPLICABLE = "NOT_APPLICABLE"
     """The check cannot judge this engine (e.g. consistency on a non-deterministic one)."""
 
     @property
     def is_corruption(self) -> bool:
         return self not in _NOT_CORRUPTION
+
+    @property
+    def is_failure(self) -> bool:
+        """What a canary's bounds count: a corrupt answer, or a request that got none."""
+        return self.is_corruption or self is Outcome.TRANSPORT_ERROR
 
 
 _NOT_CORRUPTION = frozenset({Outcome.VALID, Outcome.TRANSPORT_ERROR, Outcome.NOT_APPLICABLE})

@@ -16,7 +16,7 @@ from dsv4_engine.probe.probes import EXCERPT_CHARS
 from dsv4_engine.probe.runner import ProbeResult
 from dsv4_engine.probe.stats import fail_boundary_lower, percents, upper_bound
 
-REPORT_SCHEMA_VERSION = 1
+REPORT_SCHEMA_VERSION = 2  # 2: failed requests count as failures (`samples.failed`)
 EXAMPLES_PER_CLASS = 3
 SERIES_POINTS = 400
 LATENCY_BINS = 30
@@ -55,19 +55,19 @@ def _latency(latencies: list[float]) -> dict[str, Any]:
 
 
 def _series(flags: list[bool], confidence: float) -> list[dict[str, float]]:
-    """The running rate with its bounds at up to SERIES_POINTS judged-sample counts."""
+    """The running failure rate with its bounds at up to SERIES_POINTS judged-sample counts."""
     step = max(1, -(-len(flags) // SERIES_POINTS))
-    points, corrupt = [], 0
+    points, failed = [], 0
     for n, bad in enumerate(flags, start=1):
-        corrupt += bad
+        failed += bad
         if n % step == 0 or n == len(flags):
             points.append(
                 {
                     "n": n,
-                    "corrupt": corrupt,
-                    "rate": corrupt / n,
-                    "upper": upper_bound(corrupt, n, confidence),
-                    "fail_lower": fail_boundary_lower(corrupt, n, confidence),
+                    "failed": failed,
+                    "rate": failed / n,
+                    "upper": upper_bound(failed, n, confidence),
+                    "fail_lower": fail_boundary_lower(failed, n, confidence),
                 }
             )
     return points
@@ -113,6 +113,7 @@ def build_report(result: ProbeResult) -> dict[str, Any]:
             "judged": tally.judged,
             "corrupt": tally.corrupt,
             "transport_errors": tally.transport_errors,
+            "failed": tally.failed,
             "fail_at": tally.fail_at,
             "stopped_because": tally.stopped_because,
         },
@@ -130,7 +131,7 @@ def build_report(result: ProbeResult) -> dict[str, Any]:
             "mean": result.mean_concurrency,
         },
         "latency": _latency(latencies),
-        "series": _series(tally.corrupt_flags, s.confidence),
+        "series": _series(tally.failure_flags, s.confidence),
     }
 
 
@@ -144,12 +145,13 @@ def summary_table(report: dict[str, Any]) -> str:
             "judged samples",
             f"{smp['judged']} (of {smp['attempted']} attempted, budget {smp['budget']})",
         ),
-        ("corrupt", f"{smp['corrupt']}  rate {report['rate']:.3%}"),
+        ("corrupt", str(smp["corrupt"])),
+        ("failed requests", f"{smp['transport_errors']} (no answer to judge; each a failure)"),
+        ("failed", f"{smp['failed']}  rate {report['rate']:.3%}"),
         (
             f"upper bound ({report['confidence']:.0%})",
             "{}  threshold {}".format(*percents(report["upper_bound"], report["threshold"])),
         ),
-        ("transport errors", str(smp["transport_errors"])),
         ("concurrency", f"peak {conc['peak']}, mean {conc['mean']:.1f}, target {conc['target']}"),
     ]
     if lat["count"]:

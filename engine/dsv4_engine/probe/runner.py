@@ -32,34 +32,42 @@ class ProbeConnectionError(Exception):
 
 @dataclass
 class Tally:
+    """Every sample counts: a corrupt answer and a request that got no answer to judge (an
+    error, a timeout, a body that is not a chat answer) are both failures of the canary,
+    and the bounds are on failures over all samples.  No failed request gives its slot
+    back: re-issuing it until an answer comes would let a canary that fails 2% of its
+    requests PASS on the 98% that it answered."""
+
     settings: ProbeSettings
     budget: int
     samples: list[Sample] = field(default_factory=list)
     judged: int = 0
+    """Samples counted: every one run, a failed request included."""
     corrupt: int = 0
     transport_errors: int = 0
+    """Failed requests: no answer to judge (each also a failure)."""
     fail_at: int | None = None
-    corrupt_flags: list[bool] = field(default_factory=list)
+    failure_flags: list[bool] = field(default_factory=list)
     """One entry per judged sample, in completion order: the running rate's data."""
     stopped_because: str | None = None
 
     def add(self, sample: Sample) -> None:
         self.samples.append(sample)
-        if sample.outcome is Outcome.TRANSPORT_ERROR:
-            self.transport_errors += 1
-            if self.transport_errors > self.settings.max_transport_error_rate * self.budget:
-                self.stop("transport errors above the limit")
-            return
         self.judged += 1
-        bad = sample.outcome.is_corruption
-        self.corrupt += bad
-        self.corrupt_flags.append(bad)
+        self.corrupt += sample.outcome.is_corruption
+        self.transport_errors += sample.outcome is Outcome.TRANSPORT_ERROR
+        self.failure_flags.append(sample.outcome.is_failure)
         s = self.settings
         if self.fail_at is None and fail_now(
-            self.corrupt, self.judged, s.max_corruption_rate, s.confidence
+            self.failed, self.judged, s.max_corruption_rate, s.confidence
         ):
             self.fail_at = self.judged
             self.stop("sequential FAIL rule fired")
+
+    @property
+    def failed(self) -> int:
+        """Corrupt answers plus failed requests: what the bounds count."""
+        return self.corrupt + self.transport_errors
 
     def stop(self, why: str) -> None:
         if self.stopped_because is None:
@@ -67,7 +75,7 @@ class Tally:
 
     @property
     def upper_bound(self) -> float:
-        return upper_bound(self.corrupt, self.judged, self.settings.confidence)
+        return upper_bound(self.failed, self.judged, self.settings.confidence)
 
 
 @dataclass(frozen=True)
@@ -97,8 +105,13 @@ class ProbeResult:
         return self.tally.corrupt
 
     @property
+    def failed(self) -> int:
+        return self.tally.failed
+
+    @property
     def rate(self) -> float:
-        return self.tally.corrupt / self.tally.judged if self.tally.judged else 0.0
+        """Failures (corrupt answers and failed requests) per judged sample."""
+        return self.tally.failed / self.tally.judged if self.tally.judged else 0.0
 
     @property
     def upper_bound(self) -> float:
@@ -124,7 +137,7 @@ async def run_probes(settings: ProbeSettings, progress: ProgressFn | None = None
             settings.connect_timeout_s,
             settings.api_key,
         )
-        model = await _model(client, settings)
+        model = await _warm_up(client, settings)
         probe_set = settings.probe_set(await _reference_model(client, settings))
         not_applicable, host_round_trip = await _preflight(client, settings, probe_set)
         applicable = tuple(p for p in probe_set if p not in not_applicable)
@@ -143,7 +156,6 @@ async def run_probes(settings: ProbeSettings, progress: ProgressFn | None = None
         target_concurrency=settings.concurrency,
         threshold=settings.max_corruption_rate,
         confidence=settings.confidence,
-        max_transport_error_rate=settings.max_transport_error_rate,
         applicable_probes=len(applicable),
     )
     verdict, reasons = decide(evidence)
@@ -177,9 +189,8 @@ async def _drive(
 
     async def worker() -> None:
         nonlocal next_index
-        # The budget counts judged samples: a request that got no answer gives its slot
-        # back (the transport-error limit in `Tally.add` bounds how often).
-        while tally.stopped_because is None and next_index < tally.budget + tally.transport_errors:
+        # Every sample started is judged: a failed request is a failure, never re-issued.
+        while tally.stopped_because is None and next_index < tally.budget:
             if deadline is not None and time.monotonic() > deadline:
                 tally.stop(f"time limit of {limit:g} s reached")
                 break
@@ -193,14 +204,51 @@ async def _drive(
     await asyncio.gather(*workers)
 
 
+# Pauses between warm-up tries: the first, and the longest (doubling in between).
+WARM_UP_PAUSE_S = (0.5, 5.0)
+
+
+async def _warm_up(client: EngineClient, settings: ProbeSettings) -> str:
+    """The model to ask for, once the engine has answered one chat request (not judged).
+
+    Kubernetes calls a canary Ready before its router necessarily routes (a worker not yet
+    discovered, a connection refused for a moment): until that first answer a failed
+    request means "not ready yet", not a failure of the flags, and is tried again for up to
+    `warm_up_s`; an engine that never answers is a `ProbeConnectionError` (no evidence).
+    After it, every failed request counts against the canary (`Tally`)."""
+    deadline = time.monotonic() + settings.warm_up_s
+    pause, longest = WARM_UP_PAUSE_S
+    while True:
+        try:
+            model = await _model(client, settings)
+            await client.chat(
+                {
+                    "model": model,
+                    "messages": [{"role": "user", "content": "Reply with OK."}],
+                    "max_tokens": 1,
+                    "temperature": 0,
+                    "stream": False,
+                }
+            )
+            return model
+        except TransportError as err:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ProbeConnectionError(
+                    f"{settings.base_url} did not answer a warm-up request within "
+                    f"{settings.warm_up_s:g} s: {err}"
+                ) from None
+            await asyncio.sleep(min(pause, left))
+            pause = min(2 * pause, longest)
+
+
 async def _model(client: EngineClient, settings: ProbeSettings) -> str:
+    """The model to ask for; a TransportError when the engine does not answer (yet)."""
     try:
         models = await client.models()
     except EndpointMissing:
         # Reachable but without a model list: the request's model field is then a label.
         return settings.model or "default"
-    except TransportError as err:
-        raise ProbeConnectionError(f"{settings.base_url} is not an OpenAI API: {err}") from None
     if settings.model is not None:
         return settings.model
     if not models:

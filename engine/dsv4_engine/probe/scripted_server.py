@@ -33,6 +33,8 @@ def _chance(*key: object) -> float:
 class ScriptedCompletionServer:
     corruption_rate: float = 0.0
     transport_error_rate: float = 0.0
+    failing_requests: frozenset[int] = frozenset()
+    """Chat requests, by arrival (1 = the first), answered with HTTP 500 whatever the rate."""
     latency_s: float = 0.0
     seed: int = 0
     fmt: DsmlFormat = DsmlFormat.V4
@@ -94,7 +96,8 @@ class ScriptedCompletionServer:
             if self.latency_s:
                 await asyncio.sleep(self.latency_s)
             key = json.dumps(body["messages"], sort_keys=True)
-            if _chance(self.seed, "transport", key, self.chat_requests) < self.transport_error_rate:
+            chance = _chance(self.seed, "transport", key, self.chat_requests)
+            if self.chat_requests in self.failing_requests or chance < self.transport_error_rate:
                 return web.Response(status=500, text="scripted internal error")
             if body.get("tools"):
                 message = self._echo_answer(body["messages"][-1]["content"], key)

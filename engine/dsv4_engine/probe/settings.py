@@ -125,7 +125,9 @@ class ProbeSettings(BaseModel):
     0.5% and 95%), the same number the canary uses by default."""
     max_corruption_rate: float = Field(default=0.005, gt=0, lt=1)
     confidence: float = Field(default=0.95, gt=0.5, lt=1)
-    max_transport_error_rate: float = Field(default=0.02, ge=0, lt=1)
+    warm_up_s: float = Field(default=60.0, gt=0)
+    """How long the first (warm-up) request may keep failing before the engine counts as
+    not answering (no verdict); after its answer every failed request is a failure."""
     max_duration_s: float | None = Field(default=None, gt=0)
     """Stop starting samples after this long (a canary step has a deadline); None: no limit."""
     max_tokens: int | None = Field(default=None, ge=1)

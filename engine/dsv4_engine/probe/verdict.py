@@ -1,9 +1,10 @@
 """From counts to PASS / FAIL / INCONCLUSIVE, with the reasons a human needs.
 
 Never PASS by default: PASS needs a judged sample count large enough for the exact upper
-bound to clear the threshold, transport errors within their limit, and the target
-concurrency actually reached.  FAIL needs only evidence of corruption (the sequential rule
-in `stats`): a run that shows corruption fails even if it was otherwise too small.
+bound to clear the threshold and the target concurrency actually reached.  The bounds count
+failures: corrupt answers and requests that got no answer alike (a user of the canary gets
+neither).  FAIL needs only evidence of failures (the sequential rule in `stats`): a run that
+shows them fails even if it was otherwise too small.
 """
 
 from __future__ import annotations
@@ -27,48 +28,44 @@ class Verdict(StrEnum):
 @dataclass(frozen=True)
 class Evidence:
     judged: int
+    """Samples counted, failed requests included."""
     corrupt: int
     transport_errors: int
+    """Failed requests (no answer to judge); failures beside the corrupt answers."""
     fail_at: int | None
     """Judged-sample count at which the sequential FAIL rule fired, if it did."""
     peak_concurrency: int
     target_concurrency: int
     threshold: float
     confidence: float
-    max_transport_error_rate: float
     applicable_probes: int
 
 
 def decide(ev: Evidence) -> tuple[Verdict, tuple[str, ...]]:
-    bound = upper_bound(ev.corrupt, ev.judged, ev.confidence)
+    failed = ev.corrupt + ev.transport_errors
+    bound = upper_bound(failed, ev.judged, ev.confidence)
     shown, budget = percents(bound, ev.threshold)
+    counted = f"{failed}/{ev.judged} failed: {ev.corrupt} corrupt, {ev.transport_errors} requests without an answer"
     if ev.fail_at is not None:
         return Verdict.FAIL, (
-            f"corruption above {ev.threshold:.3%} at {ev.confidence:.0%} confidence after "
-            f"{ev.fail_at} judged samples ({ev.corrupt}/{ev.judged} corrupt in total)",
+            f"failures above {ev.threshold:.3%} at {ev.confidence:.0%} confidence after "
+            f"{ev.fail_at} judged samples ({counted})",
         )
     reasons = []
     if ev.applicable_probes == 0:
         reasons.append("no probe of the set applies to this engine")
-    attempted = ev.judged + ev.transport_errors
-    if attempted and ev.transport_errors / attempted > ev.max_transport_error_rate:
-        reasons.append(
-            f"{ev.transport_errors}/{attempted} requests got no answer "
-            f"(limit {ev.max_transport_error_rate:.1%})"
-        )
     if ev.peak_concurrency < ev.target_concurrency:
         reasons.append(
             f"reached {ev.peak_concurrency} requests in flight, target {ev.target_concurrency}"
         )
     if bound >= ev.threshold:
-        needed = samples_to_pass(ev.threshold, ev.confidence, ev.corrupt)
+        needed = samples_to_pass(ev.threshold, ev.confidence, failed)
         reasons.append(
             f"upper bound {shown} is not below {budget}: {ev.judged} judged "
-            f"samples, {needed} needed with {ev.corrupt} corrupt"
+            f"samples, {needed} needed with {failed} failed ({counted})"
         )
     if reasons:
         return Verdict.INCONCLUSIVE, tuple(reasons)
     return Verdict.PASS, (
-        f"upper bound {shown} < {budget} at {ev.confidence:.0%} confidence "
-        f"({ev.corrupt}/{ev.judged} corrupt)",
+        f"upper bound {shown} < {budget} at {ev.confidence:.0%} confidence ({counted})",
     )

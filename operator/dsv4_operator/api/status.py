@@ -20,6 +20,10 @@ class ConditionType(StrEnum):
     READY = "Ready"
     PROGRESSING = "Progressing"
     DEGRADED = "Degraded"
+    # kstatus' abnormal-true pair, which Flux and `kubectl wait`-style tools read: the
+    # same facts as Progressing and Degraded, under the names they look for.
+    RECONCILING = "Reconciling"
+    STALLED = "Stalled"
 
 
 class Condition(CamelModel):

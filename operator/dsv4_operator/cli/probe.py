@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -18,15 +19,21 @@ from pydantic import ValidationError
 from dsv4_engine.cliutil import CommandError
 from dsv4_engine.engine_config import Backend
 from dsv4_engine.probe.dsml import DsmlFormat
-from dsv4_engine.probe.exitcodes import usage_error_exit_3
+from dsv4_engine.probe.exitcodes import VERDICT_NOT_FILED, usage_error_exit_3
 from dsv4_engine.probe.html_report import render_html
 from dsv4_engine.probe.report import summary_table
 from dsv4_engine.probe.runner import ProbeConnectionError, Tally, probe
 from dsv4_engine.probe.settings import Determinism, ProbeName, ProbeSettings
 from dsv4_engine.probe.verdict import Verdict
 from dsv4_operator.cli.kubeapi import connect, default_namespace
-from dsv4_operator.reconcile.kube import ApiError, Kube
-from dsv4_operator.rollout.reports import PROBE_MANAGER, Evidence, report_filing
+from dsv4_operator.reconcile.kube import TRANSIENT_STATUS, ApiError, Kube
+from dsv4_operator.rollout.decide import ProbeOutcome
+from dsv4_operator.rollout.reports import (
+    PROBE_MANAGER,
+    Evidence,
+    outcome_from_config_map,
+    report_filing,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -36,7 +43,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Send concurrent requests that exercise prefix reuse, host-tier reloads and long "
             "contexts, judge every answer and decide PASS / FAIL / INCONCLUSIVE with exact "
-            "confidence. Exit 0 PASS, 1 FAIL, 2 INCONCLUSIVE, 3 usage or connection error."
+            "confidence. Exit 0 PASS, 1 FAIL, 2 INCONCLUSIVE, 3 usage or connection error, "
+            "4 a verdict that could not be filed in --report-configmap."
         ),
     )
     p.add_argument("url", help="engine or router base URL, e.g. http://127.0.0.1:30000")
@@ -56,7 +64,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--max-corruption-rate", type=float, default=0.005)
     p.add_argument("--confidence", type=float, default=0.95)
-    p.add_argument("--max-transport-error-rate", type=float, default=0.02)
+    p.add_argument(
+        "--warm-up",
+        type=float,
+        default=60.0,
+        help="seconds the first request (a warm-up, not judged) may keep failing before the "
+        "engine counts as not answering (exit 3, or INCONCLUSIVE filed); after it, every "
+        "failed request counts as a failure",
+    )
     p.add_argument(
         "--max-tokens", type=int, help="tokens of each tool-call answer (default per backend)"
     )
@@ -85,7 +100,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=(
             "also file the report in this ConfigMap, as a rollout reads it (created when "
             "missing; what a rollout's probe Job runs); an unreachable engine is filed as "
-            "INCONCLUSIVE (exit 2)"
+            "INCONCLUSIVE (exit 2).  A verdict the ConfigMap holds already stands: the "
+            "command exits with it, without probing or overwriting it"
         ),
     )
     p.add_argument(
@@ -107,7 +123,7 @@ OPTIONS: dict[str, str] = {
     "requests": "requests",
     "max_corruption_rate": "max-corruption-rate",
     "confidence": "confidence",
-    "max_transport_error_rate": "max-transport-error-rate",
+    "warm_up_s": "warm-up",
     "max_tokens": "max-tokens",
     "request_timeout_s": "timeout",
     "max_duration_s": "max-duration",
@@ -169,7 +185,7 @@ def _progress_bar(tally: Tally) -> None:
     filled = int(30 * done / tally.budget)
     sys.stderr.write(
         f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{tally.budget} "
-        f"corrupt {tally.corrupt} errors {tally.transport_errors} "
+        f"corrupt {tally.corrupt} failed requests {tally.transport_errors} "
     )
     sys.stderr.flush()
 
@@ -178,15 +194,21 @@ def run(args: argparse.Namespace) -> int:
     settings = _settings(args)
     # Connect before probing: a bad kubeconfig must not cost a whole probe run.
     filing = _Filing.connect(args) if args.report_configmap else None
+    if filing is not None and (earlier := filing.filed()) is not None:
+        # An earlier run of this attempt (a pod retried, evicted, or its Job recreated)
+        # filed a verdict: it stands, and probing again could only replace it.
+        print(f"{filing} already holds {earlier.verdict.value}; not probing again", file=sys.stderr)
+        return _exit_code(earlier)
     tty = sys.stderr.isatty()
     try:
         result = probe(settings, _progress_bar if tty else None)
     except ProbeConnectionError as err:
         if filing is None:
             raise CommandError(str(err), 3) from None
-        filing.file(Evidence.unreachable(filing.name, settings, err))
-        print(f"{err}: filed INCONCLUSIVE in {filing}", file=sys.stderr)
-        return Verdict.INCONCLUSIVE.exit_code
+        unreachable = Evidence.unreachable(filing.name, settings, err)
+        standing = filing.file(unreachable) or unreachable.outcome
+        print(f"{err}: {standing.verdict.value} in {filing}", file=sys.stderr)
+        return _exit_code(standing)
     finally:
         if tty:
             sys.stderr.write("\n")
@@ -199,10 +221,24 @@ def run(args: argparse.Namespace) -> int:
             args.html.write_text(render_html(report))
     except OSError as err:
         raise CommandError(f"cannot write report: {err}", 3) from None
-    if filing is not None:
-        filing.file(evidence)
+    standing = filing.file(evidence) if filing is not None else None
     print(json.dumps(report, indent=2) if args.output == "json" else summary_table(report))
+    if standing is not None:
+        print(f"{filing} already held {standing.verdict.value}, which stands", file=sys.stderr)
+        return _exit_code(standing)
     return result.exit_code
+
+
+def _exit_code(outcome: ProbeOutcome) -> int:
+    """The exit code of the verdict a report holds."""
+    exits = {verdict.value: verdict.exit_code for verdict in Verdict}
+    return exits.get(outcome.verdict.value, Verdict.INCONCLUSIVE.exit_code)
+
+
+# Pauses between tries to file a verdict while the API server fails (each try already
+# retries transient errors briefly, `reconcile.kube.retrying`); after the last the verdict
+# is given up as not filed (exit 4, which a probe Job does not retry).
+FILING_PAUSES_S = (2.0, 4.0, 8.0, 16.0)
 
 
 @dataclass(frozen=True)
@@ -221,14 +257,41 @@ class _Filing:
     def __str__(self) -> str:
         return f"configmap {self.namespace}/{self.name}"
 
-    def file(self, evidence: Evidence) -> None:
-        """Server-side apply of the verdict and data only, under the probe's own field
-        manager, so the labels and owner the operator gave the ConfigMap stay as they are."""
-        body = report_filing(evidence)
-        body["metadata"].update(name=self.name, namespace=self.namespace)
+    def filed(self) -> ProbeOutcome | None:
+        """The verdict the report holds already, if any."""
         try:
-            self.kube.apply(
-                {"apiVersion": "v1", "kind": "ConfigMap", **body}, manager=PROBE_MANAGER
-            )
+            config_map = self.kube.get("ConfigMap", self.namespace, self.name)
         except ApiError as err:
-            raise CommandError(f"cannot file the report in {self}: {err}", 3) from None
+            raise CommandError(f"cannot read the report in {self}: {err}", 3) from None
+        return outcome_from_config_map(config_map) if config_map else None
+
+    def file(self, evidence: Evidence) -> ProbeOutcome | None:
+        """File the verdict, unless the report holds one already: that one stands and is
+        returned (None: filed).  Server-side apply of the verdict and data only, under the
+        probe's own field manager (the labels and owner the operator gave the ConfigMap stay
+        as they are), with the resourceVersion just read as its precondition, so a verdict
+        another run filed meanwhile is never overwritten."""
+        error: ApiError | None = None
+        for pause in (*FILING_PAUSES_S, None):
+            try:
+                config_map = self.kube.get("ConfigMap", self.namespace, self.name)
+                standing = outcome_from_config_map(config_map) if config_map else None
+                if standing is not None:
+                    return standing
+                body = report_filing(evidence)
+                body["metadata"].update(name=self.name, namespace=self.namespace)
+                if config_map is not None:
+                    body["metadata"]["resourceVersion"] = config_map["metadata"]["resourceVersion"]
+                self.kube.apply(
+                    {"apiVersion": "v1", "kind": "ConfigMap", **body}, manager=PROBE_MANAGER
+                )
+                return None
+            except ApiError as err:
+                if err.status != 409 and err.status not in TRANSIENT_STATUS:
+                    raise CommandError(
+                        f"cannot file the report in {self}: {err}", VERDICT_NOT_FILED
+                    ) from None
+                error = err
+            if pause is not None:
+                time.sleep(pause)
+        raise CommandError(f"cannot file the report in {self}: {error}", VERDICT_NOT_FILED)

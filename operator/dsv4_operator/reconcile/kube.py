@@ -139,8 +139,10 @@ class Kube:
         # Called (lock held) once a request is counted, before it is sent: the development
         # launcher's crash injection (dsv4_dev.operator); None in the image.
         self.counted: Callable[[], None] | None = None
-        # Leader check before every write but the Lease's own (see `leader`); None: no fence.
-        self.fence: Callable[[], bool] | None = None
+        # Before every write but the Lease's own: the seconds this process may still write
+        # (`leader.Leadership.remaining`); none is sent at 0, and each is abandoned by then.
+        # None: no fence.
+        self.fence: Callable[[], float] | None = None
 
     def _send(
         self,
@@ -155,8 +157,12 @@ class Kube:
     ) -> Any:
         """Send one request; returns the undecoded response (checked for errors)."""
         write = method in WRITE_VERBS and "/leases" not in url_path
-        if write and self.fence is not None and not self.fence():
-            raise NotLeader(f"{method} {url_path}: this operator no longer holds the lease")
+        if write and self.fence is not None:
+            left = self.fence()
+            if left <= 0:
+                raise NotLeader(f"{method} {url_path}: this operator no longer holds the lease")
+            if isinstance(timeout, int | float):  # a write's is; only a watch has a pair
+                timeout = min(timeout, left)
         with self._lock:
             self.requests[(counted_as or method, url_path)] += 1
             if self.counted is not None:

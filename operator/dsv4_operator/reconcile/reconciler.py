@@ -57,6 +57,7 @@ from dsv4_operator.reconcile.status import (
     deadline_left,
     decide_status,
     observe_roles,
+    spec_pending,
 )
 from dsv4_operator.reconcile.watches import CHILD_KINDS
 from dsv4_operator.render.lws import LWS_API_VERSION, LWS_KIND
@@ -169,6 +170,7 @@ class RolloutPass:
     before: RolloutStatus | None
     decision: Decision
     desired: list[dict[str, Any]]
+    asked: str  # the engine revision the spec asks for
     events: list[tuple[str, str, str]] = field(default_factory=list)
 
 
@@ -312,6 +314,9 @@ class Reconciler:
             now=stamp(self.clock()),
             blockers=[b for b in state.blockers if not b.canary] if state else [],
             progress_deadline_seconds=state.spec.progress_deadline_seconds if state else None,
+            pending=spec_pending(rollout_status, rollout.asked, state.ledger.rejected)
+            if state and rollout
+            else None,
         )
         if rollout_status is not None:
             dumped = rollout_status.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -409,7 +414,8 @@ class Reconciler:
         renders = Desired(state.owner, state.spec, self.host_memory)
         if before is None:
             decision = first_status(desired, state.now, self._retry_of_rejected(state, desired))
-            return RolloutPass(None, decision, renders.children(decision.status), events)
+            children = renders.children(decision.status)
+            return RolloutPass(None, decision, children, desired.revision, events)
         current = renders.children(before)
         canary = renders.canary(before)
         observed = self.rollout.observe(
@@ -439,7 +445,8 @@ class Reconciler:
             renders.pairs,
             offset=phase(state.owner.uid),
         )
-        return RolloutPass(before, decision, renders.children(decision.status), events)
+        children = renders.children(decision.status)
+        return RolloutPass(before, decision, children, desired.revision, events)
 
     def _retry_of_rejected(self, state: PassState, desired: EngineRevision) -> Manual | None:
         """Nothing serves yet and the spec asks for a rejected revision: it is never adopted

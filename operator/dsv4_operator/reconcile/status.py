@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from dsv4_engine.features import EngineFeatures, Role
+from dsv4_operator.api.rollout import RolloutPhase, RolloutStatus
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.api.status import (
     Condition,
@@ -18,6 +20,8 @@ from dsv4_operator.api.times import parse_stamp
 from dsv4_operator.reconcile.blockers import Blocker, blockers_text
 from dsv4_operator.render.meta import ENGINE_KINDS, LABEL_COMPONENT, Owner
 from dsv4_operator.render.workloads import serving_labels
+from dsv4_operator.rollout.decide import IN_PROGRESS
+from dsv4_operator.rollout.ledger import Rejection
 
 
 @dataclass(frozen=True)
@@ -26,6 +30,56 @@ class Problem:
 
     reason: str
     message: str
+
+
+@dataclass(frozen=True)
+class Pending:
+    """The spec's engine flags are not the ones serving: a rollout is taking them through
+    the canary (``rejected`` False), or the canary rejected them (True: nothing more
+    happens until the spec changes or a person retries).  Either way the spec is not done,
+    and GitOps tools must not read the deployment as healthy and in sync."""
+
+    rejected: bool
+    reason: str
+    message: str
+
+
+REJECTED = "RolloutRejected"
+
+
+def spec_pending(
+    rollout: RolloutStatus | None,
+    desired_revision: str | None,
+    rejected_before: Mapping[str, Rejection] | None = None,
+) -> Pending | None:
+    """Whether the rollout keeps the spec's flags (revision ``desired_revision``) from
+    serving, and why; None when they serve.  ``rejected_before``: the revisions rejected
+    under this name earlier (`rollout.ledger`), which stay rejected."""
+    if rollout is None or desired_revision is None:
+        return None
+    if rollout.phase in IN_PROGRESS:
+        why = rollout.message or f"flags {rollout.canary_revision}: {rollout.phase.value}"
+        return Pending(False, f"Rollout{rollout.phase.value}", why)
+    if rollout.phase is RolloutPhase.ROLLED_BACK and rollout.rejected_revision == desired_revision:
+        verdict = rollout.verdict.value if rollout.verdict else "rejected"
+        return Pending(
+            True,
+            REJECTED,
+            f"the canary rejected flags {desired_revision} ({verdict}): "
+            f"{rollout.verdict_reason or rollout.message}; the stable flags "
+            f"{rollout.stable_revision} serve until the spec changes or `dsv4ctl rollout "
+            "retry` is run",
+        )
+    earlier = (rejected_before or {}).get(desired_revision)
+    if earlier is not None and rollout.stable_revision != desired_revision:
+        return Pending(
+            True,
+            REJECTED,
+            f"flags {desired_revision} were rejected earlier ({earlier.text()}); the stable "
+            f"flags {rollout.stable_revision} serve until the spec changes or `dsv4ctl "
+            "rollout retry` is run",
+        )
+    return None
 
 
 def workload_progress(obj: dict[str, Any]) -> tuple[int, int]:
@@ -131,13 +185,18 @@ def decide_status(
     now: str,
     blockers: list[Blocker] | None = None,
     progress_deadline_seconds: int | None = None,
+    pending: Pending | None = None,
 ) -> DSV4DeploymentStatus:
     """Phase and conditions.  `applied`: this pass changed children, so they are not
     settled whatever their status says.  `blockers`: why replicas are not coming up, in
     Kubernetes' words (`reconcile.blockers`).  A role that has not progressed for
     `progress_deadline_seconds` makes the deployment Degraded (`ProgressDeadlineExceeded`).
-    A timestamp moves only when a condition flips or progress is seen, so an unchanged world
-    gives an equal status (and no write)."""
+    `pending`: the spec's flags do not serve yet (`spec_pending`), so settled replicas are
+    not Ready: Progressing while the rollout runs (its own timeouts bound it, not the
+    progress deadline), Degraded once the canary rejected them.  Reconciling and Stalled
+    repeat Progressing and Degraded for kstatus readers.  A timestamp moves only when a
+    condition flips or progress is seen, so an unchanged world gives an equal status (and
+    no write)."""
     blockers = blockers or []
     settled = not applied and all(r.ready == r.updated == r.desired for r in roles.values())
     last_progress_time = None
@@ -162,6 +221,13 @@ def decide_status(
     if problem is not None:
         phase = Phase.DEGRADED
         progress = (False, problem.reason, problem.message)
+    elif settled and pending is not None and pending.rejected:
+        phase = Phase.DEGRADED
+        problem = Problem(pending.reason, pending.message)
+        progress = (False, pending.reason, pending.message)
+    elif settled and pending is not None:
+        phase = Phase.PROGRESSING
+        progress = (True, pending.reason, pending.message)
     elif settled:
         phase = Phase.READY
         progress = (False, "Settled", "every replica runs the current spec")
@@ -186,6 +252,14 @@ def decide_status(
             previous,
             now,
         ),
+    )
+    progressing, degraded = conditions[1], conditions[2]
+    conditions += tuple(
+        _condition(ctype, c.status == "True", c.reason, c.message, generation, previous, now)
+        for ctype, c in (
+            (ConditionType.RECONCILING, progressing),
+            (ConditionType.STALLED, degraded),
+        )
     )
     if not runs_now:
         # Degraded by a problem outside the children: they still run what they ran before

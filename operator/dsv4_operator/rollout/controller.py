@@ -9,9 +9,10 @@ child or the status; everything here is idempotent.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dsv4_engine.probe import ProbeSettings
@@ -45,6 +46,9 @@ ServiceUrl = Callable[[str, str, int], str]
 # (namespace, service, port) → whether the Service serves: a ready endpoint behind it.
 Serving = Callable[[str, str, int], bool]
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"  # on a Service's EndpointSlices
+# A probe pod files its report, then exits, and Kubernetes then marks its Job Complete: a
+# PASS read in between waits this long for that before it counts as INCONCLUSIVE.
+JOB_EXIT_GRACE_S = 60.0
 
 
 def cluster_service_url(namespace: str, service: str, port: int) -> str:
@@ -79,6 +83,8 @@ class RolloutController:
     executor: ProbeExecutor
     probe_url: ServiceUrl = cluster_service_url
     serving: Serving | None = None
+    # (namespace, report) → when a pass first read its PASS while the Job still ran.
+    _exit_seen: dict[tuple[str, str], dt.datetime] = field(default_factory=dict, init=False)
 
     # -- before the decision ------------------------------------------------------------
     def observe(
@@ -138,21 +144,33 @@ class RolloutController:
         return outcome_from_config_map(config_map) if config_map else None
 
     def _canary_outcome(self, state: PassState, ref: ReportRef) -> ProbeOutcome | None:
-        """The attempt's verdict; a PASS only if the report survives `distrust_pass`."""
-        name = ref.name(state.owner)
-        config_map = self.cache.get("ConfigMap", state.owner.namespace, name)
+        """The attempt's verdict; a PASS only if the report survives `distrust_pass`.
+
+        A probe pod files its report and only then exits, so the report's watch event can
+        wake a pass while its Job is still active: such a PASS is no verdict yet (None, the
+        probe still runs) until the Job completes, for at most `JOB_EXIT_GRACE_S`."""
+        owner = state.owner
+        name = ref.name(owner)
+        config_map = self.cache.get("ConfigMap", owner.namespace, name)
         outcome = outcome_from_config_map(config_map) if config_map else None
         if outcome is None or config_map is None or outcome.verdict is not RolloutVerdict.PASS:
             return outcome
         cfg = state.spec.canary
+        completed = self.executor.completed(owner, name)
+        exiting = completed is False and self.executor.running(owner, name)
         why = distrust_pass(
             config_map,
             outcome,
             cfg.sample_count,
             cfg.max_corruption_rate,
             cfg.confidence,
-            self.executor.completed(state.owner, name),
+            None if exiting else completed,
         )
+        if why is None and exiting:
+            why = self._exit_overdue(state, name)
+            if why is None:
+                return None  # wait for the Job to complete
+        self._exit_seen.pop((owner.namespace, name), None)
         if why is None:
             return outcome
         log.warning("report %s says PASS but is not trusted: %s", name, why)
@@ -161,6 +179,19 @@ class RolloutController:
             verdict=RolloutVerdict.INCONCLUSIVE,
             report=name,
             message=f"the PASS in report {name} was not trusted: {why}",
+        )
+
+    def _exit_overdue(self, state: PassState, report: str) -> str | None:
+        """Why a PASS whose Job is still active is no longer waited for, or None while the
+        grace runs.  The grace counts on this process's clock from the first pass that saw
+        it (a restarted operator starts it again; `probeTimeoutSeconds` still bounds all)."""
+        seen = self._exit_seen.setdefault((state.owner.namespace, report), state.now)
+        if (state.now - seen).total_seconds() < JOB_EXIT_GRACE_S:
+            log.info("report %s says PASS; waiting for its probe Job to complete", report)
+            return None
+        return (
+            f"its probe Job was still running {JOB_EXIT_GRACE_S:.0f} s after the PASS was "
+            "seen (a PASS counts once its Job completed with exit code 0)"
         )
 
     # -- after the status write ---------------------------------------------------------

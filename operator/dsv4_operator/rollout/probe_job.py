@@ -13,6 +13,7 @@ from enum import Enum
 from typing import Any
 
 from dsv4_engine.probe import ProbeSettings
+from dsv4_engine.probe.exitcodes import VERDICT_NOT_FILED
 from dsv4_engine.probe.verdict import Verdict
 from dsv4_operator.cli.probe import probe_args
 from dsv4_operator.render.meta import PROBE_COMPONENT, Owner, metadata
@@ -27,9 +28,11 @@ MAX_NAME = 63  # a Job's name is also a label value on its pods
 # Past its step's own deadline (decided by the operator) a probe is only load: Kubernetes
 # stops it this long after the probe's last sample could have started.
 DEADLINE_SLACK_S = 60
-# A crashed probe pod (exit 3: the API or the report could not be reached) is retried this
-# often; a verdict (exit 1 FAIL, 2 INCONCLUSIVE) never is — re-running a probe until it
-# passes is exactly what a canary must not do.
+# A probe pod that could not run (exit 3: the API or the engine could not be reached before
+# a verdict) is retried this often; a verdict (exit 1 FAIL, 2 INCONCLUSIVE, 4 reached but
+# not filed) never is — re-running a probe until it passes is exactly what a canary must
+# not do.  A retried pod (and one evicted) first reads the report: a verdict filed by an
+# earlier pod of the attempt stands, and it exits with it instead of probing again.
 RETRIES = 2
 # Finished Jobs stay a day for `kubectl logs`; the report ConfigMap (their owner) stays as
 # long as the rollout references it and takes its Job with it when deleted.
@@ -128,7 +131,11 @@ def probe_job(
                     "onExitCodes": {
                         "containerName": CONTAINER,
                         "operator": "In",
-                        "values": [Verdict.FAIL.exit_code, Verdict.INCONCLUSIVE.exit_code],
+                        "values": [
+                            Verdict.FAIL.exit_code,
+                            Verdict.INCONCLUSIVE.exit_code,
+                            VERDICT_NOT_FILED,
+                        ],
                     },
                 },
                 # An evicted or preempted pod is no evidence either way: run it again.

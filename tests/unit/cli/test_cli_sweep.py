@@ -94,8 +94,8 @@ def commands(tmp: Path, f: dict[str, Path]) -> list[Command]:
     return [
         Command("plan", dsv4ctl.main, ("plan", "--preset", "v4-flash", "--gpu-memory", "180GiB", "--tp", "4", "--hicache-ratio", "2")),
         Command("plan", dsv4ctl.main, ("plan", "--model-config", str(f["config.json"]), "--gpu-memory", "80GiB", "--output", "json")),
-        Command("probe", dsv4ctl.main, ("probe", url, "--backend", "reference", "--requests", "20", "--concurrency", "2", "--timeout", "2")),
-        Command("probe", dsv4ctl.main, ("probe", url, "--report-configmap", "r", "--kubeconfig", kubeconfig)),
+        Command("probe", dsv4ctl.main, ("probe", url, "--backend", "reference", "--requests", "20", "--concurrency", "2", "--timeout", "2", "--warm-up", "0.1")),
+        Command("probe", dsv4ctl.main, ("probe", url, "--report-configmap", "r", "--kubeconfig", kubeconfig, "--warm-up", "0.1")),
         Command("validate", dsv4ctl.main, ("validate", "--format", "v4", str(f["calls.jsonl"]), "--output", "json")),
         Command("render", dsv4ctl.main, ("render", str(f["flash.yaml"]), "--canary", "indexDtype=fp4", "hicache.enabled=true", "--probe-job")),
         Command("rollout", dsv4ctl.main, ("rollout", "status", "flash", "-n", "ns", "--kubeconfig", kubeconfig)),

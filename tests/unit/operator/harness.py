@@ -7,7 +7,8 @@ its real cache (`reconcile.cache`), filled before each pass with what its watche
 have delivered by then (`fill_cache`: the same selectors and transforms); a test that wants
 a lagging cache skips the filling.  Probes run as the real `JobProbeExecutor` makes them: a
 Job per attempt, whose scripted verdict lands in the attempt's report as the probe's own
-field manager files it.
+field manager files it, and whose pod exits with the filing, a step later, or never
+(`probe_exit`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import copy
 import datetime as dt
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from dsv4_dev.cluster.nodes import default_pools, node_manifests
 from dsv4_operator.api import API_VERSION, KIND
@@ -70,6 +71,10 @@ class World:
         # Checked after every pass: an invariant no crash or interleaving may break.
         self.checks: list[Callable[[World], None]] = []
         self.lagging = False  # True: passes read the cache as it was (no filling)
+        # When a probe Job's pod exits: "filing" (in the step it files its report), "later"
+        # (the step after: a real pod files, then exits, and the report's watch event wakes
+        # a pass in between) or "never" (it hangs after filing).
+        self.probe_exit: Literal["filing", "later", "never"] = "filing"
         self.start()
 
     # -- the operator process -----------------------------------------------------------
@@ -159,7 +164,9 @@ class World:
         for check in self.checks:
             check(self)
         self.api.settle(self.held)
-        self.api.run_probe_jobs(self.verdict, only=waiting)
+        if self.probe_exit == "later":
+            self.api.exit_probe_jobs()  # those that filed in the step before
+        self.api.run_probe_jobs(self.verdict, only=waiting, exit_now=self.probe_exit == "filing")
         self.now += dt.timedelta(seconds=seconds)
 
     def until(

@@ -320,11 +320,15 @@ class MemoryApi:
         self.user_apply(event)
 
     def run_probe_jobs(
-        self, verdict_of: Callable[[dict[str, Any]], dict[str, Any]], only: set[str] | None = None
+        self,
+        verdict_of: Callable[[dict[str, Any]], dict[str, Any]],
+        only: set[str] | None = None,
+        exit_now: bool = True,
     ) -> int:
         """Run the probe Jobs not run yet (``only``: just these names): file
         ``verdict_of(job)`` (an outcome dict) into its report as the probe does, then mark the
-        Job Complete (PASS) or Failed.  Returns how many ran."""
+        Job Complete (PASS) or Failed — or, ``exit_now`` False, leave it active as a pod that
+        filed and has not exited yet (`exit_probe_jobs` ends it).  Returns how many ran."""
         ran = 0
         for (kind, ns, name), job in list(self.objects.items()):
             if kind != "Job" or job.get("status") or (only is not None and name not in only):
@@ -337,11 +341,26 @@ class MemoryApi:
                 cm["data"]["report.json"] = json.dumps({"verdict": outcome["verdict"]})
                 _own_data(cm, PROBE_MANAGER)
                 self._bump(cm)
-            done = "Complete" if outcome["verdict"] == "PASS" else "Failed"
-            job["status"] = {"conditions": [{"type": done, "status": "True", "reason": "Ran"}]}
+            if exit_now:
+                _end_job(job, outcome["verdict"])
+            else:
+                job["status"] = {"active": 1, "filed": outcome["verdict"]}
             self._bump(job)
             ran += 1
         return ran
+
+    def exit_probe_jobs(self) -> int:
+        """The pods of Jobs that filed their report (``exit_now`` False) exit now: Complete
+        after a PASS, Failed otherwise, as `dsv4ctl probe`'s exit code makes them.  Returns
+        how many ended."""
+        ended = 0
+        for (kind, _, _), job in self.objects.items():
+            filed = (job.get("status") or {}).get("filed") if kind == "Job" else None
+            if filed is not None:
+                _end_job(job, filed)
+                self._bump(job)
+                ended += 1
+        return ended
 
     # -- internals ----------------------------------------------------------------------
     def _new(self, obj: dict[str, Any]) -> dict[str, Any]:
@@ -388,6 +407,11 @@ def _key(obj: dict[str, Any]) -> Key:
 
 def _digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def _end_job(job: dict[str, Any], verdict: str) -> None:
+    done = "Complete" if verdict == "PASS" else "Failed"
+    job["status"] = {"conditions": [{"type": done, "status": "True", "reason": "Ran"}]}
 
 
 def _own_data(config_map: dict[str, Any], manager: str) -> None:

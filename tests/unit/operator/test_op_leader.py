@@ -6,7 +6,7 @@ import datetime as dt
 import pytest
 
 from dsv4_operator.leader import Leadership, LeaseConfig, lease_body, lease_verdict, try_hold
-from dsv4_operator.reconcile.kube import Kube, NotLeader
+from dsv4_operator.reconcile.kube import REQUEST_TIMEOUT_S, Kube, NotLeader
 from tests.unit.operator.memory_api import MemoryApi
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
@@ -20,14 +20,27 @@ def spec(holder, renewed_s_ago, duration=15):
 
 
 def test_verdicts():
-    assert lease_verdict(spec("me", 100), "me", NOW) == "renew"
-    assert lease_verdict(spec("other", 5), "me", NOW) == "wait"
-    assert lease_verdict(spec("other", 16), "me", NOW) == "take"
-    assert lease_verdict({}, "me", NOW) == "take"
-    assert (
-        lease_verdict({"holderIdentity": None, "renewTime": spec("x", 1)["renewTime"]}, "me", NOW)
-        == "take"
-    )
+    assert lease_verdict(spec("me", 100), "me", None, 0.0)[0] == "renew"
+    assert lease_verdict(spec("other", 5), "me", None, 0.0)[0] == "wait"
+    assert lease_verdict({}, "me", None, 0.0)[0] == "take"
+    free = {"holderIdentity": None, "renewTime": spec("x", 1)["renewTime"]}
+    assert lease_verdict(free, "me", None, 0.0)[0] == "take"
+
+
+@pytest.mark.parametrize("skew_s", [-3600, 0, 3600])
+def test_a_candidate_measures_expiry_on_its_own_clock_whatever_the_holders_clock_says(skew_s):
+    """The holder's renewTime is read as a change, never as a time: a holder whose clock is
+    an hour behind is not taken over at once, one an hour ahead not waited for an hour."""
+    held = spec("other", skew_s)  # renewTime an hour ago, now, or an hour ahead
+    verdict, seen = lease_verdict(held, "me", None, 1000.0)
+    assert verdict == "wait" and seen.seen_at == 1000.0
+    verdict, seen = lease_verdict(held, "me", seen, 1014.9)
+    assert verdict == "wait"
+    renewed = {**held, "renewTime": spec("other", skew_s - 10)["renewTime"]}
+    verdict, seen = lease_verdict(renewed, "me", seen, 1015.0)  # a renewal: counted again
+    assert verdict == "wait" and seen.seen_at == 1015.0
+    assert lease_verdict(renewed, "me", seen, 1029.9)[0] == "wait"
+    assert lease_verdict(renewed, "me", seen, 1030.0)[0] == "take"  # 15 s of no change
 
 
 class Clock:
@@ -83,10 +96,11 @@ class RecordingApi:
 def test_no_write_leaves_a_process_that_no_longer_leads():
     api = RecordingApi()
     kube = Kube(api)
-    leading = [True]
-    kube.fence = lambda: leading[0]
+    clock = Clock()
+    leadership = Leadership(LeaseConfig("l", "ns", "me"), renewed_at=clock(), clock=clock)
+    kube.fence = leadership.remaining
     kube.delete("StatefulSet", "ns", "a")
-    leading[0] = False
+    clock.t += 10.0  # the renew deadline
     with pytest.raises(NotLeader):
         kube.apply({"kind": "StatefulSet", "metadata": {"name": "a", "namespace": "ns"}})
     kube.get("StatefulSet", "ns", "a")  # reads are harmless
@@ -100,6 +114,22 @@ def test_no_write_leaves_a_process_that_no_longer_leads():
     assert api.sent[-1][2] == 2.0  # the Lease's own short timeout reached the client
 
 
+def test_a_write_is_abandoned_by_the_renew_deadline_at_the_latest():
+    """A write waits at most what is left of the lead, not its usual 30 s: 10 s right
+    after a renewal, 3 s seven seconds later.  No answer is awaited past the moment this
+    process stops leading."""
+    api = RecordingApi()
+    kube = Kube(api)
+    clock = Clock()
+    leadership = Leadership(LeaseConfig("l", "ns", "me"), renewed_at=clock(), clock=clock)
+    kube.fence = leadership.remaining
+    kube.delete("StatefulSet", "ns", "a")
+    clock.t += 7.0
+    kube.apply({"kind": "StatefulSet", "metadata": {"name": "a", "namespace": "ns"}})
+    assert [timeout for _, _, timeout in api.sent] == [10.0, pytest.approx(3.0)]
+    assert REQUEST_TIMEOUT_S > 10.0
+
+
 class RepeatedRenewal(MemoryApi):
     """The API as a renewal whose answer timed out sees it: the HTTP client sent the PUT
     again, the first one landed, and the repeat is refused for its stale version."""
@@ -110,17 +140,17 @@ class RepeatedRenewal(MemoryApi):
 
 
 def test_a_renewal_refused_only_because_it_was_sent_twice_keeps_the_lead():
-    config = LeaseConfig("l", "ns", "me")
+    leadership = Leadership(LeaseConfig("l", "ns", "me"))
     api = RepeatedRenewal()
-    assert try_hold(api, config)  # created
-    assert try_hold(api, config)  # renewed, though the repeat was refused
+    assert try_hold(api, leadership)  # created
+    assert try_hold(api, leadership)  # renewed, though the repeat was refused
     assert api.get("Lease", "ns", "l")["spec"]["holderIdentity"] == "me"
 
 
 def test_a_renewal_refused_because_another_holder_wrote_loses_the_lead():
-    config = LeaseConfig("l", "ns", "me")
+    leadership = Leadership(LeaseConfig("l", "ns", "me"))
     api = MemoryApi()
-    assert try_hold(api, config)
+    assert try_hold(api, leadership)
     lease = api.get("Lease", "ns", "l")
     other = MemoryApi.replace
 
@@ -131,5 +161,5 @@ def test_a_renewal_refused_because_another_holder_wrote_loses_the_lead():
         return other(self, obj, timeout)
 
     api.replace = taken_meanwhile.__get__(api)
-    assert not try_hold(api, config)
+    assert not try_hold(api, leadership)
     assert lease["spec"]["holderIdentity"] == "me"

@@ -45,6 +45,8 @@ def test_ready_when_every_replica_is_ready_and_updated():
         "Ready": "True",
         "Progressing": "False",
         "Degraded": "False",
+        "Reconciling": "False",
+        "Stalled": "False",
     }
     assert status.decode.summary == "1/1" and status.engine_revision == "abc"
 

@@ -408,6 +408,41 @@ def test_a_pass_report_not_filed_by_the_probe_is_not_trusted():
     assert "100 judged samples, 598 required" in world.rollout()["message"]
 
 
+def filed_while_running(world: World) -> bool:
+    """A canary report holds a verdict while its probe Job is still active."""
+    return any(
+        (job.get("status") or {}).get("filed")
+        for (kind, _, _), job in world.api.objects.items()
+        if kind == "Job"
+    )
+
+
+def test_a_pass_filed_before_its_job_completes_waits_for_the_job_and_promotes():
+    """A probe pod files its report, then exits: the report's watch event wakes a pass
+    while the Job is still active.  That pass waits; the Job's completion promotes."""
+    world = ready_world()
+    world.probe_exit = "later"
+    world.patch_spec("flash", HICACHE)
+    world.until("PASS filed, Job active", lambda: filed_while_running(world))
+    world.step("flash", seconds=1)  # the pass the report's watch event wakes
+    assert world.phase() == "Probing", world.rollout()
+    world.until("promoted", lambda: world.phase() == "Idle")
+    rollout = world.rollout()
+    assert rollout["verdict"] == "PASS" and "rejectedRevision" not in rollout
+    assert rollout["stableRevision"] == rollout["canaryRevision"]
+
+
+def test_a_pass_whose_job_never_completes_is_inconclusive_once_the_grace_is_over():
+    world = ready_world()
+    world.probe_exit = "never"
+    world.patch_spec("flash", HICACHE)
+    world.until("PASS filed, Job active", lambda: filed_while_running(world))
+    world.until("rolled back", lambda: world.phase() == "RolledBack", seconds=10)
+    rollout = world.rollout()
+    assert rollout["verdict"] == "INCONCLUSIVE"
+    assert "its probe Job was still running 60 s after the PASS was seen" in rollout["message"]
+
+
 def test_events_of_the_canary_slice_and_probe_jobs_reconcile_their_real_owner():
     world = ready_world()
     world.verdict = lambda job: FAIL

@@ -138,6 +138,10 @@ def test_a_canary_the_scheduler_cannot_place_ends_inconclusive_at_its_placement_
     assert [e["message"] for e in world.events("RolledBack")][-1].endswith(said)
     assert "Job" not in {kind for (kind, _, _) in world.api.objects}, "no probe ran"
     world.until("canary gone", lambda: not world.children("flash--canary"))
-    world.until("Ready", lambda: world.obj()["status"]["phase"] == "Ready")
+    # The stable flags serve; the spec's were rejected: Degraded, Stalled with the verdict.
+    world.until("settled", lambda: world.obj()["status"]["phase"] == "Degraded")
+    stalled = condition(world, "Stalled")
+    assert stalled["status"] == "True" and stalled["reason"] == "RolloutRejected"
+    assert "(INCONCLUSIVE): the canary cannot be placed" in stalled["message"]
     # Later passes rewrite the message (the flags are rejected); the reason stays.
     assert world.rollout()["verdictReason"] == f"the canary cannot be placed: {said}"

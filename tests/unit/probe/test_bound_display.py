@@ -35,7 +35,6 @@ def evidence(judged: int) -> Evidence:
         target_concurrency=64,
         threshold=BUDGET,
         confidence=CONFIDENCE,
-        max_transport_error_rate=0.02,
         applicable_probes=1,
     )
 

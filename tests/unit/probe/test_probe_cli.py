@@ -7,9 +7,26 @@ import jsonschema
 import pytest
 
 from dsv4_engine.probe import report_schema
+from dsv4_engine.probe.exitcodes import VERDICT_NOT_FILED
+from dsv4_operator.api.rollout import RolloutVerdict
+from dsv4_operator.cli import probe as probe_cli
 from dsv4_operator.cli.main import main
+from dsv4_operator.reconcile.kube import ApiError
+from dsv4_operator.render.meta import Owner
+from dsv4_operator.rollout.decide import ProbeOutcome
+from dsv4_operator.rollout.reports import (
+    ANNOTATION_VERDICT,
+    PROBE_MANAGER,
+    Evidence,
+    ReportRef,
+    data_managers,
+    report_filing,
+    report_skeleton,
+)
+from tests.unit.operator.memory_api import MemoryApi
 
 CORPUS = Path(__file__).parents[2] / "data" / "dsml_corpus"
+OWNER = Owner(name="flash", namespace="serving", uid="uid-of-flash")
 
 
 def test_validate_json_output_is_one_object_per_line(capsys):
@@ -128,8 +145,9 @@ def test_probe_usage_errors_exit_3(capsys, argv, message):
 
 
 def test_probe_unreachable_engine_exits_3(capsys, unused_tcp_port):
-    assert main(["probe", f"http://127.0.0.1:{unused_tcp_port}", "--requests", "5"]) == 3
-    assert "is not an OpenAI API" in capsys.readouterr().err
+    url = f"http://127.0.0.1:{unused_tcp_port}"
+    assert main(["probe", url, "--requests", "5", "--warm-up", "1"]) == 3
+    assert "did not answer a warm-up request within 1 s" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -161,3 +179,91 @@ def test_probe_refuses_a_bad_kubeconfig_before_probing(server_thread, tmp_path, 
     assert code == 3
     assert "cannot load kubeconfig" in capsys.readouterr().err
     assert srv.server.chat_requests == 0  # no probe run whose report could not be filed
+
+
+# -- filing into a report ConfigMap (what a probe Job runs) -------------------------------
+
+NS, REPORT = "serving", "flash-canary-ab12-1"
+# Few samples can PASS at a 30% budget: a quick run against a clean scripted server.
+QUICK = ["--probes", "toolcall-echo", "--concurrency", "2", "--requests", "10"]
+QUICK += ["--max-corruption-rate", "0.3"]
+
+
+def _reports(monkeypatch, verdict: str | None = None) -> MemoryApi:
+    """The API a probe pod files into: the attempt's report skeleton, optionally already
+    holding ``verdict`` as a probe files it."""
+    api = MemoryApi()
+    skeleton = report_skeleton(OWNER, ReportRef("canary", "ab12", attempt=1))
+    api.user_apply(skeleton)
+    if verdict is not None:
+        _file_as_probe(api, verdict)
+    monkeypatch.setattr(probe_cli, "connect", lambda kubeconfig, exit_code: api)
+    monkeypatch.setattr(probe_cli.time, "sleep", lambda s: None)
+    return api
+
+
+def _file_as_probe(api: MemoryApi, verdict: str) -> None:
+    outcome = ProbeOutcome(RolloutVerdict(verdict), 0.5, 0.9, 12, REPORT, "an earlier run")
+    filing = report_filing(Evidence({"verdict": verdict}, outcome, {}))
+    filing["metadata"].update(name=REPORT, namespace=NS)
+    api.apply({"apiVersion": "v1", "kind": "ConfigMap", **filing}, manager=PROBE_MANAGER)
+
+
+def _probe(url: str) -> int:
+    return main(["probe", url, *QUICK, "--report-configmap", REPORT, "--report-namespace", NS])
+
+
+def _filed(api: MemoryApi) -> str:
+    return api.get("ConfigMap", NS, REPORT)["metadata"]["annotations"][ANNOTATION_VERDICT]
+
+
+def test_a_rerun_of_an_attempt_that_filed_exits_with_that_verdict_without_probing(
+    server_thread, monkeypatch, capsys
+):
+    api = _reports(monkeypatch, verdict="FAIL")
+    srv = server_thread()  # clean: a new run would PASS
+    assert _probe(srv.url) == 1
+    assert srv.server.chat_requests == 0, "not probed again"
+    assert _filed(api) == "FAIL"
+    assert "already holds FAIL; not probing again" in capsys.readouterr().err
+
+
+def test_a_verdict_filed_meanwhile_by_another_run_is_never_overwritten(
+    server_thread, monkeypatch, capsys
+):
+    api = _reports(monkeypatch)
+    srv = server_thread()
+    reads = []
+    real_get = api.get
+
+    def get(kind, namespace, name, *args):
+        reads.append(name)
+        if len(reads) == 2:  # after the first look, before the filing: a rival files
+            _file_as_probe(api, "FAIL")
+        return real_get(kind, namespace, name, *args)
+
+    monkeypatch.setattr(api, "get", get)
+    assert _probe(srv.url) == 1, "the verdict filed first stands"
+    assert _filed(api) == "FAIL"
+    assert "already held FAIL, which stands" in capsys.readouterr().err
+
+
+def test_a_pass_is_filed_once_under_the_probe_field_manager(server_thread, monkeypatch):
+    api = _reports(monkeypatch)
+    assert _probe(server_thread().url) == 0
+    config_map = api.get("ConfigMap", NS, REPORT)
+    assert _filed(api) == "PASS" and data_managers(config_map) == {PROBE_MANAGER}
+
+
+def test_a_verdict_that_cannot_be_filed_exits_4_after_bounded_retries(
+    server_thread, monkeypatch, capsys
+):
+    api = _reports(monkeypatch)
+    api.refuse[("apply", "ConfigMap")] = ApiError(503, "etcd is unhappy")
+    pauses = []
+    monkeypatch.setattr(probe_cli.time, "sleep", pauses.append)
+    assert _probe(server_thread().url) == VERDICT_NOT_FILED
+    assert pauses == list(probe_cli.FILING_PAUSES_S)
+    assert "cannot file the report in configmap serving/flash-canary-ab12-1" in (
+        capsys.readouterr().err
+    )

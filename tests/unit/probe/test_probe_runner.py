@@ -1,7 +1,8 @@
 """The probe client against ScriptedCompletionServer, a loopback stand-in for an LLM (which
 cannot run here) with a seeded, configurable corruption rate: concurrency achieved,
-transport errors kept apart from corruption, sequential FAIL speed, PASS only with enough
-evidence, and inapplicable checks reported rather than counted."""
+failed requests counted as failures (never re-issued) after a warm-up that waits for the
+engine, sequential FAIL speed, PASS only with enough evidence, and inapplicable checks
+reported rather than counted."""
 
 import json
 import random
@@ -61,7 +62,7 @@ async def test_clean_engine_passes_with_exact_bound(serve, fmt):
     assert result.verdict is Verdict.PASS, result.reasons
     assert result.judged == 600 and result.corrupt == 0
     assert result.upper_bound < 0.005
-    assert server.chat_requests == 600
+    assert server.chat_requests == 1 + 600  # the warm-up, then the samples
 
 
 @pytest.mark.asyncio
@@ -106,21 +107,63 @@ async def test_unreached_concurrency_is_inconclusive(serve):
 
 
 @pytest.mark.asyncio
-async def test_transport_errors_are_not_corruption(serve):
-    _, url = await serve(transport_error_rate=0.1, seed=1)
-    result = await run_probes(_settings(url, requests=300, max_corruption_rate=0.05))
-    assert result.corrupt == 0
-    assert result.tally.transport_errors > 0
-    assert result.verdict is Verdict.INCONCLUSIVE
-    assert any("got no answer" in r for r in result.reasons)
+async def test_failed_requests_count_as_failures_and_are_not_reissued(serve):
+    """11 requests answered HTTP 500 beside 598 clean samples: without the 11, 598 clean
+    samples PASS at the defaults; with them the bound is on 11/609 and nothing PASSes."""
+    failing = frozenset(range(50, 610, 55))  # 11 chat requests by arrival; 1: the warm-up
+    server, url = await serve(failing_requests=failing)
+    result = await run_probes(_settings(url, requests=598 + 11))
+    assert server.chat_requests == 1 + 609, "no failed request's slot was given back"
+    assert result.judged == 609 and result.corrupt == 0 and result.failed == 11
+    assert result.verdict is not Verdict.PASS
+    assert result.verdict is Verdict.INCONCLUSIVE, result.reasons
+    assert any(
+        "11/609 failed: 0 corrupt, 11 requests without an answer" in r for r in result.reasons
+    )
     errors = [s for s in result.tally.samples if s.outcome is Outcome.TRANSPORT_ERROR]
-    assert "HTTP 500" in errors[0].detail
+    assert len(errors) == 11 and "HTTP 500" in errors[0].detail
+    report = build_report(result)
+    assert report["samples"]["transport_errors"] == report["samples"]["failed"] == 11
+    assert report["counts"]["TRANSPORT_ERROR"] == 11
+    rows = summary_table(report).splitlines()
+    assert any(
+        r.startswith("failed requests") and r.endswith(" 11 (no answer to judge; each a failure)")
+        for r in rows
+    )
+
+
+@pytest.mark.asyncio
+async def test_a_canary_failing_its_requests_fails_like_a_corrupting_one(serve):
+    _, url = await serve(transport_error_rate=0.2, seed=1)
+    result = await run_probes(_settings(url, requests=600))
+    assert result.corrupt == 0 and result.verdict is Verdict.FAIL
+    assert result.tally.fail_at is not None and result.tally.fail_at <= 100
+    assert "requests without an answer" in result.reasons[0]
+
+
+@pytest.mark.asyncio
+async def test_the_warm_up_waits_for_an_engine_that_is_not_answering_yet(serve):
+    """Failures before the first answer mean "not ready": retried, never judged."""
+    server, url = await serve(failing_requests=frozenset({1, 2, 3}))
+    result = await run_probes(_settings(url, requests=600))
+    assert server.chat_requests == 3 + 1 + 600
+    assert result.failed == 0 and result.verdict is Verdict.PASS, result.reasons
+
+
+@pytest.mark.asyncio
+async def test_an_engine_that_never_answers_the_warm_up_gives_no_evidence(serve):
+    server, url = await serve(transport_error_rate=1.0)
+    with pytest.raises(ProbeConnectionError, match="did not answer a warm-up request within 1 s"):
+        await run_probes(_settings(url, warm_up_s=1))
+    assert 2 <= server.chat_requests <= 3  # tried again after 0.5 s, then 1 s
 
 
 @pytest.mark.asyncio
 async def test_unreachable_engine_is_a_connection_error(unused_tcp_port):
-    with pytest.raises(ProbeConnectionError, match="not an OpenAI API"):
-        await run_probes(_settings(f"http://127.0.0.1:{unused_tcp_port}", connect_timeout_s=2))
+    with pytest.raises(ProbeConnectionError, match="did not answer a warm-up request"):
+        await run_probes(
+            _settings(f"http://127.0.0.1:{unused_tcp_port}", connect_timeout_s=2, warm_up_s=1)
+        )
 
 
 @pytest.mark.asyncio
@@ -150,7 +193,7 @@ async def test_consistency_on_a_nondeterministic_engine_is_not_applicable(serve)
     assert result.verdict is Verdict.INCONCLUSIVE
     assert set(result.not_applicable) == set(settings.probe_set())
     assert "not deterministic" in next(iter(result.not_applicable.values()))
-    assert result.judged == 0 and server.chat_requests == 0
+    assert result.judged == 0 and server.chat_requests == 1  # the warm-up only
 
 
 @pytest.mark.asyncio
@@ -237,14 +280,20 @@ async def test_engine_without_a_model_list_is_probed_with_the_given_model(serve)
 
 @pytest_asyncio.fixture
 async def aiohttp_reply_server():
-    """A loopback server whose chat endpoint always returns one fixed (malformed) reply."""
+    """A loopback server whose chat endpoint answers the warm-up, then always returns one
+    fixed (malformed) reply."""
     runners = []
 
     async def start(reply) -> str:
+        served = []
+
         async def models(_: web.Request) -> web.Response:
             return web.json_response({"data": [{"id": "m"}]})
 
         async def chat(_: web.Request) -> web.Response:
+            served.append(reply)
+            if len(served) == 1:
+                return web.json_response({"choices": [{"message": {"content": "OK"}}]})
             return web.json_response(reply)
 
         app = web.Application()
@@ -271,15 +320,14 @@ async def aiohttp_reply_server():
         "not an object",
     ],
 )
-async def test_malformed_replies_are_transport_errors_not_crashes(reply, aiohttp_reply_server):
+async def test_malformed_replies_are_failed_requests_not_crashes(reply, aiohttp_reply_server):
     url = await aiohttp_reply_server(reply)
-    result = await run_probes(
-        _settings(url, concurrency=2, requests=4, max_transport_error_rate=0.9)
-    )
-    # No answer is judged; each unanswered request gives its slot back until the limit.
-    assert result.tally.transport_errors >= 4 and result.judged == 0
-    assert result.tally.stopped_because == "transport errors above the limit"
-    assert result.verdict is Verdict.INCONCLUSIVE
+    result = await run_probes(_settings(url, concurrency=2, requests=12))
+    # Every malformed answer is a failed request, counted, not re-issued: the FAIL rule
+    # fires at its first look (10 judged samples).
+    assert result.tally.fail_at == 10 and result.tally.transport_errors == result.judged
+    assert result.tally.stopped_because == "sequential FAIL rule fired"
+    assert result.verdict is Verdict.FAIL
 
 
 @pytest.mark.asyncio
@@ -290,6 +338,8 @@ async def test_the_probe_judges_an_answer_relative_to_its_request(unused_tcp_por
 
     async def chat(request: web.Request) -> web.Response:
         body = await request.json()
+        if not body.get("tools"):  # the warm-up
+            return web.json_response({"choices": [{"message": {"content": "OK"}}]})
         instruction = body["messages"][-1]["content"]
         args, _ = json.JSONDecoder().raw_decode(instruction[instruction.index("{") :])
         content = prose + render_dsml(DsmlFormat.V4, ECHO_TOOL_NAME, args)
@@ -342,11 +392,11 @@ async def test_echo_requests_make_a_host_round_trip_where_the_engine_offers_one(
     loads back; SGLang has no such call, and its echo requests go out alone."""
     reference, url = await serve()
     await run_probes(_settings(url, backend=Backend.REFERENCE, concurrency=4, requests=12))
-    assert reference.chat_requests == 2 * 12
+    assert reference.chat_requests == 1 + 2 * 12  # the warm-up, then two per sample
     assert reference.offloads == 1 + 12  # the preflight's, then one per sample
     sglang, url = await serve()
     await run_probes(_settings(url, concurrency=4, requests=12))
-    assert (sglang.chat_requests, sglang.offloads) == (12, 0)
+    assert (sglang.chat_requests, sglang.offloads) == (1 + 12, 0)
 
 
 @pytest.mark.asyncio

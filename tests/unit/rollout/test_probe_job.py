@@ -7,6 +7,7 @@ import pytest
 
 from dsv4_engine.cliutil import build_parser
 from dsv4_engine.probe import ProbeName, ProbeSettings
+from dsv4_engine.probe.exitcodes import VERDICT_NOT_FILED
 from dsv4_engine.probe.verdict import Verdict
 from dsv4_operator import cli
 from dsv4_operator.cli import probe as probe_cli
@@ -37,7 +38,7 @@ EVERYTHING = ProbeSettings(
     requests=321,
     max_corruption_rate=0.012,
     confidence=0.99,
-    max_transport_error_rate=0.05,
+    warm_up_s=45.0,
     max_tokens=99,
     request_timeout_s=33.5,
     max_duration_s=600.0,
@@ -106,9 +107,12 @@ def test_a_verdict_ends_the_job_and_only_a_crash_is_retried():
     assert fail_job["onExitCodes"]["values"] == [
         Verdict.FAIL.exit_code,
         Verdict.INCONCLUSIVE.exit_code,
+        VERDICT_NOT_FILED,
     ]  # re-running a probe until it passes is what a canary must never do
     assert ignore == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}
-    assert spec["backoffLimit"] >= 1  # exit 3 (could not file the report) is retried
+    # Exit 3 (could not run: no verdict reached) is retried; a retried pod first reads the
+    # report and exits with a verdict filed there (tests/unit/probe/test_probe_cli.py).
+    assert spec["backoffLimit"] >= 1
 
 
 def test_the_probe_identity_may_only_read_and_fill_in_its_own_report():
