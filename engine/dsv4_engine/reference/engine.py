@@ -34,7 +34,7 @@ from dsv4_engine.reference.metrics import EngineStats
 from dsv4_engine.reference.model import Chunk
 from dsv4_engine.reference.models import load_model
 from dsv4_engine.reference.radix import Node, RadixCache
-from dsv4_engine.reference.settings import ServeSettings
+from dsv4_engine.reference.settings import DisaggregationMode, ServeSettings
 
 logger = logging.getLogger(__name__)
 CACHE_STATS_PERIOD_S = 0.25
@@ -86,6 +86,9 @@ class Engine:
             bandwidth = settings.hicache_bandwidth_mb_s * 1e6 or None
             self.hicache = HiCache.build(self.pool, feature, bandwidth_bytes_per_s=bandwidth)
         self.radix = RadixCache(self.pool.allocator, settings.page_size, self.hicache)
+        # A decode server never matches a prompt (its pages come from the prefill server),
+        # so caching its requests' pages would only cost a host backup per request.
+        self._caches_prefixes = settings.disaggregation_mode is not DisaggregationMode.DECODE
         self.stats = EngineStats()
         self._inbox: queue.Queue[Any] = queue.Queue()
         self._waiting: deque[Request] = deque()
@@ -258,7 +261,7 @@ class Engine:
         self._free_slots.append(req.slot)
         if error is None and req.prefill_only and req.on_exported is not None:
             req.on_exported(self._export(req))
-        if error is None:
+        if error is None and self._caches_prefixes:
             with_kv = req.prompt + req.output[:-1]
             full = min(len(with_kv) // self.page_size, len(req.pages))
             spare = self.radix.insert(with_kv[: full * self.page_size], req.pages[:full])
