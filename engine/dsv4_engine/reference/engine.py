@@ -84,7 +84,12 @@ class Engine:
         self.hicache: HiCache | None = None
         if feature is not None:
             bandwidth = settings.hicache_bandwidth_mb_s * 1e6 or None
-            self.hicache = HiCache.build(self.pool, feature, bandwidth_bytes_per_s=bandwidth)
+            self.hicache = HiCache.build(
+                self.pool,
+                feature,
+                bandwidth_bytes_per_s=bandwidth,
+                layer_latency_s=settings.hicache_layer_latency_ms / 1e3,
+            )
         self.radix = RadixCache(self.pool.allocator, settings.page_size, self.hicache)
         # A decode server never matches a prompt (its pages come from the prefill server),
         # so caching its requests' pages would only cost a host backup per request.
