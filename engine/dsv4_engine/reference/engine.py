@@ -5,6 +5,13 @@ the prefix cache and starting ONE host→device load for every page they need ba
 runs one forward: a page-aligned chunk of every request still in prefill or, when none
 is, one decode token of every running request.  Requests finish independently and leave their full pages in the cache.
 
+How far a forward shares work across its batch is the model's call, bounded by one rule:
+a request's answer must not depend on the rest of its batch (warm answers equal cold ones
+bit for bit, which the consistency probe relies on).  The echo model computes on small
+integers, exact in any batch shape, so it reads the pools once per layer for the whole
+batch, its copy heads' lookups included; the random model computes each request on its
+own tensors, since a batched matmul may round a row differently with the batch's shape.
+
 HTTP handlers talk to it only through `submit` / `call` (thread-safe); results come back
 through each request's callbacks, called on the engine thread.
 """
