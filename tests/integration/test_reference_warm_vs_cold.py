@@ -27,8 +27,9 @@ SESSIONS = 64
 BODIES = shared_prefix_bodies(
     SESSIONS, prefixes=8, prefix_words=60, max_tokens=8, seed=0, session_words=40
 )
-# 1 MB/s (the default is 2): a load's layer copy outlasts the prefill batch's compute
-# up to the indexer by a wide margin, even on a loaded 2-core machine.
+# 1 MB/s (the default is 16, after 30 ms per layer): a load's layer copy outlasts the
+# prefill batch's compute up to the indexer by a wide margin, even on a loaded 2-core
+# machine — here a batch of 64 chunks of the random model, which computes request by request.
 FLAGS = ("--enable-hierarchical-cache", "--hicache-ratio", "2", "--hicache-bandwidth", "1")
 TRITON = {"TRITON_INTERPRET": "1", "DSV4_KERNEL_BACKEND": "triton"}
 TRITON_BODIES = shared_prefix_bodies(

@@ -80,9 +80,17 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
         "--hicache-bandwidth",
         type=float,
         default=_DEFAULTS.hicache_bandwidth_mb_s,
-        help="host→device copy speed in MB/s (default 2; 0: unthrottled).  The default makes "
-        "a load outlast a batch's compute up to the indexer, as a GPU copy outlasts its "
-        "kernels, so DSV4_INJECT_UNGATED_INDEX_K=1 shows in answers; gated reads just wait",
+        help=f"host→device copy speed in MB/s after each layer's latency (default "
+        f"{_DEFAULTS.hicache_bandwidth_mb_s:g}; 0: unthrottled)",
+    )
+    p.add_argument(
+        "--hicache-layer-latency",
+        type=float,
+        default=_DEFAULTS.hicache_layer_latency_ms,
+        help=f"ms before each layer of a host→device load starts landing (default "
+        f"{_DEFAULTS.hicache_layer_latency_ms:g}).  It outlasts a batch's compute from one "
+        "layer's gated read to the next layer's indexer, as a GPU copy outlasts its kernels, "
+        "so DSV4_INJECT_UNGATED_INDEX_K=1 shows in answers; gated reads just wait",
     )
     p.add_argument(
         "--max-running-requests", type=int, help=f"default: {_DEFAULTS.max_running_requests}"
@@ -136,6 +144,7 @@ def settings_from_args(args: argparse.Namespace) -> ServeSettings:
                 "--hicache-mem-layout", args.hicache_mem_layout, HiCacheMemLayout
             ),
             hicache_bandwidth_mb_s=args.hicache_bandwidth,
+            hicache_layer_latency_ms=args.hicache_layer_latency,
             disaggregation_mode=_choice(
                 "--disaggregation-mode", args.disaggregation_mode, DisaggregationMode
             ),

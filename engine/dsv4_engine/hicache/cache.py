@@ -40,6 +40,7 @@ class HiCache:
         feature: HiCacheFeature,
         *,
         bandwidth_bytes_per_s: float | None = None,
+        layer_latency_s: float = 0.0,
         verify_checksums: bool = True,
         on_evict: Callable[[list[int]], None] | None = None,
     ) -> HiCache:
@@ -57,6 +58,7 @@ class HiCache:
             pool,
             host,
             bandwidth_bytes_per_s=bandwidth_bytes_per_s,
+            layer_latency_s=layer_latency_s,
             verify_checksums=verify_checksums,
         )
         return cls(pool, host, controller, feature.write_policy)

@@ -20,10 +20,15 @@ On CUDA, as SGLang's cache controller does it:
   load's last event (off the compute path): a corrupt page fails the load from its layer
   on, and reads that already ran on it count as stale (its stamp never advanced).
 
-On CPU a bandwidth in bytes/s paces the copy chunk by chunk: a layer's copy then takes time
-proportional to its bytes (bf16 index-K twice as long as fp8), and a reader that skips the
-gate sees a partly copied layer, as it would on a GPU.  The verdict is known at once there:
-a corrupt layer fails the load before its readers are released.
+On CPU the copy is paced as a transfer costs: a fixed latency per layer (a copy's launch
+and setup, whatever its size) and then its bytes at a bandwidth, chunk by chunk: a layer's
+copy takes longer the more bytes it moves (bf16 index-K more than fp8), and a reader that
+skips the gate sees a layer not yet or partly copied, as it would on a GPU.  The latency is
+what keeps the race in reach at a bandwidth that does not cap throughput: one load per
+scheduler step carries every page the step's batch needs back, so a batch pays the latency
+once, while the time from a layer's gated read to the next layer's ungated indexer read
+stays shorter than it.  The verdict is known at once there: a corrupt layer fails the load
+before its readers are released.
 """
 
 from __future__ import annotations
@@ -76,14 +81,18 @@ class TransferController:
         host: HostPool,
         *,
         bandwidth_bytes_per_s: float | None = None,
+        layer_latency_s: float = 0.0,
         verify_checksums: bool = True,
         chunk_bytes: int = 16 * 1024,
     ) -> None:
         if bandwidth_bytes_per_s is not None and bandwidth_bytes_per_s <= 0:
             raise ValueError(f"bandwidth_bytes_per_s={bandwidth_bytes_per_s}: expected > 0")
+        if layer_latency_s < 0:
+            raise ValueError(f"layer_latency_s={layer_latency_s}: expected >= 0")
         self.pool = pool
         self.host = host
         self.bandwidth = bandwidth_bytes_per_s
+        self.layer_latency_s = layer_latency_s
         self.verify_checksums = verify_checksums
         self.chunk_bytes = chunk_bytes
         self._cuda = pool.device.type == "cuda"
@@ -176,11 +185,11 @@ class TransferController:
                 self.host.unpin(job.host_pages)
 
     def _load_layers(self, job: _Job) -> None:
-        start = time.monotonic()
-        sent = 0
+        due = time.monotonic()  # CPU: when what is copied so far would have landed
         for layer in range(self.pool.shape.num_layers):
+            due = self._pace(due, self.layer_latency_s)
             for seg in self.pool.layout.layer_segments(layer):
-                sent = self._copy_segment(job, seg, start, sent)
+                due = self._copy_segment(job, seg, due)
             ok = self._verify_layer(job, layer)
             self.pool._mark_landed(layer, job.device_rows, job.generation, ok)
             if job.load.cuda_events is not None:
@@ -190,7 +199,7 @@ class TransferController:
                 return
             job.load.layer_done(layer)
 
-    def _copy_segment(self, job: _Job, seg: Segment, start: float, sent: int) -> int:
+    def _copy_segment(self, job: _Job, seg: Segment, due: float) -> float:
         src = self.host.segment(seg.layer, seg.kind)
         dst = self.pool._transfer_buffer(seg.layer, seg.kind)
         pages = len(job.host_pages)
@@ -200,16 +209,20 @@ class TransferController:
             rows = slice(lo, lo + step)
             self.pool.ops.copy_pages(src, job.host_rows[rows], dst, job.device_rows[rows])
             self._inject(job, seg, dst, lo, step)
-            sent += len(job.host_pages[rows]) * seg.page_bytes
-            self._pace(start, sent)
-        return sent
+            nbytes = len(job.host_pages[rows]) * seg.page_bytes
+            due = self._pace(due, nbytes / self.bandwidth if self.bandwidth else 0.0)
+        return due
 
-    def _pace(self, start: float, sent: int) -> None:
-        if self.bandwidth is None or self._cuda:
-            return
-        wait = start + sent / self.bandwidth - time.monotonic()
+    def _pace(self, due: float, seconds: float) -> float:
+        """CPU: wait until `seconds` past `due` (what the copy so far would take); returns
+        that time.  On CUDA the copy takes what it takes."""
+        if self._cuda or not seconds:
+            return due
+        due += seconds
+        wait = due - time.monotonic()
         if wait > 0:
             time.sleep(wait)
+        return due
 
     def _inject(self, job: _Job, seg: Segment, dst: torch.Tensor, lo: int, step: int) -> None:
         fault = job.fault

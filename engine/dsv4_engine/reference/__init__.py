@@ -7,6 +7,15 @@ the corruption a bug causes there is the corruption served to a client.  Modules
 `server` (HTTP), `pd` (prefill → decode page transfer over TCP), `router` (PD router),
 `loadgen` (the shared-prefix workload of the tests and the benchmark).
 
+Serving: `engine` batches continuously — each step is one forward, layer by layer across the
+batch, over a page-aligned prefill chunk of every request still in prefill or, when none
+is, one decode token of every running request; the echo model's copy heads look their
+entries up for the whole batch at once.  Each step starts one HiCache host→device load for
+every page its new requests need back, and the forward runs while it lands: the simulated
+copy costs ``--hicache-layer-latency`` per layer, then its bytes at ``--hicache-bandwidth``,
+so a batch pays the latency once and the copy is still in flight when an ungated indexer
+reads.
+
 Running it (every process is ready when ``GET /health`` answers 200)::
 
     dsv4-engine serve --port 30000 --enable-hierarchical-cache --hicache-ratio 2 \\

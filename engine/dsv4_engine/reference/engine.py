@@ -5,6 +5,13 @@ the prefix cache and starting ONE host→device load for every page they need ba
 runs one forward: a page-aligned chunk of every request still in prefill or, when none
 is, one decode token of every running request.  Requests finish independently and leave their full pages in the cache.
 
+How far a forward shares work across its batch is the model's call, bounded by one rule:
+a request's answer must not depend on the rest of its batch (warm answers equal cold ones
+bit for bit, which the consistency probe relies on).  The echo model computes on small
+integers, exact in any batch shape, so it reads the pools once per layer for the whole
+batch, its copy heads' lookups included; the random model computes each request on its
+own tensors, since a batched matmul may round a row differently with the batch's shape.
+
 HTTP handlers talk to it only through `submit` / `call` (thread-safe); results come back
 through each request's callbacks, called on the engine thread.
 """
@@ -34,7 +41,7 @@ from dsv4_engine.reference.metrics import EngineStats
 from dsv4_engine.reference.model import Chunk
 from dsv4_engine.reference.models import load_model
 from dsv4_engine.reference.radix import Node, RadixCache
-from dsv4_engine.reference.settings import ServeSettings
+from dsv4_engine.reference.settings import DisaggregationMode, ServeSettings
 
 logger = logging.getLogger(__name__)
 CACHE_STATS_PERIOD_S = 0.25
@@ -84,8 +91,16 @@ class Engine:
         self.hicache: HiCache | None = None
         if feature is not None:
             bandwidth = settings.hicache_bandwidth_mb_s * 1e6 or None
-            self.hicache = HiCache.build(self.pool, feature, bandwidth_bytes_per_s=bandwidth)
+            self.hicache = HiCache.build(
+                self.pool,
+                feature,
+                bandwidth_bytes_per_s=bandwidth,
+                layer_latency_s=settings.hicache_layer_latency_ms / 1e3,
+            )
         self.radix = RadixCache(self.pool.allocator, settings.page_size, self.hicache)
+        # A decode server never matches a prompt (its pages come from the prefill server),
+        # so caching its requests' pages would only cost a host backup per request.
+        self._caches_prefixes = settings.disaggregation_mode is not DisaggregationMode.DECODE
         self.stats = EngineStats()
         self._inbox: queue.Queue[Any] = queue.Queue()
         self._waiting: deque[Request] = deque()
@@ -258,7 +273,7 @@ class Engine:
         self._free_slots.append(req.slot)
         if error is None and req.prefill_only and req.on_exported is not None:
             req.on_exported(self._export(req))
-        if error is None:
+        if error is None and self._caches_prefixes:
             with_kv = req.prompt + req.output[:-1]
             full = min(len(with_kv) // self.page_size, len(req.pages))
             spare = self.radix.insert(with_kv[: full * self.page_size], req.pages[:full])

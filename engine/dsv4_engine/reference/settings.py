@@ -53,7 +53,10 @@ class ServeSettings:
     hicache_size: int = 0  # GiB; 0: sized by the ratio (SGLang's meaning)
     hicache_write_policy: HiCacheWritePolicy = HiCacheWritePolicy.WRITE_THROUGH
     hicache_mem_layout: HiCacheMemLayout = HiCacheMemLayout.PAGE_FIRST
-    hicache_bandwidth_mb_s: float = 2.0  # 0: unthrottled (the copy runs at memcpy speed)
+    # The simulated host→device copy (`hicache.transfer`): a latency per layer, then bytes at
+    # a bandwidth (0: unthrottled, memcpy speed).
+    hicache_bandwidth_mb_s: float = 16.0
+    hicache_layer_latency_ms: float = 30.0
     max_running_requests: int = 64
     max_total_tokens: int = 131072
     context_length: int = 16384
@@ -78,6 +81,10 @@ class ServeSettings:
             )
         if self.hicache_bandwidth_mb_s < 0:
             raise SettingsError(f"--hicache-bandwidth {self.hicache_bandwidth_mb_s}: expected >= 0")
+        if self.hicache_layer_latency_ms < 0:
+            raise SettingsError(
+                f"--hicache-layer-latency {self.hicache_layer_latency_ms}: expected ms >= 0"
+            )
         for name in ("max_running_requests", "max_total_tokens", "context_length"):
             if getattr(self, name) <= 0:
                 flag = "--" + name.replace("_", "-")

@@ -10,6 +10,7 @@ import pytest
 
 from dsv4_engine.engine_config import ReferenceModelKind
 from dsv4_engine.features import IndexDtype
+from dsv4_engine.pools.layout import BufferKind
 from dsv4_engine.probe.dsml import DsmlFormat
 from dsv4_engine.probe.dsml_format import render_dsml
 from dsv4_engine.probe.probes import _requested_turn
@@ -113,9 +114,10 @@ def test_a_cached_prefix_gives_the_cold_answer(make_engine):
     assert engine.stats.cached_tokens > cached  # the second answer started from the cache
 
 
-def _race(make_engine, share: float) -> list[tuple[str, str]]:
-    """Cold answers, every prefix pushed to the host tier, then the same requests again,
-    answered while their prefixes load back: (warm answer, exact answer)."""
+def _race(make_engine, share: float) -> tuple[list[tuple[str, str]], int]:
+    """Cold answers, every prefix pushed to the host tier, then the same requests again, in
+    one batch, answered while their prefixes load back: (warm answer, exact answer) each,
+    and the index-K reads the pool saw reading a page before its load landed."""
     engine = make_engine(enable_hierarchical_cache=True, hicache_ratio=2.0,
                          index_dtype=IndexDtype.BF16)  # fmt: skip
     engine.pool.ungated_share = share
@@ -124,20 +126,33 @@ def _race(make_engine, share: float) -> list[tuple[str, str]]:
     ids = [p for p, _ in prompts]
     assert answers(engine, ids) == [want for _, want in prompts]
     engine.call(engine.offload).result(timeout=TIMEOUT_S)
-    return list(zip(answers(engine, ids), [want for _, want in prompts], strict=True))
+    warm = list(zip(answers(engine, ids), [want for _, want in prompts], strict=True))
+    return warm, engine.pool.stale_reads(BufferKind.INDEX_K)
 
 
 def test_with_the_gate_answers_loaded_back_from_the_host_tier_are_exact(make_engine):
-    assert all(warm == want for warm, want in _race(make_engine, 0.0))
+    warm, stale = _race(make_engine, 0.0)
+    assert all(answer == want for answer, want in warm)
+    assert stale == 0
 
 
 def test_the_index_k_race_garbles_the_calls(make_engine):
     """Ungated, the trigger's schema lookups score the keys the reloaded pages held before
     (other prompts' pages, reused): the calls come out wrong — still DSML tool-call blocks,
     not prose."""
-    warm = _race(make_engine, 1.0)
+    warm, stale = _race(make_engine, 1.0)
+    assert stale > 0
     assert any(answer != want for answer, want in warm)
     assert all(answer.startswith("\n\n<｜DSML｜tool_calls>") for answer, _ in warm)
+
+
+def test_a_batch_answers_as_each_request_alone(make_engine):
+    """Decoded together, each request's copy head looks up only its own entries: every
+    request at the same positions holds another text there, and each answer is exact."""
+    engine = make_engine()
+    rng = random.Random(6)
+    prompts = [echo_prompt(30 + i, document(rng, 20 + 11 * i, f"B{i}")) for i in range(6)]
+    assert answers(engine, [ids for ids, _ in prompts]) == [want for _, want in prompts]
 
 
 # -- the parts -------------------------------------------------------------------------

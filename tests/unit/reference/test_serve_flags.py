@@ -37,6 +37,7 @@ def serve(*flags: str, env: dict[str, str] | None = None) -> subprocess.Complete
         (("--tp", "2"), "--tp 2: the CPU reference engine runs only --tp 1"),
         (("--page-size", "64"), "--page-size 64"),
         (("--disaggregation-mode", "both"), "--disaggregation-mode 'both'"),
+        (("--hicache-layer-latency", "-1"), "--hicache-layer-latency -1.0: expected ms >= 0"),
     ],
 )
 def test_bad_flag_exits_with_one_line(flags, expected):

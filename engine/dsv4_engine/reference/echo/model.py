@@ -21,9 +21,11 @@ back from the host tier score the pages' previous keys.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 
+import numpy as np
 import torch
 
 from dsv4_engine.pools.device_pool import DevicePool
@@ -115,6 +117,15 @@ def unpack_rows(rows: torch.Tensor) -> list[tuple[ParseState, Controller]]:
     ]
 
 
+def _rows(values: Sequence[Sequence[float]], width: int) -> torch.Tensor:
+    """Rows [n, width] (float32) starting with `values`, zeros after.  Through numpy: a
+    prefill batch has thousands of rows, and `torch.tensor` of nested lists is slower."""
+    rows = torch.zeros((len(values), width))
+    if values:
+        rows[:, : len(values[0])] = torch.from_numpy(np.array(values, dtype=np.float32))
+    return rows
+
+
 @dataclass
 class _Compressed:
     """One compressed layer's new entries for the whole batch, and what stays open."""
@@ -195,22 +206,15 @@ class EchoModel:
         raw: list[list[float]] = []
         for w in works:
             raw += self._read(w)
-        rows = torch.zeros((len(raw), self.shape.kv_dim))
-        rows[:, :ENTRY_DIMS] = torch.tensor(raw, dtype=torch.float32)
+        rows = _rows(raw, self.shape.kv_dim)
         at = 0
         for w in works:
             w.raw, at = rows[at : at + len(w.chunk.tokens)], at + len(w.chunk.tokens)
         self._layer(pool, works, SCHEMA_LAYER, self._schema_lookups)
         self._layer(pool, works, IDLE_LAYER, None)
         self._layer(pool, works, VALUE_LAYER, self._value_lookups)
-        outputs: list[int] = []
-        state_rows: list[list[int]] = []
-        for w in works:
-            answer, chunk_rows = self._answer(pool, w)
-            outputs.append(answer)
-            state_rows += chunk_rows
-        rows = torch.zeros((len(state_rows), self.shape.kv_dim))
-        rows[:, :ROW_DIMS] = torch.tensor(state_rows, dtype=torch.float32)
+        outputs, state_rows = self._answers(pool, works)
+        rows = _rows(state_rows, self.shape.kv_dim)
         locs = torch.cat([w.chunk.locs[WINDOW][w.chunk.start : w.chunk.end] for w in works])
         pool.store_kv(WINDOW, locs, rows)
         return outputs
@@ -372,36 +376,105 @@ class EchoModel:
 
     # -- the answer -------------------------------------------------------------------
 
-    def _answer(self, pool: DevicePool, w: _Work) -> tuple[int, list[list[int]]]:
-        """The controller over the chunk: each token's choice of the next one, and rows.
-        An answer runs from its trigger to the end of the turn (end of sentence, or a new
-        user turn); a context without a tool schema gets the conversation recited."""
-        ctrl, answer, rows = w.ctrl, parser.EOS, []
-        for offset, token in enumerate(w.chunk.tokens):
-            if offset in w.found:
-                found = w.found[offset]
-                tool = found.tool if w.at_trigger[offset].tools_seen else None
-                ctrl = program.begin(tool, found.params, found.start)
-            elif token in (parser.EOS, parser.USER):
-                ctrl = Controller()
-            if ctrl.phase != program.Phase.IDLE:
-                answer = program.choose(
-                    ctrl, lambda pos, at=offset, c=ctrl: self._copy(pool, w, at, c, pos)
-                )
-            else:
-                answer = parser.EOS
-            rows.append(w.rows[offset] + pack_controller(ctrl))
-        return answer, rows
+    def _answers(self, pool: DevicePool, works: list[_Work]) -> tuple[list[int], list[list[int]]]:
+        """The controller over every chunk, token offset by token offset across the batch:
+        each token's choice of the next one (the last token's is the chunk's answer), and
+        each token's row, chunk after chunk.  An answer runs from its trigger to the end of
+        the turn (end of sentence, or a new user turn); a context without a tool schema gets
+        the conversation recited.
 
-    def _copy(self, pool: DevicePool, w: _Work, at: int, ctrl: Controller, pos: int) -> int:
-        """The copy head: the token at position `pos`, read through the indexer's top-1 of
-        the position's entry and that entry's KV; the entry's four tokens stay in the
-        controller's state while it copies them."""
-        entry = min(max(pos, 0) // 4, MAX_ENTRIES - 1)
-        if ctrl.held_entry != entry + 1:
-            locs, _ = self._lookup(pool, w, VALUE_LAYER, at, position_query(entry)[None, :])
-            if len(locs) == 0:
-                return parser.EOS
-            (row,) = self._read_entries(pool, VALUE_LAYER, locs)
-            ctrl.held_entry, ctrl.held = entry + 1, entry_tokens(row)
+        The copy heads of one offset that need an entry they do not hold look it up
+        together, one indexer pass and one KV read for the batch (`_copy_entries`): a
+        decode step of many requests reads the pools once, not once per request.  A choice
+        that needed one is replayed from where it began, now holding the entry; a choice
+        reads at most one position, so the replay reads only the entry it looked up."""
+        ctrls = [w.ctrl for w in works]
+        answers = [parser.EOS] * len(works)
+        rows: list[list[list[int]]] = [[] for _ in works]
+        for offset in range(max(len(w.chunk.tokens) for w in works)):
+            live = [i for i, w in enumerate(works) if offset < len(w.chunk.tokens)]
+            for i in live:
+                ctrls[i] = _enter(works[i], offset, ctrls[i])
+            empty: dict[int, int] = {}  # request -> an entry with nothing indexed to read
+            todo = [i for i in live if ctrls[i].phase != program.Phase.IDLE]
+            for i in live:
+                answers[i] = parser.EOS
+            while todo:
+                misses: list[tuple[int, int]] = []
+                for i in todo:
+                    ctrl, before = ctrls[i], ctrls[i].pack()
+                    try:
+                        answers[i] = program.choose(
+                            ctrl, functools.partial(_held_token, ctrl, empty.get(i))
+                        )
+                    except _Miss as miss:
+                        ctrls[i] = Controller.unpack(before)
+                        misses.append((i, miss.entry))
+                found = self._copy_entries(pool, [(works[i], offset, e) for i, e in misses])
+                for (i, entry), tokens in zip(misses, found, strict=True):
+                    if tokens is None:
+                        empty[i] = entry
+                    else:
+                        ctrls[i].held_entry, ctrls[i].held = entry + 1, tokens
+                todo = [i for i, _ in misses]
+            for i in live:
+                rows[i].append(works[i].rows[offset] + pack_controller(ctrls[i]))
+        return answers, [row for chunk_rows in rows for row in chunk_rows]
+
+    def _copy_entries(
+        self, pool: DevicePool, wanted: list[tuple[_Work, int, int]]
+    ) -> list[list[int] | None]:
+        """The copy head for a batch of (chunk, offset, entry): each entry's four tokens,
+        read through the indexer's top-1 of the entry's position code among the entries its
+        request had complete at that offset, then that entry's KV (None: none complete).
+
+        One scoring pass over every request's entries; a query's scores outside its own
+        request's entries are masked, so each top-1 is the one its request alone would get
+        (the scores are exact sums of 0/1 codes, and ties go to the lower index)."""
+        seen = [w.chunk.locs[VALUE_LAYER][: (w.chunk.start + at + 1) // 4] for w, at, _ in wanted]
+        asked = [k for k, locs in enumerate(seen) if len(locs)]
+        out: list[list[int] | None] = [None] * len(wanted)
+        if not asked:
+            return out
+        locs = torch.cat([seen[k] for k in asked])
+        queries = torch.stack([position_query(wanted[k][2]) for k in asked])
+        scores = pool.index_scores(
+            VALUE_LAYER, locs, queries[:, None, :], _WEIGHT.expand(len(asked), 1)
+        )
+        owner = torch.repeat_interleave(torch.tensor([len(seen[k]) for k in asked]))
+        scores = scores.masked_fill(owner[None, :] != torch.arange(len(asked))[:, None], -math.inf)
+        best = locs[pool.ops.topk(scores, 1)[:, 0]]
+        for k, row in zip(asked, self._read_entries(pool, VALUE_LAYER, best), strict=True):
+            out[k] = entry_tokens(row)
+        return out
+
+
+class _Miss(Exception):
+    """The copy head needs an entry it does not hold (looked up for the batch at once)."""
+
+    def __init__(self, entry: int) -> None:
+        super().__init__(entry)
+        self.entry = entry
+
+
+def _held_token(ctrl: Controller, empty: int | None, pos: int) -> int:
+    """The token at `pos` from the entry the copy head holds; EOS where nothing was indexed
+    yet (`empty`); otherwise `_Miss`."""
+    entry = min(max(pos, 0) // 4, MAX_ENTRIES - 1)
+    if ctrl.held_entry == entry + 1:
         return ctrl.held[max(pos, 0) % 4]
+    if entry == empty:
+        return parser.EOS
+    raise _Miss(entry)
+
+
+def _enter(w: _Work, offset: int, ctrl: Controller) -> Controller:
+    """The controller as token `offset` of the chunk enters it: set by the trigger's
+    lookups, reset by the end of a turn, else as the previous token left it."""
+    if offset in w.found:
+        found = w.found[offset]
+        tool = found.tool if w.at_trigger[offset].tools_seen else None
+        return program.begin(tool, found.params, found.start)
+    if w.chunk.tokens[offset] in (parser.EOS, parser.USER):
+        return Controller()
+    return ctrl
