@@ -1,7 +1,8 @@
 """`make demo`: the incident's story on the production defaults, start to finish.
 
-Brings up the local control plane (fake B200 nodes), the operator and the local runtime
-(which runs the CPU reference engine for every engine pod), applies
+Brings up the local control plane (fake B200 nodes), the operator (which probes canaries
+with Jobs, as in a cluster) and the local runtime (which runs the CPU reference engine for
+every engine pod, and each probe Job's `dsv4ctl probe`), applies
 manifests/samples/flash-echo.yaml unchanged — the echo model, whose tool calls go through
 the engine's real indexer and pools, and the production canary defaults (598 clean
 samples at most 0.5% corruption with 95% confidence) — then changes its engine flags twice:
@@ -13,7 +14,8 @@ samples at most 0.5% corruption with 95% confidence) — then changes its engine
    is rolled back, production never sees the flags.
 2. The same flags without the fault: the canary PASSes and the flags are promoted.
 
-Both reports are printed and saved as JSON and as HTML pages.  Everything started is
+Each verdict's probe Job is shown as the Job controller ended it (Failed on the FAIL's exit
+1, Complete on the PASS).  Both reports are printed and saved as JSON and as HTML pages.  Everything started is
 stopped at the end or on Ctrl-C.
 """
 
@@ -38,6 +40,7 @@ from dsv4_engine.probe.html_report import render_html
 from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.rollout import Transfer
 from dsv4_operator.api.samples import shipped_sample
+from dsv4_operator.rollout.probe_job import job_name, job_state
 
 NAMESPACE = "demo"
 NAME = "flash"
@@ -91,8 +94,20 @@ def patch_features(cluster: LocalCluster, features: dict[str, Any]) -> None:
     cluster.kubectl("patch", "dsv4", NAME, "-n", NAMESPACE, "--type=merge", "-p", body)
 
 
+def probe_job(cluster: LocalCluster, report: str) -> str:
+    """The attempt's probe Job as the Job controller left it, in words."""
+    result = cluster.kubectl(
+        "get", "job", job_name(report), "-n", NAMESPACE, "-o", "json", check=False
+    )
+    job = json.loads(result.stdout) if result.returncode == 0 else None
+    state, why = job_state(job)
+    return f"probe Job {job_name(report)}: {state.value} ({why})"
+
+
 def show_report(cluster: LocalCluster, out_dir: Path, label: str) -> None:
     rollout = rollout_of(cluster)
+    if "report" in rollout:
+        say(probe_job(cluster, rollout["report"]))
     dsv4ctl = [str(Path(sys.executable).with_name("dsv4ctl")), "rollout"]
     common = [NAME, "-n", NAMESPACE, "--kubeconfig", cluster.kubeconfig]
     for args in (["status", *common], ["report", *common]):

@@ -5,10 +5,14 @@ what only development needs, none of which the image carries:
 
 * `--local-endpoints`: Services are reached through the local runtime's endpoint map
   (`dsv4_dev.localrun.endpoints`), since nothing on KWOK's fake nodes has a cluster IP, and
-  a canary counts as serving once its router answers there, where the in-process probes
-  will reach it (not once its Service has a ready endpoint, which they never use);
-* `--probe-mode local` (the default with `--local-endpoints`): canary probes run inside
-  this process instead of as Jobs, since only it can reach the local runtime's engines;
+  a canary counts as serving once its router answers there, where the probes will reach it
+  (not once its Service has a ready endpoint, which nothing here uses).  Probes still run
+  as Jobs, as in a cluster: the local runtime runs each probe pod's command and reports its
+  exit (`dsv4_dev.localrun.probes`), so the probe image is only a name
+  (`--probe-image` defaults to `LOCAL_PROBE_IMAGE`);
+* `--probe-mode local`: canary probes run inside this process instead of as Jobs — a
+  development shortcut (no Job, no probe pod, no probe ServiceAccount), only with
+  `--local-endpoints`;
 * `--crash-after-writes N`: exit abruptly (like SIGKILL) before the write after the Nth,
   for the restart-safety tests;
 * `/debug/requests` on the health port: the API requests this process made, by verb and
@@ -36,6 +40,9 @@ from dsv4_operator.rollout.controller import ServiceUrl, Serving
 from dsv4_operator.rollout.executor import LocalProbeExecutor
 
 log = logging.getLogger("dsv4_dev.operator")
+# The probe Jobs' image on the local cluster: nothing pulls it (the local runtime runs the
+# Job's command from its venv), so it names what the operator image would be.
+LOCAL_PROBE_IMAGE = "dsv4-operator:local"
 
 
 class ProbeMode(Enum):
@@ -60,15 +67,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     run.add_argument(
         "--probe-mode",
         choices=[m.value for m in ProbeMode],
-        default=None,
+        default=ProbeMode.JOB.value,
         help=(
-            "Where canary probes run: 'job' (a Job per attempt with the operator image, "
-            "the default) or 'local' (inside this process, the default with --local-endpoints)."
+            "Where canary probes run: 'job' (a Job per attempt with the operator image, the "
+            "default) or 'local' (inside this process: a development shortcut, only with "
+            "--local-endpoints)."
         ),
     )
     args = parser.parse_args(argv)
-    if args.probe_mode is None:
-        args.probe_mode = (ProbeMode.LOCAL if args.local_endpoints else ProbeMode.JOB).value
+    if args.local_endpoints and args.probe_image is None:
+        args.probe_image = LOCAL_PROBE_IMAGE
     if args.probe_mode == ProbeMode.LOCAL.value and not args.local_endpoints:
         # In a real cluster the operator's own network may not reach every canary, and a
         # probe inside it dies with it; refuse rather than probe from the wrong place.

@@ -17,7 +17,12 @@ from dsv4_dev.cluster.local import LocalCluster
 # The files whose tests run reference engines under probe load: under pytest-xdist
 # (`make test` runs two workers) they share one worker and its control plane, every other
 # e2e file the other worker and a second control plane, so the two halves wait side by side.
-ENGINE_FILES = {"test_rollout.py", "test_probe_jobs.py", "test_readme_tour.py"}
+ENGINE_FILES = {
+    "test_rollout.py",
+    "test_probe_jobs.py",
+    "test_local_probe_mode.py",
+    "test_readme_tour.py",
+}
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the group marks

@@ -23,6 +23,7 @@ import yaml
 
 from dsv4_dev.cluster.binaries import kubectl
 from dsv4_dev.cluster.local import LocalCluster
+from dsv4_dev.localrun import accounts
 from dsv4_dev.localrun.runtime import free_port
 from tests.unit.operator.harness import MODEL_HOST_PATHS
 
@@ -114,20 +115,13 @@ def operator_and_runtime(
 def account_kubeconfig(cluster: LocalCluster, namespace: str, account: str, path: Path) -> Path:
     """A kubeconfig whose only credential is a fresh token of a ServiceAccount: the API
     server then judges every request by that account's RBAC, as for its pod."""
-    admin = json.loads(cluster.kubectl("config", "view", "--raw", "--minify", "-o", "json").stdout)
-    token = cluster.kubectl(
-        "create", "token", account, "-n", namespace, "--duration=1h"
-    ).stdout.strip()
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "local", "cluster": admin["clusters"][0]["cluster"]}],
-        "users": [{"name": account, "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "local", "user": account}}],
-        "current-context": "sa",
-    }
-    path.write_text(yaml.safe_dump(config))
-    return path
+    from kubernetes import client, config
+
+    core = client.CoreV1Api(config.new_client_from_config(config_file=cluster.kubeconfig))
+    token = accounts.request_token(core, namespace, account)
+    return accounts.write_kubeconfig(
+        path, accounts.token_kubeconfig(cluster.kubeconfig, account, token)
+    )
 
 
 class RouterLoad:

@@ -1,11 +1,14 @@
 """Probe Jobs on a real control plane.
 
-The Job a rollout creates runs `dsv4ctl probe` as the probe's own ServiceAccount: here the
-test plays the pod (KWOK runs no containers) and runs the Job's exact arguments under that
-account's token, so the command line, the report filing and the least-privilege Role are
-all checked by the real API server.  Then an operator in Job mode takes a flag change
-through a canary whose probe Job ends without filing anything (what KWOK's fake pods do):
-no evidence, so INCONCLUSIVE, rolled back.
+The Job a rollout creates runs `dsv4ctl probe` as the probe's own ServiceAccount: first the
+test plays the pod and runs the Job's exact arguments under that account's token, so the
+command line, the report filing and the least-privilege Role are all checked by the real
+API server.  A Job whose pod nothing runs (no local runtime: KWOK completes a Job's pod
+with exit code 0, having run nothing) ends without a verdict: INCONCLUSIVE, never re-run.
+Then an operator on the local cluster's defaults (Job mode) takes a fault-injected flag
+change through a canary: the local runtime runs the probe Job's pod, the probe files FAIL
+and exits 1, the Job controller fails the Job by its podFailurePolicy, and the flags are
+rolled back — while every other Job's pod is still completed by KWOK.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from kubernetes import config
 from prometheus_client.parser import text_string_to_metric_families
 
 from dsv4_dev.cluster.local import LocalCluster
+from dsv4_dev.operator import LOCAL_PROBE_IMAGE
 from dsv4_engine.probe import ProbeSettings
 from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.rollout import RolloutVerdict
@@ -38,6 +42,7 @@ from dsv4_operator.rollout.probe_job import (
     probe_job,
 )
 from dsv4_operator.rollout.reports import (
+    PROBE_MANAGER,
     REPORT_KEY,
     ReportRef,
     outcome_from_config_map,
@@ -55,6 +60,7 @@ from tests.e2e.helpers import (
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 IMAGE = "ghcr.io/dsv4/operator:e2e"
+VERDICT_TIMEOUT = 900  # spec.canary.probeTimeoutSeconds, the default
 BIN = Path(sys.executable).parent
 
 
@@ -191,8 +197,8 @@ def test_probe_jobs_run_the_operator_pods_own_image(cluster, owner, monkeypatch)
 
 def test_a_restarted_operator_never_starts_a_second_job_for_one_attempt(cluster, owner):
     """Two executors are two operator lives: the second finds the first one's Job and, once
-    it ended without a report (KWOK's pods run nothing), files INCONCLUSIVE instead of
-    probing again."""
+    it ended without a report (no local runtime runs its pod: KWOK completes it, exit 0),
+    files INCONCLUSIVE instead of probing again."""
     kube = admin(cluster)
     ref = ReportRef("canary", "restart", attempt=1)
     report = ref.name(owner)
@@ -246,22 +252,22 @@ def test_a_running_job_is_waited_for_across_restarts_and_stopped_when_told(clust
     assert outcome_from_config_map(kube.get("ConfigMap", owner.namespace, report)) is None
 
 
-# -- an operator in Job mode -------------------------------------------------------------------
+# -- an operator in Job mode, the local cluster's default -------------------------------------
 MODE_NS = "probe-job-mode"
 HICACHE_BF16 = {"hicache": {"enabled": True, "ratio": 2.0}, "indexDtype": "bf16"}
+RACE = {**HICACHE_BF16, "faultInjection": {"ungatedIndexK": True}}
 
 
 @pytest.fixture(scope="module")
 def job_mode(cluster: LocalCluster, tmp_path_factory):
     logs = tmp_path_factory.mktemp("probe-job-mode")
-    job_flags = ("--probe-mode", "job", "--probe-image", IMAGE)
-    operator, runtime = operator_and_runtime(cluster, MODE_NS, logs, *job_flags)
+    operator, runtime = operator_and_runtime(cluster, MODE_NS, logs)  # no probe flags
     owner = create_deployment(cluster, MODE_NS)
     operator.start()
     runtime.start()
     try:
         wait_for("deployment Ready", lambda: status(cluster).get("phase") == "Ready", 180)
-        yield owner, operator
+        yield owner, operator, logs
     finally:
         cluster.kubectl("delete", "dsv4", "flash", "-n", MODE_NS, "--wait=false", check=False)
         operator.stop()
@@ -277,17 +283,17 @@ def probe_jobs(cluster: LocalCluster) -> list[dict]:
     return get_json(cluster, "jobs", "-n", MODE_NS, "-l", selector)["items"]
 
 
-def test_a_probe_job_that_files_nothing_is_inconclusive_and_rolls_back(cluster, job_mode):
-    owner, operator = job_mode
+def test_the_local_runtime_runs_the_probe_job_and_its_fail_fails_the_job(cluster, job_mode):
+    owner, operator, logs = job_mode
     before = get_json(cluster, "statefulset", "flash-decode", "-n", MODE_NS)["spec"]["template"]
     cluster.kubectl(
         "patch", "dsv4", "flash", "-n", MODE_NS, "--type=merge",
-        "-p", json.dumps({"spec": {"features": HICACHE_BF16}}),
+        "-p", json.dumps({"spec": {"features": RACE}}),
     )  # fmt: skip
 
     (job,) = wait_for("the canary's probe Job", lambda: probe_jobs(cluster), 300, interval=1)
     (container,) = job["spec"]["template"]["spec"]["containers"]
-    assert container["image"] == IMAGE and container["command"] == ["dsv4ctl"]
+    assert container["image"] == LOCAL_PROBE_IMAGE and container["command"] == ["dsv4ctl"]
     # The Job reaches the canary the way a pod does: through the router Service's DNS name.
     assert container["args"][1] == f"http://flash--canary-router.{MODE_NS}.svc:8000"
     report = job["metadata"]["annotations"][ANNOTATION_REPORT]
@@ -298,38 +304,70 @@ def test_a_probe_job_that_files_nothing_is_inconclusive_and_rolls_back(cluster, 
     rollout = wait_for(
         "rolled back",
         lambda: (r := status(cluster).get("rollout") or {}).get("phase") == "RolledBack" and r,
-        300,
+        VERDICT_TIMEOUT,
     )
-    assert (rollout["verdict"], rollout["report"]) == ("INCONCLUSIVE", report)
-    outcome = outcome_from_config_map(get_json(cluster, "configmap", report, "-n", MODE_NS))
-    assert outcome is not None and outcome.verdict is RolloutVerdict.INCONCLUSIVE
-    assert "ended without filing its report" in outcome.message
-
-    def rolled_back_events() -> list[dict]:
-        items = get_json(cluster, "events", "-n", MODE_NS)["items"]
-        return [e for e in items if e["reason"] == "RolledBack"]
-
-    # The Event follows the status write that records the decision: wait for it.
-    (rolled_back,) = wait_for("the RolledBack Event", rolled_back_events, 30)
-    assert "ended without filing its report" in rolled_back["message"]
-    shown = subprocess.run(
-        [str(BIN / "dsv4ctl"), "rollout", "report", "flash", "-n", MODE_NS],
-        capture_output=True,
-        text=True,
-        env=cluster.env,
-        timeout=60,
+    assert (rollout["verdict"], rollout["report"]) == ("FAIL", report)
+    # The probe pod filed the verdict itself, as its own account's field manager.
+    filed = admin(cluster).get("ConfigMap", MODE_NS, report)  # with its managedFields
+    outcome = outcome_from_config_map(filed)
+    assert outcome is not None and outcome.verdict is RolloutVerdict.FAIL
+    assert PROBE_MANAGER in {m["manager"] for m in filed["metadata"]["managedFields"]}
+    # It exited 1 and the Job controller, by the Job's podFailurePolicy, failed the Job.
+    ended = wait_for(
+        "the Job to fail",
+        lambda: (
+            (j := get_json(cluster, "job", job["metadata"]["name"], "-n", MODE_NS))
+            and job_state(j)[0] is JobState.FAILED
+            and j
+        ),
+        60,
     )
-    assert shown.returncode == 0, shown.stderr
-    assert "INCONCLUSIVE" in shown.stdout and "ended without filing its report" in shown.stdout
-    # Ran once, never again: the same attempt is not re-probed after its Job ended.
+    assert "PodFailurePolicy" in job_state(ended)[1]
+    (pod,) = get_json(cluster, "pods", "-n", MODE_NS, "-l", f"job-name={job['metadata']['name']}")[
+        "items"
+    ]
+    assert pod["status"]["phase"] == "Failed"
+    (ran,) = pod["status"]["containerStatuses"]
+    assert ran["state"]["terminated"]["exitCode"] == 1
+    # Its output is where `kubectl logs` would show it: the verdict table.
+    assert (
+        "FAIL" in (logs / f"{pod['metadata']['name']}-{pod['metadata']['uid'][:8]}.log").read_text()
+    )
+    # Ran once, never again: a verdict is not re-probed.
     assert [j["metadata"]["name"] for j in probe_jobs(cluster)] == [job["metadata"]["name"]]
-    # The verdict reached the metrics once, from the report the Job's attempt left.
-    assert metric(operator, "dsv4_operator_canary_verdicts", verdict="INCONCLUSIVE") == 1
+    assert metric(operator, "dsv4_operator_canary_verdicts", verdict="FAIL") == 1
     assert metric(operator, "dsv4_operator_rollbacks") == 1
     # Production never saw the untested flags.
     after = get_json(cluster, "statefulset", "flash-decode", "-n", MODE_NS)["spec"]["template"]
     assert after == before
     assert "Traceback" not in operator.text()
+
+
+def test_other_jobs_pods_are_still_kwoks_while_the_runtime_plays_probes(cluster, job_mode):
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "not-a-probe", "namespace": MODE_NS},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": {LABEL_COMPONENT: "batch"}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "main", "image": "example/batch:1"}],
+                },
+            },
+        },
+    }
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(job))
+    wait_for(
+        "KWOK to complete the Job's pod",
+        lambda: (
+            job_state(get_json(cluster, "job", "not-a-probe", "-n", MODE_NS))[0]
+            is JobState.SUCCEEDED
+        ),
+        60,
+    )
 
 
 def metric(operator: Background, name: str, **labels: str) -> float:

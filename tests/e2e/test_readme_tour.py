@@ -109,6 +109,10 @@ def test_every_readme_tour_block_runs(tmp_path: Path) -> None:
     assert re.search(r"^verdict\s+FAIL$", text, re.M), "the fault-injected canary did not FAIL"
     assert re.search(r"^rejected revision\s+\S+$", text, re.M), "the faulty flags not rejected"
     assert re.search(r"\btrue\s+bf16\s+RolledBack\b", text), "production lost step 5's flags"
+    # Both verdicts came from probe Jobs the Job controller ended: a PASS completes its Job,
+    # a FAIL (exit 1) fails it.
+    assert re.search(r"^flash-canary-\S+\s+Complete\s", text, re.M), "no probe Job Complete"
+    assert re.search(r"^flash-canary-\S+\s+Failed\s", text, re.M), "no probe Job Failed"
     answer = text.index("\n", text.rindex("curl -s")) + 1  # curl's output follows its trace
     completion, _ = json.JSONDecoder().raw_decode(text, answer)
     assert completion["choices"][0]["text"], completion

@@ -1,11 +1,14 @@
 """Feature-flag rollouts end to end, on the shipped defaults: real control plane, real operator
-process, the local runtime running the CPU reference engine for every engine pod, real probes.
+process, the local runtime running the CPU reference engine for every engine pod, real probes
+as a cluster runs them — a Job per attempt, whose pod the local runtime runs
+(`dsv4ctl probe` as the probe's ServiceAccount) and whose exit the Job controller reads.
 
 The shipped reference-engine sample (manifests/samples/flash-reference.yaml) is applied
 unchanged and lives through the module in order, as a platform team's would: a replicas-only
 change (no canary), a corrupting flag change (FAIL → rolled back, sticky), a canary that never
 answers (INCONCLUSIVE → rolled back), and a clean change whose probing is interrupted by an
-operator restart (resumes, PASS → promoted once).  Every canary runs the default
+operator restart (the probe Job runs on; the restarted operator waits for it, PASS →
+promoted once).  Every canary runs the default
 `spec.canary` — 598 clean samples at most 0.5% corruption, 95% confidence — except where a
 test says which timeout it shortens and why.
 """

@@ -1,4 +1,5 @@
-"""Readiness the local runtime earns: no engine or router pod is Ready before its process answers.
+"""Readiness the local runtime earns: no engine or router pod is Ready before its process
+answers, and no probe pod is KWOK's.
 
 KWOK marks a pod Running and Ready the moment it is scheduled, while the process the local
 runtime starts for it takes seconds to answer.  Left alone, the StatefulSets, Deployments
@@ -6,23 +7,25 @@ and the operator would count a replica that serves nothing as Ready — and a pa
 promotion would retire the old slot's router before the new one answers, which on a real
 cluster the router's readiness probe prevents.
 
-So while a runtime plays kubelet, a MutatingAdmissionPolicy gives every new DSV4 engine and
-router pod a scheduling gate; the runtime starts the pod's process at once and lifts the
-gate when the process answers (or at once for a pod it will not run), and only then is the
-pod scheduled and marked Ready.  When the runtime stops it removes the policy and lifts every
-gate it still holds: without a runtime KWOK plays every pod, as before.
+So while a runtime plays kubelet, a MutatingAdmissionPolicy gives every new DSV4 engine,
+router and probe pod a scheduling gate; the runtime starts the pod's process at once and
+lifts the gate when the process answers (or at once for a pod it will not run), and only
+then is the pod scheduled and marked Ready.  A probe Job's pod keeps its gate for good: KWOK
+completes every Job pod it runs, so the runtime reports the probe's exit itself (`probes`).
+When the runtime stops it removes the policy and lifts every gate it still holds on a pod
+that has not ended: without a runtime KWOK plays every pod, as before.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from dsv4_operator.render.meta import APP, LABEL_COMPONENT, LABEL_NAME
+from dsv4_operator.render.meta import APP, LABEL_COMPONENT, LABEL_NAME, PROBE_COMPONENT
 
 GATE = "inference.dsv4.dev/local-runtime"
 POLICY = "dsv4-local-runtime-gate"
 _GROUP, _VERSION = "admissionregistration.k8s.io", "v1"
-_COMPONENTS = ("prefill", "decode", "router")
+_COMPONENTS = ("prefill", "decode", "router", PROBE_COMPONENT)
 
 
 def policy_objects() -> list[tuple[str, dict[str, Any]]]:
@@ -53,7 +56,7 @@ def policy_objects() -> list[tuple[str, dict[str, Any]]]:
                     }
                 ]
             },
-            "matchConditions": [{"name": "dsv4-engine-or-router", "expression": matches}],
+            "matchConditions": [{"name": "dsv4-engine-router-or-probe", "expression": matches}],
             "failurePolicy": "Fail",
             "reinvocationPolicy": "Never",
             "mutations": [

@@ -1,11 +1,13 @@
-"""The local embedded runtime: plays kubelet for DSV4 engine and router pods on KWOK nodes.
+"""The local embedded runtime: plays kubelet for DSV4 engine, router and probe pods on KWOK nodes.
 
 KWOK marks pods Running without running anything.  This runtime watches DSV4 pods and, for
 each, starts what the pod would run — the CPU reference engine with the pod's own
 rendered `engine.yaml` (its role, its feature flags, fault injection included), or the PD
 router in front of its slice's engines — on a loopback port, then publishes the port in
 the endpoint map (see `endpoints`).  A pod that goes away takes its process with it.  A pod
-is scheduled, and so Ready, only once its process answers (see `readiness`).
+is scheduled, and so Ready, only once its process answers (see `readiness`).  A canary's
+probe Job pod runs its `dsv4ctl probe` command here too, and its exit goes to the API
+server, so the Job controller completes or fails the Job (see `probes`).
 
 Only what cannot run here is changed: parallelism 1, and ports are local.  Everything the
 canary is meant to catch (flags, HiCache, index-K dtype) is exactly what the operator
@@ -31,7 +33,8 @@ from typing import Any
 
 import yaml
 
-from dsv4_dev.localrun import endpoints, readiness
+from dsv4_dev.localrun import endpoints, processes, readiness
+from dsv4_dev.localrun.probes import ProbePods
 from dsv4_engine.commands.launch import fault_env
 from dsv4_engine.engine_config import Backend, load_engine_yaml
 from dsv4_operator.render.engine import ENGINE_PORT, short_hash
@@ -41,6 +44,7 @@ from dsv4_operator.render.meta import (
     LABEL_COMPONENT,
     LABEL_INSTANCE,
     LABEL_NAME,
+    PROBE_COMPONENT,
     Owner,
 )
 from dsv4_operator.render.router import ROUTER_PORT, router_name
@@ -130,6 +134,8 @@ class LocalRuntime:
     _health: dict[str, bool] = field(default_factory=dict, init=False, repr=False)
     # Pods this runtime will not run (another engine), told once each.
     _refused: set[str] = field(default_factory=set, init=False, repr=False)
+    # Probe Job pods' processes (None: probe pods are left to KWOK, as in unit tests).
+    probes: ProbePods | None = None
     # Processes of vanished pods, unpublished and unrouted, stopped at their deadline.
     _draining: list[tuple[float, Process]] = field(default_factory=list, init=False, repr=False)
 
@@ -153,7 +159,9 @@ class LocalRuntime:
                 self._start_router(pod)
             else:
                 self._follow_engines(self.processes[pod.metadata.uid])
-        self._publish()
+        published = self._publish()
+        if self.probes is not None:
+            self.probes.sync([p for p in pods if _component(p) == PROBE_COMPONENT], published)
         for pod in live.values():
             uid = pod.metadata.uid
             answers = uid in self.processes and self._healthy(self.processes[uid])
@@ -169,16 +177,19 @@ class LocalRuntime:
             self._stop(process)
         self.processes.clear()
         self._draining.clear()
+        if self.probes is not None:
+            self.probes.stop_all()
         self._publish()
         self._release()
 
     def _release(self) -> None:
-        """Leave the pods to KWOK: no more gates for new pods, none left on waiting ones."""
+        """Leave the pods to KWOK: no more gates for new pods, none left on waiting ones (a
+        pod that ended, a probe pod this runtime ran, stays where it ended)."""
         if self.custom is not None:
             readiness.uninstall(self.custom)
         pods = self.core.list_pod_for_all_namespaces(label_selector=f"{LABEL_NAME}={APP}").items
         for pod in pods:
-            if readiness.gated(pod):
+            if readiness.gated(pod) and pod.status.phase not in ("Succeeded", "Failed"):
                 readiness.lift(self.core, pod)
 
     # -- engines -------------------------------------------------------------------------
@@ -273,7 +284,7 @@ class LocalRuntime:
         self, pod: Any, command: list[str], env: dict[str, str], port: int, bootstrap: int | None
     ) -> None:
         log_path = self.workdir / f"{pod.metadata.name}-{pod.metadata.uid[:8]}.log"
-        popen = _popen(command, env, log_path)
+        popen = processes.popen(command, env, log_path)
         process = Process(
             pod_uid=pod.metadata.uid,
             pod=pod.metadata.name,
@@ -304,7 +315,7 @@ class LocalRuntime:
         code = process.popen.returncode
         process.restarts += 1
         process.ready, process.failures = False, 0
-        process.popen = _popen(list(process.command), process.env, process.log_path)
+        process.popen = processes.popen(list(process.command), process.env, process.log_path)
         log.warning(
             "%s of %s/%s exited (%s); restarted (%d restarts), log %s",
             process.component,
@@ -331,13 +342,7 @@ class LocalRuntime:
         return self._health[process.pod_uid]
 
     def _stop(self, process: Process) -> None:
-        if process.popen.poll() is None:
-            os.killpg(process.popen.pid, signal.SIGTERM)
-            try:
-                process.popen.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.popen.pid, signal.SIGKILL)
-                process.popen.wait(5)
+        processes.terminate(process.popen)
         log.info("stopped %s of %s/%s", process.component, process.namespace, process.instance)
 
     def _endpoint_map(self) -> dict[str, str]:
@@ -357,7 +362,8 @@ class LocalRuntime:
                     data.setdefault(endpoints.key(p.service, p.namespace, ENGINE_PORT), p.url)
         return data
 
-    def _publish(self) -> None:
+    def _publish(self) -> dict[str, str]:
+        """Publish the endpoint map (written only when it changed); returns it."""
         data = self._endpoint_map()
         current = _read_or_none(self.core, endpoints.NAME, endpoints.NAMESPACE)
         before = (current.data or {}) if current is not None else {}
@@ -373,6 +379,7 @@ class LocalRuntime:
             self.core.create_namespaced_config_map(endpoints.NAMESPACE, body)
         elif before != data:
             self.core.replace_namespaced_config_map(endpoints.NAME, endpoints.NAMESPACE, body)
+        return data
 
     def run_forever(self, interval: float = 1.0) -> None:
         if self.custom is not None:
@@ -386,17 +393,6 @@ class LocalRuntime:
                 time.sleep(interval)
         finally:
             self.stop_all()
-
-
-def _popen(command: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen:
-    with log_path.open("a") as out:
-        return subprocess.Popen(
-            command,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **env},
-            start_new_session=True,
-        )
 
 
 def _answers(url: str) -> bool:
@@ -450,12 +446,20 @@ def _instance(pod: Any) -> str:
 def main() -> int:
     """`python -m dsv4_dev.localrun.runtime`: run against $KUBECONFIG until stopped."""
     from kubernetes import client, config
+    from kubernetes.config.kube_config import KUBE_CONFIG_DEFAULT_LOCATION
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s localrun %(message)s")
     config.load_kube_config()
+    kubeconfig = Path(KUBE_CONFIG_DEFAULT_LOCATION.split(os.pathsep)[0]).expanduser()
     workdir = Path(os.environ.get("DSV4_LOCALRUN_DIR", "/tmp/dsv4-localrun"))
     workdir.mkdir(parents=True, exist_ok=True)
-    runtime = LocalRuntime(client.CoreV1Api(), workdir, custom=client.CustomObjectsApi())
+    core = client.CoreV1Api()
+    runtime = LocalRuntime(
+        core,
+        workdir,
+        custom=client.CustomObjectsApi(),
+        probes=ProbePods(core, workdir, kubeconfig),
+    )
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     log.info("local runtime watching DSV4 pods; logs in %s", workdir)
     runtime.run_forever()

@@ -41,7 +41,7 @@ class JobProbeExecutor:
         self.cache = cache
         self.image = image
         # (namespace, report) of the Jobs this process saw running: their verdicts go into
-        # the metrics once they end.  A Job that ended before this process started was
+        # the metrics once filed.  A Job that ended before this process started was
         # counted by the one that watched it.
         self._watching: set[tuple[str, str]] = set()
 
@@ -50,7 +50,9 @@ class JobProbeExecutor:
         state, _ = job_state(job)
         if state is JobState.ACTIVE:
             self._watching.add((owner.namespace, report))
-        elif job is not None:  # ended
+        if job is not None:
+            # Once filed, even while the Job still runs: the pod files, then exits, and
+            # the pass that reads a FAIL rolls back and never asks about this Job again.
             self._record(owner, report, job)
         return state is JobState.ACTIVE
 
@@ -99,7 +101,7 @@ class JobProbeExecutor:
         log.warning("probe %s: %s", report, message)
 
     def _record(self, owner: Owner, report: str, job: dict[str, Any]) -> None:
-        """Metrics for the verdict a watched Job filed, once."""
+        """Metrics for the verdict a watched Job filed, once (none filed yet: later)."""
         key = (owner.namespace, report)
         if key not in self._watching:
             return

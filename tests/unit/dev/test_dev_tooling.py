@@ -59,11 +59,16 @@ def test_dsv4ctl_cluster_is_a_plugin_of_the_development_distribution():
     )
 
 
-def test_probes_run_inside_the_operator_only_on_the_local_cluster(capsys):
+def test_probes_run_as_jobs_on_the_local_cluster_too_and_in_process_only_when_asked(capsys):
     args = dev_operator.parse_args(["run", "--local-endpoints"])
-    assert args.probe_mode == dev_operator.ProbeMode.LOCAL.value
-    args = dev_operator.parse_args(["run", "--local-endpoints", "--probe-mode", "job"])
-    assert args.probe_mode == "job"
+    assert args.probe_mode == dev_operator.ProbeMode.JOB.value
+    # Nothing pulls it (the local runtime runs the Job's command): a name, not a lookup.
+    assert args.probe_image == dev_operator.LOCAL_PROBE_IMAGE
+    args = dev_operator.parse_args(["run", "--local-endpoints", "--probe-image", "op:1"])
+    assert args.probe_image == "op:1"
+    assert dev_operator.parse_args(["run"]).probe_image is None  # the operator pod's own
+    args = dev_operator.parse_args(["run", "--local-endpoints", "--probe-mode", "local"])
+    assert args.probe_mode == "local"
     with pytest.raises(SystemExit) as exit_info:
         dev_operator.parse_args(["run", "--probe-mode", "local"])
     assert exit_info.value.code == 2
@@ -76,7 +81,7 @@ def wiring(*argv: str):
 
 
 def test_the_local_wiring_probes_in_process_through_the_endpoint_map(monkeypatch):
-    kube, local = wiring("--local-endpoints")
+    kube, local = wiring("--local-endpoints", "--probe-mode", "local")
     with socket.socket() as closed:  # bound, never listening: nothing answers there
         closed.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{closed.getsockname()[1]}"
@@ -89,12 +94,12 @@ def test_the_local_wiring_probes_in_process_through_the_endpoint_map(monkeypatch
 
 @pytest.mark.asyncio
 async def test_the_local_executor_is_made_on_the_running_loop():
-    _, local = wiring("--local-endpoints")
+    _, local = wiring("--local-endpoints", "--probe-mode", "local")
     assert isinstance(local.executor(lambda owner: None, Cache([])), LocalProbeExecutor)
 
 
 def test_job_mode_on_the_local_cluster_probes_by_cluster_dns():
-    _, jobs = wiring("--local-endpoints", "--probe-mode", "job", "--probe-image", "op:1")
+    _, jobs = wiring("--local-endpoints")
     assert isinstance(jobs.executor(lambda owner: None, Cache([])), JobProbeExecutor)
     assert jobs.probe_url("ns", "svc", 8000) == "http://svc.ns.svc:8000"
 
