@@ -32,6 +32,8 @@ from dsv4_engine import cli as engine_cli
 from dsv4_engine.commands import launch, serve
 from dsv4_engine.engine_config import EngineConfig, dump_engine_yaml
 from dsv4_engine.features import Role
+from dsv4_engine.probe import runner
+from dsv4_engine.probe.settings import ProbeSettings
 from dsv4_operator.cli import main as dsv4ctl
 
 pytestmark = pytest.mark.slow
@@ -164,6 +166,15 @@ def test_no_argument_ends_in_a_traceback(tmp_path, monkeypatch):
     execs: list[list[str]] = []
     monkeypatch.setattr(serve, "_serve", no_serving)
     monkeypatch.setattr(launch.os, "execve", lambda path, argv, env: execs.append(argv))
+    real_warm_up = runner._warm_up
+
+    async def short_warm_up(client: object, settings: ProbeSettings) -> str:
+        """A command line that lost its `--warm-up` would wait the default minute for an
+        engine the sweep never starts; the refusal, not the wait, is what is tested."""
+        quick = settings.model_copy(update={"warm_up_s": min(settings.warm_up_s, 0.2)})
+        return await real_warm_up(client, quick)
+
+    monkeypatch.setattr(runner, "_warm_up", short_warm_up)
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     made = files(tmp_path)
