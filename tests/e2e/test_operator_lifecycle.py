@@ -7,6 +7,7 @@ deleted, as a user would.
 """
 
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -35,7 +36,8 @@ WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE")
 
 def expected_children(name):
     return {
-        ("ConfigMap", f"{name}-engine"),
+        ("ConfigMap", f"{name}-prefill-engine"),
+        ("ConfigMap", f"{name}-decode-engine"),
         ("StatefulSet", f"{name}-prefill"),
         ("StatefulSet", f"{name}-decode"),
         ("Service", f"{name}-prefill"),
@@ -48,6 +50,13 @@ def expected_children(name):
         ("RoleBinding", f"{name}-router-discovery"),
         ("NetworkPolicy", f"{name}-engines"),
     }
+
+
+def engine_yaml(ns, name, role):
+    """A role's `engine.yaml`, from the ConfigMap its StatefulSet's pods mount."""
+    template = kget(ns, "statefulset", f"{name}-{role}")["spec"]["template"]
+    (volume,) = [v for v in template["spec"]["volumes"] if v["name"] == "engine-config"]
+    return kget(ns, "configmap", volume["configMap"]["name"])["data"][f"{role}.yaml"]
 
 
 def free_port():
@@ -133,8 +142,12 @@ def status(cluster, name):
 
 
 def children(cluster, name):
+    """(kind, name) → object; a role's engine ConfigMap without its content hash."""
     items = kget(cluster, CHILD_KINDS, "-l", f"app.kubernetes.io/instance={name}")["items"]
-    return {(o["kind"], o["metadata"]["name"]): o for o in items}
+    return {
+        (o["kind"], re.sub(r"-engine-[0-9a-f]+$", "-engine", o["metadata"]["name"])): o
+        for o in items
+    }
 
 
 def pods(cluster, name, component=None):
@@ -293,7 +306,7 @@ def test_feature_flag_change_changes_the_hash_and_rolls_affected_pods(ns, operat
     before = {
         p["metadata"]["uid"]: p for p in pods(ns, "flash", "prefill") + pods(ns, "flash", "decode")
     }
-    old_revision = status(ns, "flash")["featureRevision"]
+    old_revision = status(ns, "flash")["engineRevision"]
     patch(
         ns, "flash", {"features": {"hicache": {"enabled": True, "ratio": 2.0, "roles": ["decode"]}}}
     )
@@ -348,9 +361,11 @@ def test_feature_flag_change_changes_the_hash_and_rolls_affected_pods(ns, operat
         if p["metadata"]["labels"]["app.kubernetes.io/component"] == "decode"
     )  # fmt: skip
     assert {p["metadata"]["annotations"][hash_key] for p in decode} != {old_decode_hash}
-    data = kget(ns, "configmap", "flash-engine")["data"]
-    assert "enabled: true" in data["decode.yaml"] and "enabled: false" in data["prefill.yaml"]
-    assert st["featureRevision"] != old_revision and st["activeFeatures"]["hicache"]["enabled"]
+    decode_yaml = engine_yaml(ns, "flash", "decode")
+    assert "enabled: true" in decode_yaml and "enabled: false" in engine_yaml(
+        ns, "flash", "prefill"
+    )
+    assert st["engineRevision"] != old_revision and st["activeFeatures"]["hicache"]["enabled"]
     assert ns.kubectl("get", "dsv4", "flash", "-n", NS).stdout.splitlines()[1].split()[4] == "true"
     wait_for(
         "canary deleted after promotion",
