@@ -236,7 +236,13 @@ def test_sample_creates_every_child_and_becomes_ready_on_b200(ns, operator):
     )
     assert all(pod_ready(p) for p in pods(ns, "flash", "router"))
     conditions = {c["type"]: c["status"] for c in st["conditions"]}
-    assert conditions == {"Ready": "True", "Progressing": "False", "Degraded": "False"}
+    assert conditions == {
+        "Ready": "True",
+        "Progressing": "False",
+        "Reconciling": "False",
+        "Degraded": "False",
+        "Stalled": "False",
+    }
 
     table = ns.kubectl("get", "dsv4", "flash", "-n", NS).stdout.splitlines()
     assert table[0].split() == [
@@ -437,7 +443,7 @@ def test_killed_mid_reconcile_then_restarted_converges_without_duplicates(ns, op
     engine = pods(ns, "kill", "prefill") + pods(ns, "kill", "decode")
     assert len(engine) == 2 and len({p["metadata"]["name"] for p in engine}) == 2
     kinds = Counter(kind for kind, _ in children(ns, "kill"))
-    assert kinds["StatefulSet"] == 2 and kinds["ConfigMap"] == 1 and kinds["Deployment"] == 1
+    assert kinds["StatefulSet"] == 2 and kinds["ConfigMap"] == 2 and kinds["Deployment"] == 1
 
 
 def test_deleting_the_resource_removes_every_child(ns, operator):
