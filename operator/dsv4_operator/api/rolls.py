@@ -13,6 +13,7 @@ computes or the prefill→decode wire format.  Together they are the engine revi
 
 from __future__ import annotations
 
+import copy
 import json
 from enum import StrEnum
 from typing import Any, get_args, get_origin
@@ -89,43 +90,38 @@ def classes(model: type[BaseModel], prefix: Path = ()) -> dict[Path, Rolls]:
     return found
 
 
+def _at(data: Any, path: Path) -> Any:
+    """The value at ``path`` in nested dicts (None where it is not)."""
+    for key in path:
+        data = data.get(key) if isinstance(data, dict) else None
+    return data
+
+
+def _parent(data: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The dict that holds ``path``'s last key, made on the way where missing."""
+    for key in path[:-1]:
+        data = data.setdefault(key, {})
+    return data
+
+
 def project(data: dict[str, Any], paths: list[Path]) -> dict[str, Any]:
     """The part of ``data`` (a spec as JSON) at ``paths``, nested as in ``data``."""
     out: dict[str, Any] = {}
     for path in paths:
-        source: Any = data
-        for key in path:
-            source = source.get(key) if isinstance(source, dict) else None
-        target = out
-        for key in path[:-1]:
-            target = target.setdefault(key, {})
-        target[path[-1]] = source
+        _parent(out, path)[path[-1]] = _at(data, path)
     return out
 
 
 def overlay(data: dict[str, Any], part: dict[str, Any], paths: list[Path]) -> dict[str, Any]:
     """``data`` with the values of ``part`` at ``paths`` (a copy; `project`'s inverse)."""
-    out = _copy(data)
+    out = copy.deepcopy(data)
     for path in paths:
-        source: Any = part
-        for key in path:
-            source = source.get(key) if isinstance(source, dict) else None
-        target = out
-        for key in path[:-1]:
-            target = target.setdefault(key, {})
-        if source is None:
+        value, target = _at(part, path), _parent(out, path)
+        if value is None:
             target.pop(path[-1], None)
         else:
-            target[path[-1]] = source
+            target[path[-1]] = value
     return out
-
-
-def _copy(data: Any) -> Any:
-    if isinstance(data, dict):
-        return {k: _copy(v) for k, v in data.items()}
-    if isinstance(data, list):
-        return [_copy(v) for v in data]
-    return data
 
 
 def differences(old: Any, new: Any, prefix: str = "") -> list[str]:

@@ -25,7 +25,9 @@ from dsv4_operator.api.samples import load_sample, merge_patch
 from dsv4_operator.reconcile import watches
 from dsv4_operator.reconcile.cache import Cache
 from dsv4_operator.reconcile.reconciler import Reconciler
+from dsv4_operator.rollout import manual
 from dsv4_operator.rollout.controller import RolloutController
+from dsv4_operator.rollout.decide import ManualAction
 from dsv4_operator.rollout.job_executor import JobProbeExecutor
 from tests.unit.operator.memory_api import Crashed, MemoryApi
 
@@ -137,6 +139,10 @@ class World:
                 annotations[key] = value
 
         self.api.user_patch(KIND, NS, name, change)
+
+    def control(self, action: ManualAction, revision: str, token: str, name: str = "flash") -> None:
+        """A person's rollout control (what `dsv4ctl rollout` writes)."""
+        self.annotate(name, manual.ANNOTATION, manual.encode(action, token, revision))
 
     def wipe_status(self, name: str, part: str | None = "rollout") -> None:
         """Status lost (a restore without it) or hand-edited: ``part`` None wipes it all."""

@@ -16,7 +16,6 @@ from dsv4_operator.api.rollout import EngineRevision
 from dsv4_operator.api.rolls import Rolls, Unclassified, classes, project
 from dsv4_operator.api.samples import load_sample, merge_patch
 from dsv4_operator.api.spec import DSV4DeploymentSpec
-from dsv4_operator.rollout import manual
 from dsv4_operator.rollout.controller import canary_settings
 from dsv4_operator.rollout.decide import ManualAction
 from dsv4_operator.rollout.digest import registry_digest
@@ -190,8 +189,7 @@ def test_an_engine_change_goes_through_a_canary_and_is_promoted_only_on_pass(wha
     world.patch_spec("flash", {"canary": {"concurrency": 8}})  # not a revision: still rejected
     world.step("flash")
     assert world.phase() == "RolledBack"
-    control = manual.encode(ManualAction.RETRY, "t1", world.rollout()["rejectedRevision"])
-    world.annotate("flash", manual.ANNOTATION, control)
+    world.control(ManualAction.RETRY, world.rollout()["rejectedRevision"], "t1")
     world.until(
         "promoted", lambda: world.phase() == "Idle" and world.rollout()["verdict"] == "PASS"
     )
@@ -333,8 +331,7 @@ def test_a_deployment_recreated_with_rejected_flags_does_not_adopt_them():
     assert status["phase"] == "Degraded" and degraded["reason"] == "RevisionRejected"
     assert rejected in degraded["message"]
     # The retry control is the way back: the person decides.
-    control = manual.encode(ManualAction.RETRY, "t1", rejected)
-    world.annotate("flash", manual.ANNOTATION, control)
+    world.control(ManualAction.RETRY, rejected, "t1")
     world.until("Ready", lambda: (world.obj().get("status") or {}).get("phase") == "Ready")
     assert world.rollout()["stableRevision"] == rejected
 

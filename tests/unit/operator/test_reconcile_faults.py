@@ -181,10 +181,6 @@ def test_a_crash_before_any_write_of_a_failing_rollout_never_promotes_it(crash_a
     assert world.phase() == "RolledBack" and not world.children("flash--canary")
 
 
-def control(world: World, action: ManualAction, revision: str, token: str) -> None:
-    world.annotate("flash", manual.ANNOTATION, manual.encode(action, token, revision))
-
-
 def test_a_control_acts_once_and_is_removed():
     world = ready_world()
     world.verdict = lambda job: FAIL
@@ -192,7 +188,7 @@ def test_a_control_acts_once_and_is_removed():
     world.until("rolled back", lambda: world.phase() == "RolledBack")
     rejected = world.rollout()["rejectedRevision"]
     world.verdict = lambda job: PASS
-    control(world, ManualAction.RETRY, rejected, "t1")
+    world.control(ManualAction.RETRY, rejected, "t1")
     world.until("retried", lambda: world.phase() == "Idle" and world.rollout()["verdict"] == "PASS")
     assert world.rollout()["handledAction"] == "t1"
     assert manual.ANNOTATION not in (world.obj()["metadata"].get("annotations") or {})
@@ -207,7 +203,7 @@ def test_a_leftover_promote_does_not_promote_the_next_rollout():
     first = world.rollout()["canaryRevision"]
     # A promote for the first rollout arrives only after it was rolled back.
     world.until("rolled back", lambda: world.phase() == "RolledBack")
-    control(world, ManualAction.PROMOTE, first, "t-late")
+    world.control(ManualAction.PROMOTE, first, "t-late")
     world.patch_spec("flash", {"features": {"indexDtype": "fp8", "kvCanary": "off"}})
     world.until("second canary", lambda: world.phase() in ("CanaryStarting", "Probing"))
     world.until("rolled back again", lambda: world.phase() == "RolledBack")
@@ -389,7 +385,7 @@ def test_a_concurrent_abort_refuses_the_status_write_and_no_role_is_promoted():
 
     def abort_meanwhile(api: MemoryApi, key: tuple) -> None:
         api.before_status_write = None  # once
-        control(world, ManualAction.ABORT, passed, "t-abort")
+        world.control(ManualAction.ABORT, passed, "t-abort")
 
     world.api.before_status_write = abort_meanwhile
     start = len(world.api.log)
