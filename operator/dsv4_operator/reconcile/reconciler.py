@@ -247,6 +247,9 @@ class Reconciler:
         if rollout is not None:
             actions, conflict = self._plan(state, rollout.desired)
             problem = conflict or _watch_problem(rollout.decision.status)
+            unremembered = self._remember(state, rollout.decision)
+            if unremembered is not None:  # nothing of the decision is written
+                problem, rollout, actions = unremembered, None, []
         return self._finish(obj, owner, previous, problem, state, rollout, actions)
 
     def _finish(
@@ -400,8 +403,8 @@ class Reconciler:
         if before is not None:
             return before, []
         listed = self.cache.list("ConfigMap", state.owner.namespace, report_selector(state.owner))
-        reports = [FiledReport.of(cm) for cm in listed]
-        recovered = recover(state.stable_live, state.canary_live, reports, state.now)
+        reports = [FiledReport.of(cm, state.spec.canary) for cm in listed]
+        recovered = recover(state.stable_live, state.canary_live, reports, state.ledger, state.now)
         if recovered is None:
             return None, []
         message = f"status.rollout was missing or unreadable; rebuilt from the children: {recovered.summary}"
@@ -487,10 +490,19 @@ class Reconciler:
         )
 
     # -- writing ------------------------------------------------------------------------
-    def _remember(self, state: PassState, decision: Decision) -> None:
+    def _remember(self, state: PassState, decision: Decision) -> Problem | None:
+        """The decision's rejection into the ledger, before anything else of the pass is
+        written: a status lost after any later write still finds the rejection there (an
+        aborted or timed-out promotion is never resumed).  A refused ledger write is the
+        pass's problem and nothing of its decision is written."""
         ledger = remembered(state.ledger, decision)
-        if ledger != state.ledger:
+        if ledger == state.ledger:
+            return None
+        try:
             self.kube.apply(ledger_config_map(state.owner, ledger))
+        except ApiError as err:
+            return Problem(_reason(err), f"recording the rejection failed: {err}")
+        return None
 
     def _write_children(self, owner: Owner, actions: list[Action]) -> Problem | None:
         """Every child write of the pass; the first failure stops the rest and is returned
@@ -537,7 +549,6 @@ class Reconciler:
     def _carry_out(self, state: PassState, rollout: RolloutPass) -> Problem | None:
         try:
             self.rollout.carry_out(state, rollout.before, rollout.decision)
-            self._remember(state, rollout.decision)
         except ApiError as err:
             return Problem(_reason(err), f"rollout step failed: {err}")
         status = rollout.decision.status

@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from dsv4_engine.probe import ProbeSettings
@@ -32,10 +32,11 @@ from dsv4_operator.rollout.observe import slice_ready
 from dsv4_operator.rollout.reports import (
     FiledReport,
     ReportRef,
-    distrust_pass,
+    checked,
     outcome_from_config_map,
     report_selector,
     stale_canary_reports,
+    untrusted,
 )
 from dsv4_operator.rollout.slices import canary_owner, canary_url, with_revision
 
@@ -144,7 +145,7 @@ class RolloutController:
         return outcome_from_config_map(config_map) if config_map else None
 
     def _canary_outcome(self, state: PassState, ref: ReportRef) -> ProbeOutcome | None:
-        """The attempt's verdict; a PASS only if the report survives `distrust_pass`.
+        """The attempt's verdict; a PASS only as it holds up (`reports.checked`).
 
         A probe pod files its report and only then exits, so the report's watch event can
         wake a pass while its Job is still active: such a PASS is no verdict yet (None, the
@@ -155,31 +156,16 @@ class RolloutController:
         outcome = outcome_from_config_map(config_map) if config_map else None
         if outcome is None or config_map is None or outcome.verdict is not RolloutVerdict.PASS:
             return outcome
-        cfg = state.spec.canary
         completed = self.executor.completed(owner, name)
         exiting = completed is False and self.executor.running(owner, name)
-        why = distrust_pass(
-            config_map,
-            outcome,
-            cfg.sample_count,
-            cfg.max_corruption_rate,
-            cfg.confidence,
-            None if exiting else completed,
-        )
-        if why is None and exiting:
+        found = checked(config_map, outcome, state.spec.canary, None if exiting else completed)
+        if found is outcome and exiting:  # holds up so far: the Job's exit decides
             why = self._exit_overdue(state, name)
             if why is None:
                 return None  # wait for the Job to complete
+            found = untrusted(outcome, why)
         self._exit_seen.pop((owner.namespace, name), None)
-        if why is None:
-            return outcome
-        log.warning("report %s says PASS but is not trusted: %s", name, why)
-        return replace(
-            outcome,
-            verdict=RolloutVerdict.INCONCLUSIVE,
-            report=name,
-            message=f"the PASS in report {name} was not trusted: {why}",
-        )
+        return found
 
     def _exit_overdue(self, state: PassState, report: str) -> str | None:
         """Why a PASS whose Job is still active is no longer waited for, or None while the

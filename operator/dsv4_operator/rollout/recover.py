@@ -4,8 +4,11 @@ Pure.  The rule is never to trust the spec — it holds exactly the flags not ye
 - the stable flags are what the children record as stable (`record`);
 - a role running other flags was mid-promotion: resumed only if a canary report of those
   flags says PASS, otherwise those flags are rejected and the role rolls back;
-- a live canary slice restarts its readiness wait (a new probe attempt, never an old report);
-- a rejection recorded on the children stays a rejection (sticky reject survives);
+- a live canary slice restarts its readiness wait (a new probe attempt), unless its revision
+  is already judged: a filed FAIL (or any verdict but PASS) stays that verdict;
+- a rejection stays a rejection, wherever it is recorded: on the children, in the ledger
+  (an aborted or timed-out promotion is never resumed), or in a non-PASS report;
+- a PASS report proves a revision only as re-checked by the caller (`reports.checked`);
 - the attempt counter continues after the highest attempt any report carries, so no
   attempt can read a report filed before the loss.
 """
@@ -27,6 +30,7 @@ from dsv4_operator.api.rollout import (
     Transfer,
 )
 from dsv4_operator.api.times import stamp
+from dsv4_operator.rollout.ledger import Ledger
 from dsv4_operator.rollout.record import Record, role_of, slot_of
 from dsv4_operator.rollout.reports import FiledReport
 
@@ -50,9 +54,11 @@ def recover(
     stable_live: list[dict[str, Any]],
     canary_live: list[dict[str, Any]],
     reports: list[FiledReport],
+    ledger: Ledger,
     now: dt.datetime,
 ) -> Recovered | None:
-    """The rebuilt status; None when no stable workload exists (nothing serves users yet)."""
+    """The rebuilt status; None when no stable workload exists (nothing serves users yet).
+    ``reports`` are the deployment's filed reports, each PASS already re-checked."""
     slots: dict[Slot, dict[Role, dict[str, Any]]] = {}
     for workload in stable_live:
         role = role_of(workload)
@@ -70,6 +76,7 @@ def recover(
         )
     stable = _stable(records)
     rejected = next((r.rejected for r in records if r.rejected), None)
+    judged = _Judged(reports, ledger, rejected)
     at = stamp(now)
     active = next(
         (slot for slot, roles in slots.items() if all(Record.of(w).runs == stable for w in roles.values())),
@@ -84,14 +91,17 @@ def recover(
         rejected_revision=rejected,
     )
     if len(slots) > 1:
-        return _mid_paired(base, slots[active.other], reports, at)
+        return _mid_paired(base, slots[active.other], judged, at)
     runs = {role: Record.of(w).runs for role, w in slots[active].items()}
     promoted = {role for role, flags in runs.items() if flags != stable}
     if promoted:
-        return _mid_promotion(base, runs, promoted, reports, at)
+        return _mid_promotion(base, runs, promoted, judged, at)
     canary = [Record.of(w).runs for w in canary_live if role_of(w) is not None]
     if canary and canary[0] is not None:
         flags = canary[0]
+        against = judged.against(flags.revision)
+        if against is not None:
+            return _rejected(base, flags, against, at, "canary")
         status = base.model_copy(
             update={
                 "phase": RolloutPhase.CANARY_STARTING,
@@ -104,18 +114,69 @@ def recover(
         )
         return Recovered(status, f"canary of flags {flags.revision} resumed from the start")
     if rejected is not None:
-        last = _newest(reports, rejected)
-        verdict = last.outcome.verdict if last and last.outcome else None
+        against = judged.against(rejected)
+        assert against is not None  # the children's record is one of its sources
         status = base.model_copy(
             update={
                 "phase": RolloutPhase.ROLLED_BACK,
-                "verdict": verdict,
-                "report": last.name if last else None,
-                "message": f"flags {rejected} stay rejected (recorded on the children)",
+                "verdict": against.verdict,
+                "report": against.report,
+                "message": f"flags {rejected} stay rejected ({against.source})",
             }
         )
         return Recovered(status, f"stable flags {stable.revision}, flags {rejected} rejected")
     return Recovered(base, f"stable flags {stable.revision}")
+
+
+@dataclass(frozen=True)
+class Against:
+    """Why a revision stays rejected: the verdict, its report (if any) and where it is
+    recorded."""
+
+    verdict: RolloutVerdict | None
+    report: str | None
+    source: str
+
+
+@dataclass(frozen=True)
+class _Judged:
+    """Every record of a judgement the cluster keeps: the reports, the ledger and the
+    children's rejected revision."""
+
+    reports: list[FiledReport]
+    ledger: Ledger
+    recorded: str | None  # the rejected revision the children record
+
+    def against(self, revision: str) -> Against | None:
+        """Why ``revision`` is rejected, or None when nothing rejects it.  A filed verdict
+        other than PASS is final (a FAIL stays FAIL, even beside a later PASS); the ledger
+        keeps the rejections no report shows (aborted, timed out)."""
+        failed = [
+            r
+            for r in self.reports
+            if r.target == "canary"
+            and r.revision == revision
+            and r.outcome is not None
+            and r.outcome.verdict is not RolloutVerdict.PASS
+        ]
+        entry = self.ledger.rejected.get(revision)
+        if failed:
+            first = min(failed, key=lambda r: (r.created, r.attempt))
+            assert first.outcome is not None
+            said = f": {first.outcome.message}" if first.outcome.message else ""
+            return Against(first.outcome.verdict, first.name, f"report {first.name}{said}")
+        if entry is not None:
+            verdict = next((v for v in RolloutVerdict if v.value == entry.verdict), None)
+            return Against(verdict, entry.report, f"ledger: {entry.text()}")
+        if revision == self.recorded:
+            return Against(None, None, "recorded on the children")
+        return None
+
+    def passed(self, revision: str) -> FiledReport | None:
+        """The newest PASS report of ``revision``, if nothing rejects it."""
+        if self.against(revision) is not None:
+            return None
+        return _newest(self.reports, revision, RolloutVerdict.PASS)
 
 
 def _stable(records: list[Record]) -> EngineRevision:
@@ -136,7 +197,7 @@ def _stable(records: list[Record]) -> EngineRevision:
 def _mid_paired(
     base: RolloutStatus,
     new_slot: dict[Role, dict[str, Any]],
-    reports: list[FiledReport],
+    judged: _Judged,
     at: str,
 ) -> Recovered:
     """Engines in both slots: a paired promotion was under way.  It resumes where the new
@@ -150,7 +211,7 @@ def _mid_paired(
     return _resume_or_reject(
         base,
         flags,
-        reports,
+        judged,
         at,
         "paired promotion",
         resumed={**both, "pair_stage": PairStage.GROW},
@@ -162,7 +223,7 @@ def _mid_promotion(
     base: RolloutStatus,
     runs: dict[Role, EngineRevision | None],
     promoted: set[Role],
-    reports: list[FiledReport],
+    judged: _Judged,
     at: str,
 ) -> Recovered:
     """A role runs other flags than the stable ones: a role-by-role promotion."""
@@ -173,23 +234,24 @@ def _mid_promotion(
         )
     flags = next(iter(news.values()))
     resumed = {"promoted_roles": tuple(sorted(promoted))}
-    return _resume_or_reject(base, flags, reports, at, "promotion", resumed, rejected={})
+    return _resume_or_reject(base, flags, judged, at, "promotion", resumed, rejected={})
 
 
 def _resume_or_reject(
     base: RolloutStatus,
     flags: EngineRevision,
-    reports: list[FiledReport],
+    judged: _Judged,
     at: str,
     what: str,
     resumed: dict[str, Any],
     rejected: dict[str, Any],
 ) -> Recovered:
-    """A promotion found half done continues only if a canary report proves its flags
-    (PASS); otherwise they are rejected and production returns to the stable flags."""
+    """A promotion found half done continues only if a (re-checked) canary report proves
+    its flags (PASS) and nothing rejects them; otherwise production returns to the stable
+    flags."""
     revision = flags.revision
     common = {"canary": flags, "canary_revision": revision, "started_at": at}
-    passed = _newest(reports, revision, RolloutVerdict.PASS)
+    passed = judged.passed(revision)
     if passed is not None and passed.outcome is not None:
         outcome = passed.outcome
         status = base.model_copy(
@@ -207,18 +269,56 @@ def _resume_or_reject(
             }
         )
         return Recovered(status, f"{what} of flags {revision} resumed")
+    against = judged.against(revision)
+    if against is not None:
+        return _rejected(base.model_copy(update=rejected), flags, against, at, what)
+    unproven = _newest(judged.reports, revision)
+    why = (
+        f"report {unproven.name}: {unproven.outcome.message}"
+        if unproven is not None and unproven.outcome is not None
+        else "no PASS report proves them"
+    )
+    reason = f"status.rollout was lost during the {what} of flags {revision} and {why}"
     status = base.model_copy(
         update={
             **common,
             **rejected,
             "phase": RolloutPhase.ROLLED_BACK,
             "verdict": RolloutVerdict.INCONCLUSIVE,
+            "verdict_reason": reason,
             "rejected_revision": revision,
-            "message": f"rolled back (INCONCLUSIVE): status.rollout was lost during the {what} "
-            f"of flags {revision} and no PASS report proves them",
+            "report": unproven.name if unproven is not None else None,
+            "message": f"rolled back (INCONCLUSIVE): {reason}",
         }
     )
     return Recovered(status, f"flags {revision} had no PASS report; rolled back")
+
+
+def _rejected(
+    base: RolloutStatus, flags: EngineRevision, against: Against, at: str, what: str
+) -> Recovered:
+    """``flags`` found live (a canary, a promotion: ``what``) after they were rejected:
+    rolled back again, with the verdict that rejected them."""
+    revision = flags.revision
+    verdict = against.verdict.value if against.verdict else "rejected"
+    reason = (
+        f"status.rollout was lost during the {what} of flags {revision}, which stay "
+        f"rejected ({against.source})"
+    )
+    status = base.model_copy(
+        update={
+            "canary": flags,
+            "canary_revision": revision,
+            "started_at": at,
+            "phase": RolloutPhase.ROLLED_BACK,
+            "verdict": against.verdict,
+            "verdict_reason": reason,
+            "rejected_revision": revision,
+            "report": against.report,
+            "message": f"rolled back ({verdict}): {reason}",
+        }
+    )
+    return Recovered(status, f"{what} of flags {revision} stays rejected ({against.source})")
 
 
 def _newest(

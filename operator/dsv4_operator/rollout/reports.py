@@ -10,14 +10,15 @@ recorded as INCONCLUSIVE instead (see `job_executor`).
 from __future__ import annotations
 
 import json
+import logging
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dsv4_engine.probe import ProbeConnectionError, ProbeResult, ProbeSettings, build_report
 from dsv4_engine.probe.stats import percents, upper_bound
 from dsv4_engine.probe.verdict import Verdict
-from dsv4_operator.api.rollout import RolloutVerdict
+from dsv4_operator.api.rollout import CanarySpec, RolloutVerdict
 from dsv4_operator.render.meta import (
     LABEL_COMPONENT,
     LABEL_INSTANCE,
@@ -26,6 +27,8 @@ from dsv4_operator.render.meta import (
     metadata,
 )
 from dsv4_operator.rollout.decide import ProbeOutcome
+
+log = logging.getLogger("dsv4_operator.rollout")
 
 REPORT_KEY = "report.json"
 OUTCOME_KEY = "outcome.json"
@@ -122,8 +125,13 @@ class FiledReport:
     outcome: ProbeOutcome | None
 
     @classmethod
-    def of(cls, config_map: dict[str, Any]) -> FiledReport:
+    def of(cls, config_map: dict[str, Any], canary: CanarySpec | None = None) -> FiledReport:
+        """The report as filed; with ``canary`` (the settings a PASS must meet now), a PASS
+        is re-checked (`checked`) as every path that promotes on it must."""
         meta = config_map["metadata"]
+        outcome = outcome_from_config_map(config_map)
+        if outcome is not None and canary is not None:
+            outcome = checked(config_map, outcome, canary, completed=None)
         annotations = meta.get("annotations") or {}
         attempt = annotations.get(ANNOTATION_ATTEMPT, "0")
         return cls(
@@ -132,7 +140,7 @@ class FiledReport:
             revision=annotations.get(ANNOTATION_REVISION, ""),
             attempt=int(attempt) if attempt.isdigit() else 0,
             created=meta.get("creationTimestamp", ""),
-            outcome=outcome_from_config_map(config_map),
+            outcome=outcome,
         )
 
 
@@ -265,3 +273,34 @@ def distrust_pass(
     if completed is False:
         return "its probe Job did not complete with exit code 0"
     return None
+
+
+def checked(
+    config_map: dict[str, Any],
+    outcome: ProbeOutcome,
+    canary: CanarySpec,
+    completed: bool | None,
+) -> ProbeOutcome:
+    """``outcome`` as a promotion may act on it: a PASS that does not hold up against
+    ``canary`` (`distrust_pass`) is INCONCLUSIVE, saying why; any other verdict as filed."""
+    if outcome.verdict is not RolloutVerdict.PASS:
+        return outcome
+    why = distrust_pass(
+        config_map,
+        outcome,
+        canary.sample_count,
+        canary.max_corruption_rate,
+        canary.confidence,
+        completed,
+    )
+    return outcome if why is None else untrusted(outcome, why)
+
+
+def untrusted(outcome: ProbeOutcome, why: str) -> ProbeOutcome:
+    """A PASS refused: INCONCLUSIVE, and the message says which report and why."""
+    log.warning("report %s says PASS but is not trusted: %s", outcome.report, why)
+    return replace(
+        outcome,
+        verdict=RolloutVerdict.INCONCLUSIVE,
+        message=f"the PASS in report {outcome.report} was not trusted: {why}",
+    )

@@ -42,19 +42,34 @@ def flags_of(world: World, name: str = "flash") -> EngineRevision:
     return spec_revision(DSV4DeploymentSpec.model_validate(world.obj(name)["spec"]))
 
 
-def stable_runs(api: MemoryApi, writes: list, instance: str = "flash") -> set[str]:
-    """Every flag revision any stable StatefulSet of ``instance`` was ever written with."""
+def stable_runs(
+    api: MemoryApi, writes: list, instance: str = "flash", role: str | None = None
+) -> set[str]:
+    """Every flag revision any stable StatefulSet of ``instance`` (of ``role``: only that
+    role's) was ever written with."""
     seen = set()
     for write in writes:
         body = write.body
         if write.verb != "apply" or write.key[0] != "StatefulSet" or body is None:
             continue
-        if body["metadata"]["labels"].get("app.kubernetes.io/instance") != instance:
+        labels = body["metadata"]["labels"]
+        if labels.get("app.kubernetes.io/instance") != instance:
+            continue
+        if role is not None and labels.get("app.kubernetes.io/component") != role:
             continue
         runs = body["metadata"].get("annotations", {}).get(ANNOTATION_RUNS)
         if runs:
             seen.add(EngineRevision.model_validate_json(runs).revision)
     return seen
+
+
+def runs_of(world: World, name: str) -> str:
+    """The revision StatefulSet ``name`` records running."""
+    found = world.api.get("StatefulSet", NS, name)
+    assert found is not None
+    return EngineRevision.model_validate_json(
+        found["metadata"]["annotations"][ANNOTATION_RUNS]
+    ).revision
 
 
 def created(world: World, kind: str, prefix: str) -> list[str]:
@@ -272,6 +287,113 @@ def test_status_wiped_mid_promotion_resumes_it_only_with_a_pass_report():
     world.step("flash")
     assert world.phase() == "RolledBack"
     assert world.rollout()["rejectedRevision"] == flags_of(world).revision
+
+
+def filed(world: World, verdict: str) -> list[str]:
+    """Canary reports whose probe filed ``verdict`` (whether or not a pass has read it)."""
+    return [
+        name
+        for (kind, _, name), cm in world.api.objects.items()
+        if kind == "ConfigMap"
+        and "-canary-" in name
+        and f'"verdict": "{verdict}"' in (cm.get("data") or {}).get("outcome.json", "")
+    ]
+
+
+def test_status_wiped_after_a_fail_report_keeps_the_fail():
+    """The probe files FAIL; status.rollout is lost before any pass reads it.  The rebuilt
+    rollout reads the report: FAIL stays FAIL, no new attempt runs, nothing is promoted."""
+    world = ready_world()
+    world.verdict = lambda job: FAIL
+    world.patch_spec("flash", FP4)
+    world.until("FAIL filed", lambda: filed(world, "FAIL"))
+    assert world.phase() == "Probing", "the FAIL is filed and not read yet"
+    failed = world.rollout()["canaryRevision"]
+    world.verdict = lambda job: PASS  # a second attempt would PASS: it must never run
+    start = len(world.api.log)
+    world.wipe_status("flash")
+    world.step("flash")
+    rollout = world.rollout()
+    assert rollout["phase"] == "RolledBack" and rollout["verdict"] == "FAIL", rollout
+    assert rollout["rejectedRevision"] == failed and rollout["report"] == filed(world, "FAIL")[0]
+    world.until("canary gone", lambda: not world.children("flash--canary"))
+    for _ in range(5):
+        world.step("flash")
+    assert world.phase() == "RolledBack" and world.rollout()["probeAttempt"] == 1
+    assert not created(world, "Job", "flash-canary-")[1:], "one probe Job: attempt 1's"
+    assert failed not in stable_runs(world.api, world.api.log[start:])
+
+
+def promoting_decode(change: dict = HICACHE) -> tuple[World, str]:
+    """A role-by-role promotion with decode promoted and still rolling."""
+    world = ready_world()
+    world.held = lambda obj: obj["metadata"]["name"] == "flash-decode"
+    world.patch_spec("flash", change)
+    world.until("decode promoting", lambda: world.rollout().get("promotedRoles") == ["decode"])
+    return world, world.rollout()["canaryRevision"]
+
+
+def abort_writes() -> int:
+    """How many writes the pass that acts on an abort makes (the crash points to try)."""
+    world, passed = promoting_decode()
+    before = len(world.api.log)
+    world.control(ManualAction.ABORT, passed, "t-abort")
+    world.step("flash")
+    assert world.phase() == "RolledBack"
+    return len(world.api.log) - before
+
+
+@pytest.mark.parametrize("crash_at", [None, *range(1, abort_writes() + 1)])
+def test_status_wiped_during_an_abort_never_resumes_the_promotion(crash_at):
+    """A person aborts a promotion whose PASS report still exists; the operator dies before
+    any one write of the abort pass, and status.rollout is lost.  The promotion is never
+    resumed: the passed flags never reach another role, and decode returns to stable."""
+    world, passed = promoting_decode()
+    start = len(world.api.log)
+    world.control(ManualAction.ABORT, passed, "t-abort")
+    world.crash_before_write(crash_at)
+    world.step("flash")
+    world.wipe_status("flash")
+    world.held = lambda obj: False
+    world.until("rolled back", lambda: world.phase() == "RolledBack")
+    world.until("decode back", lambda: runs_of(world, "flash-decode") != passed)
+    rollout = world.rollout()
+    assert rollout["rejectedRevision"] == passed and rollout["verdict"] == "ABORTED", rollout
+    assert passed not in stable_runs(world.api, world.api.log[start:], role="prefill")
+    for _ in range(3):
+        world.step("flash")
+    assert world.phase() == "RolledBack" and runs_of(world, "flash-prefill") != passed
+
+
+def test_status_wiped_after_a_promotion_timed_out_keeps_the_timeout():
+    world, passed = promoting_decode({**HICACHE, "rollout": {"promotionTimeoutSeconds": 120}})
+    world.until("timed out", lambda: world.phase() == "RolledBack", seconds=30)
+    assert world.rollout()["verdict"] == "PROMOTION_TIMEOUT"
+    world.wipe_status("flash")
+    world.step("flash")
+    rollout = world.rollout()
+    assert rollout["phase"] == "RolledBack" and rollout["rejectedRevision"] == passed, rollout
+    assert rollout["verdict"] == "PROMOTION_TIMEOUT", "from the ledger, not the PASS report"
+
+
+def test_status_wiped_mid_promotion_rechecks_the_pass_report():
+    """The PASS that resumes a promotion is the probe's, re-checked as on the first read:
+    one the probe did not file (or that no longer holds up) rolls the promotion back."""
+    world = ready_world()
+    world.held = lambda obj: obj["metadata"]["name"] == "flash-decode"
+    world.patch_spec("flash", HICACHE)
+    world.until("decode promoting", lambda: world.rollout().get("promotedRoles") == ["decode"])
+    report = world.rollout()["report"]
+
+    def rewritten(cm: dict) -> None:  # a person "fixes" the report by hand
+        cm["metadata"]["managedFields"] = [{"manager": "kubectl-edit", "fieldsV1": {"f:data": {}}}]
+
+    world.api.user_patch("ConfigMap", NS, report, rewritten)
+    world.wipe_status("flash")
+    world.step("flash")
+    rollout = world.rollout()
+    assert rollout["phase"] == "RolledBack" and rollout["verdict"] == "INCONCLUSIVE", rollout
+    assert "not by the probe" in rollout["verdictReason"], rollout
 
 
 def test_an_unreadable_status_from_another_operator_version_is_read_or_rebuilt():
