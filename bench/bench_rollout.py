@@ -4,7 +4,9 @@ to the end of the rollout, the samples judged, and the API writes one rollout ma
 operator's own counter).
 
 Runs on the local world of `make demo` (real control plane, operator, local runtime with the
-CPU reference engine): first the incident's flags with the index-K race injected (FAIL →
+CPU reference engine), with the operator's default probe mode: each attempt is a probe Job
+whose pod the local runtime runs, so the times include the Job's creation, its pod's start
+and the Job controller marking it complete: first the incident's flags with the index-K race injected (FAIL →
 rolled back), then the same flags gated (PASS → promoted).  bf16 index-K is another
 prefill→decode transfer format than the stable fp8, so that promotion goes in pairs: the
 table shows how long it takes and the most GPUs it asked for beyond the stable slot's.
@@ -86,7 +88,10 @@ def main() -> None:
         time.sleep(10)  # let the first reconciles settle before counting
         failed = one_rollout(cluster, port, fault=True)
         passed = one_rollout(cluster, port, fault=False)
-    print("\nRollout on the shipped defaults (HiCache + bf16 index-K; CPU reference engine)")
+    print(
+        "\nRollout on the shipped defaults (HiCache + bf16 index-K; CPU reference engine; "
+        "probes as Jobs)"
+    )
     print(f"  {'':<36} {'index-K race injected':>22} {'gated':>12}")
     rows = [
         ("verdict", "verdict", "{}"),

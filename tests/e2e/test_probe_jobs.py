@@ -120,8 +120,15 @@ def test_the_jobs_command_files_its_verdict_as_the_probe_account(
     report = ref.name(owner)
     skeleton = file_skeleton(kube, owner, ref)
     url = server_thread(**server).url if server is not None else "http://127.0.0.1:9"
+    # The warm-up waits only for an engine that does not answer: how long it waits by
+    # default is the unit tests' (test_probe_runner); here, what the Job files after it.
     settings = ProbeSettings(
-        base_url=url, backend="reference", concurrency=8, requests=60, max_corruption_rate=0.1
+        base_url=url,
+        backend="reference",
+        concurrency=8,
+        requests=60,
+        max_corruption_rate=0.1,
+        warm_up_s=2.0,
     )
     job = probe_job(owner, skeleton, "canary", settings, IMAGE)
     (container,) = job["spec"]["template"]["spec"]["containers"]

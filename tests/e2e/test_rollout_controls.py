@@ -49,7 +49,8 @@ def run_attempt(cluster: LocalCluster, owner: Owner, report: str, server_kwargs:
         executor = LocalProbeExecutor(kube.apply, asyncio.get_running_loop())
         if server_kwargs is None:
             url = "http://127.0.0.1:9"  # discard port: nothing listens
-            await executor.run(owner, ref, ProbeSettings(base_url=url))
+            # How long the warm-up waits by default is test_probe_runner's; here, the verdict.
+            await executor.run(owner, ref, ProbeSettings(base_url=url, warm_up_s=2.0))
             return
         server = ScriptedCompletionServer(**server_kwargs)
         url = await server.start()
