@@ -120,37 +120,66 @@ class Judged(NamedTuple):
 def classify_records(lines: Sequence[str], fmt: DsmlFormat, source: str) -> list[Judged]:
     """Judge `dsv4ctl validate` input: one JSON object per line (`id`, `text`, `tools`?,
     `echo`?, `prompt`?, `label`?); blank lines are skipped.  Raises ValueError naming the
-    line and field."""
+    first malformed line and its field (a corpus must be whole)."""
     results = []
     for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = f"{source}:{number}"
-        try:
-            record = json.loads(line)
-        except ValueError as err:
-            raise ValueError(f"{where}: not a JSON object ({err.msg})") from None
-        if not isinstance(record, dict):
-            raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}")
-        if not isinstance(record.get("id"), str | int):
-            raise ValueError(f"{where}: field 'id' (string) is missing")
-        if not isinstance(record.get("text"), str):
-            raise ValueError(f"{where}: field 'text' (the raw completion, a string) is missing")
-        tools = record.get("tools")
-        if tools is not None and not isinstance(tools, list):
-            raise ValueError(f"{where}: field 'tools' must be a list of OpenAI tool objects")
-        try:
-            validators = tool_validators(tools) if tools is not None else None
-        except ValueError as err:
-            raise ValueError(f"{where}: {err}") from None
-        echo = parse_echo(record.get("echo"), where)
-        prompt = _prompt(record.get("prompt"), where)
-        context = (
-            RequestContext.of(prompt, tools, echo) if prompt is not None or tools or echo else None
-        )
-        judgement = classify_completion(record["text"], fmt, validators, echo, context)
-        results.append(Judged(str(record["id"]), judgement, _label(record.get("label"), where)))
+        judged = judge_record(line, fmt, f"{source}:{number}")
+        if judged is not None:
+            results.append(judged)
     return results
+
+
+def jsonl_lines(text: str) -> list[str]:
+    """JSON Lines records: separated by ``\n`` alone, as JSON Lines defines them.  Not
+    `str.splitlines`, which also breaks at U+2028/U+2029 and other characters that JSON
+    allows unescaped inside a string (a trailing ``\r`` is JSON whitespace)."""
+    return text.split("\n")
+
+
+def judge_jsonl(text: str, fmt: DsmlFormat, source: str) -> tuple[list[Judged], list[str]]:
+    """Every well-formed record of a JSONL text judged, and one message per malformed record
+    (``source:line: why``): one bad record never hides the verdicts on the rest."""
+    results, malformed = [], []
+    for number, line in enumerate(jsonl_lines(text), start=1):
+        try:
+            judged = judge_record(line, fmt, f"{source}:{number}")
+        except ValueError as err:
+            malformed.append(str(err))
+            continue
+        if judged is not None:
+            results.append(judged)
+    return results, malformed
+
+
+def judge_record(line: str, fmt: DsmlFormat, where: str) -> Judged | None:
+    """One input record judged (None: a blank line).  Raises ValueError naming ``where``
+    and the field when the record is malformed."""
+    if not line.strip():
+        return None
+    try:
+        record = json.loads(line)
+    except ValueError as err:
+        raise ValueError(f"{where}: not a JSON object ({err.msg})") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}")
+    if not isinstance(record.get("id"), str | int):
+        raise ValueError(f"{where}: field 'id' (string) is missing")
+    if not isinstance(record.get("text"), str):
+        raise ValueError(f"{where}: field 'text' (the raw completion, a string) is missing")
+    tools = record.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        raise ValueError(f"{where}: field 'tools' must be a list of OpenAI tool objects")
+    try:
+        validators = tool_validators(tools) if tools is not None else None
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
+    echo = parse_echo(record.get("echo"), where)
+    prompt = _prompt(record.get("prompt"), where)
+    context = (
+        RequestContext.of(prompt, tools, echo) if prompt is not None or tools or echo else None
+    )
+    judgement = classify_completion(record["text"], fmt, validators, echo, context)
+    return Judged(str(record["id"]), judgement, _label(record.get("label"), where))
 
 
 def _prompt(value: Any, where: str) -> str | list[dict[str, Any]] | None:

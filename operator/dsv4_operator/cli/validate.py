@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from dsv4_engine.cliutil import CommandError
 from dsv4_engine.probe.dsml import DsmlFormat
 from dsv4_engine.probe.exitcodes import usage_error_exit_3
 from dsv4_engine.probe.scores import score, score_table
-from dsv4_engine.probe.validate import Judged, classify_records
+from dsv4_engine.probe.validate import Judged, judge_jsonl
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -21,7 +22,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Classify raw completions (one JSON object per line: id, text, optional tools, "
             "echo, prompt and label) as VALID or a corruption class. Exit 0 when all are "
-            "valid, 1 otherwise, 3 on unreadable input."
+            "valid, 1 otherwise, 3 on unreadable input. A malformed record is named on "
+            "stderr with its line number, the others are still judged, and the exit is 3."
         ),
     )
     parser.add_argument("--format", required=True, choices=[f.value for f in DsmlFormat])
@@ -43,16 +45,17 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"cannot read {args.file}: {err.strerror}", 3) from None
     except UnicodeDecodeError:
         raise CommandError(f"{args.file} is not UTF-8 text", 3) from None
-    try:
-        results = classify_records(text.splitlines(), DsmlFormat(args.format), str(args.file))
-    except ValueError as err:
-        raise CommandError(str(err), 3) from None
+    results, malformed = judge_jsonl(text, DsmlFormat(args.format), str(args.file))
     if args.score and (unlabelled := [r.id for r in results if r.label is None]):
         raise CommandError(f"--score: record {unlabelled[0]!r} has no field 'label'", 3)
     if args.output == "json":
         _print_json(results, args.score)
     else:
         _print_table(results, args.score)
+    for message in malformed:
+        print(f"dsv4ctl validate: {message}", file=sys.stderr)
+    if malformed:
+        return 3
     return 0 if all(r.judgement.valid for r in results) else 1
 
 

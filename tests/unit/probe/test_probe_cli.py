@@ -101,6 +101,43 @@ def test_validate_bad_input_names_line_and_field(tmp_path, capsys, line, message
     assert message in err and "Traceback" not in err
 
 
+def test_validate_reads_records_as_json_lines_defines_them(tmp_path, capsys):
+    """U+2028/U+2029 are legal unescaped inside a JSON string: they end no record."""
+    records = [
+        {"id": "a", "text": "line one\u2028line two"},
+        {"id": "b", "text": "para\u2029graph"},
+        {"id": "c", "text": "plain"},
+    ]
+    path = tmp_path / "seps.jsonl"
+    text = "\r\n".join(json.dumps(r, ensure_ascii=False) for r in records) + "\n"
+    assert "\u2028" in text and "\u2029" in text
+    path.write_text(text, encoding="utf-8")
+    assert main(["validate", "--format", "v4", str(path), "--output", "json"]) == 0
+    *out, summary = [json.loads(line) for line in capsys.readouterr().out.split("\n") if line]
+    assert [o["id"] for o in out] == ["a", "b", "c"]
+    assert summary["summary"]["total"] == 3
+
+
+def test_a_malformed_record_is_named_and_the_rest_still_judged(tmp_path, capsys):
+    lines = [
+        '{"id": "first", "text": "fine"}',
+        "{not json",
+        '{"id": "third", "text": "also fine"}',
+        '{"text": "no id"}',
+        '{"id": "fifth", "text": "fine again"}',
+    ]
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    assert main(["validate", "--format", "v4", str(path), "--output", "json"]) == 3
+    captured = capsys.readouterr()
+    *out, summary = [json.loads(line) for line in captured.out.splitlines()]
+    assert [o["id"] for o in out] == ["first", "third", "fifth"]
+    assert summary["summary"]["total"] == 3
+    assert "mixed.jsonl:2: not a JSON object" in captured.err
+    assert "mixed.jsonl:4: field 'id' (string) is missing" in captured.err
+    assert "Traceback" not in captured.err
+
+
 def test_validate_missing_file(capsys):
     assert main(["validate", "--format", "v4", "/nonexistent.jsonl"]) == 3
     assert "cannot read /nonexistent.jsonl" in capsys.readouterr().err
