@@ -547,7 +547,7 @@ def evidence_text(outcome: ProbeOutcome) -> str:
         shown, budget = percents(outcome.bound, outcome.threshold)
         bound = f"upper bound {shown}, budget {budget}"
     return (
-        f"{outcome.verdict.value}: corruption rate {outcome.rate:.2%} ({bound}) "
+        f"{outcome.verdict.value}: failure rate (corrupt or unanswered) {outcome.rate:.2%} ({bound}) "
         f"over {outcome.samples} samples"
     )
 

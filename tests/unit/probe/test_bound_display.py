@@ -56,7 +56,7 @@ def test_the_rollouts_message_shows_the_budget_the_run_was_judged_against():
         RolloutVerdict.PASS, 0.0, upper_bound(0, N, CONFIDENCE), N, "r", threshold=BUDGET
     )
     assert evidence_text(outcome) == (
-        "PASS: corruption rate 0.00% (upper bound 0.4997%, budget 0.5000%) over 598 samples"
+        "PASS: failure rate (corrupt or unanswered) 0.00% (upper bound 0.4997%, budget 0.5000%) over 598 samples"
     )
     older = ProbeOutcome(RolloutVerdict.PASS, 0.0, upper_bound(0, N, CONFIDENCE), N, "r")
     assert "upper bound 0.500%" in evidence_text(older)  # a report that did not record it
