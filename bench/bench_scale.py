@@ -46,10 +46,10 @@ from dsv4_operator.api import KIND
 from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.samples import load_sample, merge_patch
 from dsv4_operator.cli.render import render
-from dsv4_operator.reconcile.cache import Store, key_of
+from dsv4_operator.kube.cache import Store, key_of
+from dsv4_operator.kube.client import Kube
+from dsv4_operator.kube.informer import Informer, Watch
 from dsv4_operator.reconcile.controller import WORKERS
-from dsv4_operator.reconcile.informer import Informer, Watch
-from dsv4_operator.reconcile.kube import Kube
 from dsv4_operator.render.meta import WORKLOAD_KINDS
 from dsv4_operator.rollout.observe import settled
 from dsv4_operator.runtime import USER_AGENT

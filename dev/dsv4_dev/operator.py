@@ -35,7 +35,7 @@ from aiohttp import web
 
 from dsv4_dev.localrun import endpoints
 from dsv4_operator import runtime
-from dsv4_operator.reconcile.kube import Kube
+from dsv4_operator.kube.client import Kube
 from dsv4_operator.rollout.controller import ServiceUrl, Serving
 from dsv4_operator.rollout.executor import LocalProbeExecutor
 

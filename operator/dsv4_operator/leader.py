@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from dsv4_operator.reconcile.kube import ApiError, Kube
+from dsv4_operator.kube.client import ApiError, Kube
 
 log = logging.getLogger("dsv4_operator.leader")
 

@@ -32,11 +32,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from dsv4_operator import leader, metrics
 from dsv4_operator.api import host_paths
+from dsv4_operator.kube.cache import Cache, Reader
+from dsv4_operator.kube.client import ApiError, Kube
 from dsv4_operator.reconcile import watches
-from dsv4_operator.reconcile.cache import Cache, Reader
 from dsv4_operator.reconcile.controller import WORKERS, Controller
 from dsv4_operator.reconcile.handlers import register
-from dsv4_operator.reconcile.kube import ApiError, Kube
 from dsv4_operator.reconcile.reconciler import Reconciler
 from dsv4_operator.render.meta import Owner
 from dsv4_operator.rollout.controller import (

@@ -140,7 +140,7 @@ class RouterLoad:
         from kubernetes import config as kube_config
 
         from dsv4_dev.localrun import endpoints
-        from dsv4_operator.reconcile.kube import Kube
+        from dsv4_operator.kube.client import Kube
 
         kube = Kube(kube_config.new_client_from_config(config_file=cluster.kubeconfig))
         self._resolve = lambda: endpoints.resolver(kube)(namespace, service, 8000)
@@ -349,7 +349,7 @@ class EngineCounterWatch:
         from kubernetes import config as kube_config
 
         from dsv4_dev.localrun import endpoints
-        from dsv4_operator.reconcile.kube import Kube
+        from dsv4_operator.kube.client import Kube
 
         self._kube = Kube(kube_config.new_client_from_config(config_file=cluster.kubeconfig))
         self._map = (endpoints.NAMESPACE, endpoints.NAME)

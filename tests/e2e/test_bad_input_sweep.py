@@ -29,7 +29,7 @@ from dsv4_operator.api import KIND
 from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.names import name_problem
 from dsv4_operator.api.spec import DSV4DeploymentSpec
-from dsv4_operator.reconcile.kube import ApiError, Kube, path
+from dsv4_operator.kube.client import ApiError, Kube, path
 from tests.e2e.bad_inputs import Case, cases, pods_wanted, spec_leaves
 from tests.e2e.helpers import get_json, operator_and_runtime, wait_for
 from tests.unit.operator.harness import World

@@ -19,9 +19,9 @@ from kubernetes import config
 
 from dsv4_dev.cluster.local import LocalCluster
 from dsv4_engine.probe import ProbeSettings
+from dsv4_operator.kube.cache import Cache
+from dsv4_operator.kube.client import Kube
 from dsv4_operator.reconcile import watches
-from dsv4_operator.reconcile.cache import Cache
-from dsv4_operator.reconcile.kube import Kube
 from dsv4_operator.render.meta import Owner
 from dsv4_operator.rollout.job_executor import JobProbeExecutor
 from dsv4_operator.rollout.probe_job import probe_account

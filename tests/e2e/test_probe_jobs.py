@@ -29,7 +29,7 @@ from dsv4_engine.probe import ProbeSettings
 from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.rollout import RolloutVerdict
 from dsv4_operator.api.samples import shipped_sample
-from dsv4_operator.reconcile.kube import Kube
+from dsv4_operator.kube.client import Kube
 from dsv4_operator.render.meta import LABEL_COMPONENT, Owner
 from dsv4_operator.rollout.job_executor import JobProbeExecutor
 from dsv4_operator.rollout.probe_job import (

@@ -15,7 +15,7 @@ from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.rollout import RolloutVerdict
 from dsv4_operator.api.samples import load_sample
 from dsv4_operator.cli.main import main
-from dsv4_operator.reconcile.kube import Kube
+from dsv4_operator.kube.client import Kube
 from dsv4_operator.render.meta import Owner
 from dsv4_operator.rollout import manual
 from dsv4_operator.rollout.decide import ManualAction

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dsv4_engine.cliutil import CommandError
-from dsv4_operator.reconcile.kube import Kube
+from dsv4_operator.kube.client import Kube
 
 IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 

@@ -1,7 +1,8 @@
 """`dsv4ctl probe`: run corruption probes against an engine and print the verdict.
 
 With `--report-configmap` it also files the report where a rollout reads it: this is the
-command a rollout's probe Job runs (`probe_args` writes its arguments).
+command a rollout's probe Job runs.  The options that set the probe's settings are
+`dsv4_engine.probe.args`, which also writes a Job's arguments.
 """
 
 from __future__ import annotations
@@ -11,22 +12,17 @@ import json
 import sys
 import time
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from dsv4_engine.cliutil import CommandError
-from dsv4_engine.engine_config import Backend
-from dsv4_engine.probe.dsml import DsmlFormat
+from dsv4_engine.probe.args import add_arguments, settings_from
 from dsv4_engine.probe.exitcodes import VERDICT_NOT_FILED, usage_error_exit_3
 from dsv4_engine.probe.html_report import render_html
 from dsv4_engine.probe.report import summary_table
 from dsv4_engine.probe.runner import ProbeConnectionError, Tally, probe
-from dsv4_engine.probe.settings import Determinism, ProbeName, ProbeSettings
 from dsv4_engine.probe.verdict import Verdict
 from dsv4_operator.cli.kubeapi import connect, default_namespace
-from dsv4_operator.reconcile.kube import TRANSIENT_STATUS, ApiError, Kube
+from dsv4_operator.kube.client import TRANSIENT_STATUS, ApiError, Kube
 from dsv4_operator.rollout.decide import ProbeOutcome
 from dsv4_operator.rollout.reports import (
     PROBE_MANAGER,
@@ -47,50 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "4 a verdict that could not be filed in --report-configmap."
         ),
     )
-    p.add_argument("url", help="engine or router base URL, e.g. http://127.0.0.1:30000")
-    p.add_argument("--backend", choices=[b.value for b in Backend], default="sglang")
-    p.add_argument("--model", help="model name (default: first of GET /v1/models)")
-    p.add_argument(
-        "--probes",
-        help=f"comma-separated probe set (default per backend): {', '.join(p.value for p in ProbeName)}",
-    )
-    p.add_argument("--format", choices=[f.value for f in DsmlFormat], default="v4")
-    p.add_argument("--concurrency", type=int, default=64)
-    p.add_argument(
-        "--requests",
-        type=int,
-        help="judged samples to collect (default: the fewest that can PASS at the rate and "
-        "confidence, 598 at 0.5%% and 95%%; the canary's default is the same)",
-    )
-    p.add_argument("--max-corruption-rate", type=float, default=0.005)
-    p.add_argument("--confidence", type=float, default=0.95)
-    p.add_argument(
-        "--warm-up",
-        type=float,
-        default=60.0,
-        help="seconds the first request (a warm-up, not judged) may keep failing before the "
-        "engine counts as not answering (exit 3, or INCONCLUSIVE filed); after it, every "
-        "failed request counts as a failure",
-    )
-    p.add_argument(
-        "--max-tokens", type=int, help="tokens of each tool-call answer (default per backend)"
-    )
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds per request")
-    p.add_argument("--max-duration", type=float, help="seconds; stop starting samples after")
-    p.add_argument("--prefix-words", type=int, help="shared prefix length (default per backend)")
-    p.add_argument("--sessions-per-prefix", type=int, default=8)
-    p.add_argument(
-        "--long-context-words",
-        type=int,
-        help="long-context prompt length, > index_topk x compress ratio tokens (default per backend)",
-    )
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--deterministic", choices=[d.value for d in Determinism], default="auto")
-    p.add_argument(
-        "--admin-offload-path",
-        default="default",
-        help="POST path pushing cached prefixes to the host tier ('none' to skip)",
-    )
+    add_arguments(p)
     p.add_argument("--report", type=Path, help="write the JSON report here")
     p.add_argument("--html", type=Path, help="write a self-contained HTML report here")
     p.add_argument("--output", choices=["table", "json"], default="table")
@@ -114,72 +67,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-# ProbeSettings field → its command-line option (the `dest` is the option with `_`).
-OPTIONS: dict[str, str] = {
-    "backend": "backend",
-    "model": "model",
-    "format": "format",
-    "concurrency": "concurrency",
-    "requests": "requests",
-    "max_corruption_rate": "max-corruption-rate",
-    "confidence": "confidence",
-    "warm_up_s": "warm-up",
-    "max_tokens": "max-tokens",
-    "request_timeout_s": "timeout",
-    "max_duration_s": "max-duration",
-    "prefix_words": "prefix-words",
-    "sessions_per_prefix": "sessions-per-prefix",
-    "long_context_words": "long-context-words",
-    "seed": "seed",
-    "deterministic": "deterministic",
-}
-# Not on the command line: a Job cannot be told them, so `probe_args` refuses them.
-NOT_OPTIONS = ("consistency_max_tokens", "connect_timeout_s", "api_key")
-NO_OFFLOAD = "none"
-
-
-def _settings(args: argparse.Namespace) -> ProbeSettings:
-    probes = []
-    for name in filter(None, (args.probes or "").split(",")):
-        try:
-            probes.append(ProbeName(name.strip()))
-        except ValueError:
-            valid = ", ".join(p.value for p in ProbeName)
-            raise CommandError(f"--probes: unknown probe {name!r} (one of {valid})", 3) from None
-    offload = None if args.admin_offload_path == NO_OFFLOAD else args.admin_offload_path
-    fields = {field: getattr(args, option.replace("-", "_")) for field, option in OPTIONS.items()}
-    try:
-        return ProbeSettings(
-            base_url=args.url, probes=tuple(probes), admin_offload_path=offload, **fields
-        )
-    except ValidationError as err:
-        first = err.errors()[0]
-        field = ".".join(map(str, first["loc"])) or "settings"
-        option = {"base_url": "url", **OPTIONS}.get(field, field.replace("_", "-"))
-        raise CommandError(f"--{option}: {first['msg']}", 3) from None
-
-
-def probe_args(settings: ProbeSettings) -> list[str]:
-    """The `dsv4ctl probe` arguments that parse back to ``settings``: a probe Job's command.
-
-    Every option is spelled out, defaults included, so the Job shows exactly what it runs.
-    """
-    defaults = ProbeSettings(base_url=settings.base_url)
-    unsupported = [f for f in NOT_OPTIONS if getattr(settings, f) != getattr(defaults, f)]
-    if unsupported:
-        raise ValueError(f"dsv4ctl probe has no option for {', '.join(unsupported)}")
-    args = [settings.base_url]
-    if settings.probes:
-        args += ["--probes", ",".join(p.value for p in settings.probes)]
-    offload = settings.admin_offload_path
-    args += ["--admin-offload-path", NO_OFFLOAD if offload is None else offload]
-    for field, option in OPTIONS.items():
-        value = getattr(settings, field)
-        if value is not None:
-            args += [f"--{option}", str(value.value if isinstance(value, Enum) else value)]
-    return args
-
-
 def _progress_bar(tally: Tally) -> None:
     done = len(tally.samples)
     filled = int(30 * done / tally.budget)
@@ -191,7 +78,7 @@ def _progress_bar(tally: Tally) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = _settings(args)
+    settings = settings_from(args)
     # Connect before probing: a bad kubeconfig must not cost a whole probe run.
     filing = _Filing.connect(args) if args.report_configmap else None
     if filing is not None and (earlier := filing.filed()) is not None:
@@ -236,7 +123,7 @@ def _exit_code(outcome: ProbeOutcome) -> int:
 
 
 # Pauses between tries to file a verdict while the API server fails (each try already
-# retries transient errors briefly, `reconcile.kube.retrying`); after the last the verdict
+# retries transient errors briefly, `kube.client.retrying`); after the last the verdict
 # is given up as not filed (exit 4, which a probe Job does not retry).
 FILING_PAUSES_S = (2.0, 4.0, 8.0, 16.0)
 

@@ -17,7 +17,7 @@ from dsv4_engine.probe.stats import percents
 from dsv4_operator.api import KIND
 from dsv4_operator.api.rollout import CanarySpec
 from dsv4_operator.cli.kubeapi import connect
-from dsv4_operator.reconcile.kube import path
+from dsv4_operator.kube.client import path
 from dsv4_operator.rollout.decide import ManualAction
 from dsv4_operator.rollout.manual import ANNOTATION, encode
 from dsv4_operator.rollout.reports import REPORT_KEY

@@ -1,6 +1,6 @@
 """The reconcile loop: watches fill the cache and wake deployments, a queue runs their passes.
 
-Built like a controller-runtime controller.  Informers (`reconcile.informer`, one per
+Built like a controller-runtime controller.  Informers (`kube.informer`, one per
 `watches.WATCHES` entry) keep the cache current and hand each change to `triggers`, which
 says whose pass it calls for; kopf hands the DSV4Deployments' own events over the same way
 (`reconcile.handlers`).  Woken keys go into one `WorkQueue`, drained by a bounded number of
@@ -29,10 +29,10 @@ from typing import Any
 
 from dsv4_operator import metrics
 from dsv4_operator.api import KIND
+from dsv4_operator.kube.cache import Cache, Obj
+from dsv4_operator.kube.client import RESOURCES, ApiError, Kube, NotLeader
+from dsv4_operator.kube.informer import Informer
 from dsv4_operator.reconcile import triggers
-from dsv4_operator.reconcile.cache import Cache, Obj
-from dsv4_operator.reconcile.informer import Informer
-from dsv4_operator.reconcile.kube import RESOURCES, ApiError, Kube, NotLeader
 from dsv4_operator.reconcile.queue import WorkQueue
 from dsv4_operator.reconcile.reconciler import Reconciler, parse_status
 from dsv4_operator.reconcile.watches import WATCHES

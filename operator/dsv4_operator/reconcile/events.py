@@ -20,7 +20,7 @@ from typing import Any
 
 from dsv4_operator.api import API_VERSION, KIND
 from dsv4_operator.api.times import stamp
-from dsv4_operator.reconcile.kube import ApiError
+from dsv4_operator.kube.client import ApiError
 
 log = logging.getLogger("dsv4_operator.events")
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dsv4_operator.reconcile.cache import Reader
+from dsv4_operator.kube.cache import Reader
 
 TTL_S = 30.0
 DeploymentKey = tuple[str, str]  # (namespace, name)

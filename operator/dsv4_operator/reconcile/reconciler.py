@@ -2,7 +2,7 @@
 children → carry out the rollout's effects → Events.
 
 Level-triggered: every pass starts from what the world looks like now (`PassState`, built
-once) — read from the watch-fed caches (`reconcile.cache`), so a steady-state pass sends no
+once) — read from the watch-fed caches (`kube.cache`), so a steady-state pass sends no
 request at all — and a pass can be interrupted anywhere (operator killed, leadership lost)
 and the next one converges.  A cache may lag; the order is what makes that safe too:
 - the status — with the rollout's decision — is written first, with the resourceVersion the
@@ -38,16 +38,16 @@ from dsv4_operator.api.rollout import EngineRevision, RolloutStatus, Slot, Watch
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.api.status import Condition, ConditionType, DSV4DeploymentStatus, Phase
 from dsv4_operator.api.times import parse_stamp, stamp
+from dsv4_operator.kube.cache import Reader
+from dsv4_operator.kube.client import ApiError, Kube
 from dsv4_operator.reconcile.blockers import (
     CANNOT_PLACE,
     FAILED_CREATE_SELECTOR,
     Blocker,
 )
-from dsv4_operator.reconcile.cache import Reader
 from dsv4_operator.reconcile.desired import Desired
 from dsv4_operator.reconcile.events import EventRecorder
 from dsv4_operator.reconcile.expectations import Expectations, Write
-from dsv4_operator.reconcile.kube import ApiError, Kube
 from dsv4_operator.reconcile.plan import Action, plan
 from dsv4_operator.reconcile.state import PassState
 from dsv4_operator.reconcile.status import (

@@ -30,8 +30,8 @@ from typing import Any
 
 from dsv4_operator.api import GROUP, KIND
 from dsv4_operator.api.names import CANARY_SUFFIX
+from dsv4_operator.kube.cache import Obj, Reader
 from dsv4_operator.reconcile.blockers import pod_blockers
-from dsv4_operator.reconcile.cache import Obj, Reader
 from dsv4_operator.reconcile.status import workload_progress
 from dsv4_operator.render.meta import (
     ANNOTATION_APPLIED_HASH,

@@ -1,4 +1,4 @@
-"""What the operator watches, so that a pass reads only memory (`reconcile.cache`).
+"""What the operator watches, so that a pass reads only memory (`kube.cache`).
 
 One informer per entry (per watched namespace): the DSV4Deployments themselves come
 through kopf's watch (`reconcile.handlers`) into the same cache.  Selectors keep each watch
@@ -13,9 +13,9 @@ operator's list/watch permissions from this table.
 from __future__ import annotations
 
 from dsv4_operator.api import KIND
+from dsv4_operator.kube.cache import Obj, Store, foreign
+from dsv4_operator.kube.informer import Watch
 from dsv4_operator.reconcile.blockers import FAILED_CREATE_SELECTOR
-from dsv4_operator.reconcile.cache import Obj, Store, foreign
-from dsv4_operator.reconcile.informer import Watch
 from dsv4_operator.render.lws import LWS_KIND
 from dsv4_operator.render.meta import APP, LABEL_COMPONENT, LABEL_INSTANCE, LABEL_NAME
 from dsv4_operator.render.placement import GPU_PRODUCT_LABEL

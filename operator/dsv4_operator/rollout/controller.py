@@ -13,15 +13,14 @@ import datetime as dt
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from dsv4_engine.probe import ProbeSettings
 from dsv4_operator.api import KIND
 from dsv4_operator.api.rollout import CanarySpec, RolloutPhase, RolloutStatus, RolloutVerdict
 from dsv4_operator.api.spec import DSV4DeploymentSpec
-from dsv4_operator.reconcile.cache import Reader
-from dsv4_operator.reconcile.kube import ApiError
-from dsv4_operator.reconcile.state import PassState
+from dsv4_operator.kube.cache import Reader
+from dsv4_operator.kube.client import ApiError
 from dsv4_operator.render.meta import LABEL_INSTANCE, Owner
 from dsv4_operator.render.router import ROUTER_PORT, router_name
 from dsv4_operator.rollout import manual
@@ -50,6 +49,31 @@ SERVICE_NAME_LABEL = "kubernetes.io/service-name"  # on a Service's EndpointSlic
 # A probe pod files its report, then exits, and Kubernetes then marks its Job Complete: a
 # PASS read in between waits this long for that before it counts as INCONCLUSIVE.
 JOB_EXIT_GRACE_S = 60.0
+
+
+class PassView(Protocol):
+    """What the rollout reads of the reconciler's pass, read once at its start (the
+    reconciler's `PassState` is one: the rollout names only what it uses, and imports
+    nothing of the reconciler)."""
+
+    @property
+    def owner(self) -> Owner: ...
+
+    @property
+    def obj(self) -> dict[str, Any]:
+        """The DSV4Deployment as read (its annotations carry the manual controls)."""
+        ...
+
+    @property
+    def spec(self) -> DSV4DeploymentSpec: ...
+
+    @property
+    def canary_live(self) -> list[dict[str, Any]]:
+        """The children of the canary slice."""
+        ...
+
+    @property
+    def now(self) -> dt.datetime: ...
 
 
 def cluster_service_url(namespace: str, service: str, port: int) -> str:
@@ -90,7 +114,7 @@ class RolloutController:
     # -- before the decision ------------------------------------------------------------
     def observe(
         self,
-        state: PassState,
+        state: PassView,
         before: RolloutStatus,
         canary_objects: list[dict[str, Any]],
         **known: Any,
@@ -140,11 +164,11 @@ class RolloutController:
             log.info("canary %s.%s has no ready endpoint yet", service, namespace)
         return ready
 
-    def _outcome(self, state: PassState, ref: ReportRef) -> ProbeOutcome | None:
+    def _outcome(self, state: PassView, ref: ReportRef) -> ProbeOutcome | None:
         config_map = self.cache.get("ConfigMap", state.owner.namespace, ref.name(state.owner))
         return outcome_from_config_map(config_map) if config_map else None
 
-    def _canary_outcome(self, state: PassState, ref: ReportRef) -> ProbeOutcome | None:
+    def _canary_outcome(self, state: PassView, ref: ReportRef) -> ProbeOutcome | None:
         """The attempt's verdict; a PASS only as it holds up (`reports.checked`).
 
         A probe pod files its report and only then exits, so the report's watch event can
@@ -167,7 +191,7 @@ class RolloutController:
         self._exit_seen.pop((owner.namespace, name), None)
         return found
 
-    def _exit_overdue(self, state: PassState, report: str) -> str | None:
+    def _exit_overdue(self, state: PassView, report: str) -> str | None:
         """Why a PASS whose Job is still active is no longer waited for, or None while the
         grace runs.  The grace counts on this process's clock from the first pass that saw
         it (a restarted operator starts it again; `probeTimeoutSeconds` still bounds all)."""
@@ -181,7 +205,7 @@ class RolloutController:
         )
 
     # -- after the status write ---------------------------------------------------------
-    def carry_out(self, state: PassState, before: RolloutStatus | None, decision: Decision) -> None:
+    def carry_out(self, state: PassView, before: RolloutStatus | None, decision: Decision) -> None:
         owner, status = state.owner, decision.status
         for effect in decision.effects:
             if effect is Effect.START_PROBE:
@@ -202,7 +226,7 @@ class RolloutController:
             elif effect is Effect.CONSUME_ACTION:
                 self._consume_action(state)
 
-    def _watch(self, state: PassState, before: RolloutStatus | None, status: RolloutStatus) -> None:
+    def _watch(self, state: PassView, before: RolloutStatus | None, status: RolloutStatus) -> None:
         """A production watch run.  Only the latest report is kept: what the previous one
         found is already in status.rollout.stableProbe."""
         owner = state.owner
@@ -226,7 +250,7 @@ class RolloutController:
         )
         self.executor.start(owner, ref, settings)
 
-    def _consume_action(self, state: PassState) -> None:
+    def _consume_action(self, state: PassView) -> None:
         """Remove the control just handled — unless someone wrote a new one meanwhile."""
         raw = (state.obj["metadata"].get("annotations") or {}).get(manual.ANNOTATION)
         if raw is None:
@@ -237,7 +261,7 @@ class RolloutController:
             if err.status != 422:  # 422: the test failed, a newer control is there
                 raise
 
-    def _prune_reports(self, state: PassState) -> None:
+    def _prune_reports(self, state: PassView) -> None:
         owner = state.owner
         listed = self.cache.list("ConfigMap", owner.namespace, report_selector(owner))
         for name in stale_canary_reports([FiledReport.of(cm) for cm in listed]):

@@ -13,7 +13,7 @@ import logging
 from typing import Any
 
 from dsv4_engine.probe import ProbeSettings
-from dsv4_operator.reconcile.cache import Reader
+from dsv4_operator.kube.cache import Reader
 from dsv4_operator.render.meta import Owner
 from dsv4_operator.rollout.executor import record
 from dsv4_operator.rollout.probe_job import (

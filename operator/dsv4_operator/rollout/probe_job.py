@@ -13,9 +13,9 @@ from enum import Enum
 from typing import Any
 
 from dsv4_engine.probe import ProbeSettings
+from dsv4_engine.probe.args import probe_args
 from dsv4_engine.probe.exitcodes import VERDICT_NOT_FILED
 from dsv4_engine.probe.verdict import Verdict
-from dsv4_operator.cli.probe import probe_args
 from dsv4_operator.render.meta import PROBE_COMPONENT, Owner, metadata
 from dsv4_operator.render.rbac import identity
 from dsv4_operator.render.security import container_security, pod_security

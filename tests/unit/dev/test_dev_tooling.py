@@ -15,8 +15,8 @@ from dsv4_dev import operator as dev_operator
 from dsv4_dev.cli import cluster as cluster_cli
 from dsv4_dev.localrun import endpoints
 from dsv4_operator.cli.main import PLUGINS
-from dsv4_operator.reconcile.cache import Cache
-from dsv4_operator.reconcile.kube import Kube
+from dsv4_operator.kube.cache import Cache
+from dsv4_operator.kube.client import Kube
 from dsv4_operator.rollout.executor import LocalProbeExecutor
 from dsv4_operator.rollout.job_executor import JobProbeExecutor
 

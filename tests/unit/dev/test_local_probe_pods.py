@@ -6,7 +6,7 @@ from __future__ import annotations
 from dsv4_dev.localrun import endpoints
 from dsv4_dev.localrun.probes import exit_code, exit_status, local_args
 from dsv4_engine.probe import ProbeSettings
-from dsv4_operator.cli.probe import probe_args
+from dsv4_engine.probe.args import probe_args
 
 PUBLISHED = {endpoints.key("flash--canary-router", "serving", 8000): "http://127.0.0.1:41234"}
 

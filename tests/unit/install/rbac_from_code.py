@@ -1,6 +1,6 @@
 """The API access the operator's code makes, read from the code itself.
 
-Every request of the operator goes through `Kube` (reconcile/kube.py), so the permissions it
+Every request of the operator goes through `Kube` (kube/client.py), so the permissions it
 needs are the `kube.<method>(...)` calls in the modules the operator process runs, plus
 the lists and watches of its informers (reconcile/watches.py: what the `cache.<method>`
 reads are served from) and the watches kopf opens for its handlers.  This module finds those calls with `ast`,
@@ -26,7 +26,7 @@ import yaml
 
 from dsv4_operator.api.samples import load_sample
 from dsv4_operator.api.spec import DSV4DeploymentSpec
-from dsv4_operator.reconcile import kube as kube_module
+from dsv4_operator.kube import client as kube_module
 from dsv4_operator.reconcile.watches import CHILD_KINDS, WATCHES
 from dsv4_operator.render import render_all
 from dsv4_operator.render.meta import Owner

@@ -13,8 +13,8 @@ import yaml
 
 from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.spec import DSV4DeploymentSpec
+from dsv4_operator.kube.cache import Cache
 from dsv4_operator.leader import Leadership, LeaseConfig
-from dsv4_operator.reconcile.cache import Cache
 from dsv4_operator.rollout.job_executor import JobProbeExecutor
 from dsv4_operator.runtime import OPERATOR_CONTAINER, Health, job_wiring, parse_args
 

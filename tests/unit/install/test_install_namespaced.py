@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dsv4_operator.reconcile.kube import RESOURCES
+from dsv4_operator.kube.client import RESOURCES
 from dsv4_operator.runtime import parse_args
 from tests.unit.install import rbac_from_code as code
 

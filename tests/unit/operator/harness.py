@@ -3,7 +3,7 @@
 `World` is one cluster (the API double and its controllers) and one operator process at a
 time: a crash throws the process away and starts a fresh one (no memory carried over, as a
 restarted pod), which continues from whatever the API holds.  The operator reads through
-its real cache (`reconcile.cache`), filled before each pass with what its watches would
+its real cache (`kube.cache`), filled before each pass with what its watches would
 have delivered by then (`fill_cache`: the same selectors and transforms); a test that wants
 a lagging cache skips the filling.  Probes run as the real `JobProbeExecutor` makes them: a
 Job per attempt, whose scripted verdict lands in the attempt's report as the probe's own
@@ -22,8 +22,8 @@ from typing import Any, Literal
 from dsv4_dev.cluster.nodes import default_pools, node_manifests
 from dsv4_operator.api import API_VERSION, KIND
 from dsv4_operator.api.samples import load_sample, merge_patch
+from dsv4_operator.kube.cache import Cache
 from dsv4_operator.reconcile import watches
-from dsv4_operator.reconcile.cache import Cache
 from dsv4_operator.reconcile.reconciler import Reconciler
 from dsv4_operator.rollout import manual
 from dsv4_operator.rollout.controller import RolloutController

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dsv4_operator.api.times import stamp
-from dsv4_operator.reconcile.kube import ApiError
-from dsv4_operator.reconcile.selectors import field_match, label_match
+from dsv4_operator.kube.client import ApiError
+from dsv4_operator.kube.selectors import field_match, label_match
 from dsv4_operator.rollout.reports import OUTCOME_KEY, PROBE_MANAGER
 
 Key = tuple[str, str | None, str]  # (kind, namespace, name)

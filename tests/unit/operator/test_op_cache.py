@@ -3,7 +3,7 @@ would, from its label index when the selector pins an indexed label."""
 
 from __future__ import annotations
 
-from dsv4_operator.reconcile.cache import Store
+from dsv4_operator.kube.cache import Store
 from dsv4_operator.render.placement import GPU_PRODUCT_LABEL
 
 

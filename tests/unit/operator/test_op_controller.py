@@ -16,8 +16,8 @@ from typing import Any
 
 from dsv4_operator.api import API_VERSION, KIND
 from dsv4_operator.api.status import DSV4DeploymentStatus, Phase
+from dsv4_operator.kube.cache import Cache
 from dsv4_operator.reconcile import watches
-from dsv4_operator.reconcile.cache import Cache
 from dsv4_operator.reconcile.controller import Controller
 from dsv4_operator.reconcile.expectations import Expectations, Write
 from dsv4_operator.render.meta import Owner, metadata

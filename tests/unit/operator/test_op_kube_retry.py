@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from dsv4_operator.reconcile.kube import ApiError, Backoff, path, retrying
+from dsv4_operator.kube.client import ApiError, Backoff, path, retrying
 
 
 class FailingThenOk:

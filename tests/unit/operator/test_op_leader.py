@@ -5,8 +5,8 @@ import datetime as dt
 
 import pytest
 
+from dsv4_operator.kube.client import REQUEST_TIMEOUT_S, Kube, NotLeader
 from dsv4_operator.leader import Leadership, LeaseConfig, lease_body, lease_verdict, try_hold
-from dsv4_operator.reconcile.kube import REQUEST_TIMEOUT_S, Kube, NotLeader
 from tests.unit.operator.memory_api import MemoryApi
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)

@@ -17,7 +17,7 @@ import pytest
 from dsv4_operator.api import KIND
 from dsv4_operator.api.rollout import EngineRevision
 from dsv4_operator.api.spec import DSV4DeploymentSpec
-from dsv4_operator.reconcile.kube import ApiError
+from dsv4_operator.kube.client import ApiError
 from dsv4_operator.reconcile.triggers import owning_deployment
 from dsv4_operator.render.meta import LABEL_SLOT, LABEL_TRANSFER
 from dsv4_operator.rollout import manual

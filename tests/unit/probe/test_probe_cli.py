@@ -11,7 +11,7 @@ from dsv4_engine.probe.exitcodes import VERDICT_NOT_FILED
 from dsv4_operator.api.rollout import RolloutVerdict
 from dsv4_operator.cli import probe as probe_cli
 from dsv4_operator.cli.main import main
-from dsv4_operator.reconcile.kube import ApiError
+from dsv4_operator.kube.client import ApiError
 from dsv4_operator.render.meta import Owner
 from dsv4_operator.rollout.decide import ProbeOutcome
 from dsv4_operator.rollout.reports import (

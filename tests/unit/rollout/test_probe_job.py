@@ -7,11 +7,11 @@ import pytest
 
 from dsv4_engine.cliutil import build_parser
 from dsv4_engine.probe import ProbeName, ProbeSettings
+from dsv4_engine.probe.args import BY_HAND, NOT_OPTIONS, OPTIONS, probe_args, settings_from
 from dsv4_engine.probe.exitcodes import VERDICT_NOT_FILED
 from dsv4_engine.probe.verdict import Verdict
 from dsv4_operator import cli
-from dsv4_operator.cli import probe as probe_cli
-from dsv4_operator.reconcile.selectors import label_match
+from dsv4_operator.kube.selectors import label_match
 from dsv4_operator.render.meta import LABEL_MANAGED_BY, MANAGED_BY, Owner, instance_selector
 from dsv4_operator.rollout.probe_job import (
     CONTAINER,
@@ -61,15 +61,19 @@ def parse(argv: list[str]):
     ids=["every-option", "defaults"],
 )
 def test_probe_args_parse_back_to_the_same_settings(settings):
-    args = parse(["probe", *probe_cli.probe_args(settings)])
-    assert probe_cli._settings(args) == settings
+    args = parse(["probe", *probe_args(settings)])
+    assert settings_from(args) == settings
+
+
+def test_dsv4ctl_probes_defaults_are_the_settings_defaults():
+    assert settings_from(parse(["probe", "http://x:1"])) == ProbeSettings(base_url="http://x:1")
 
 
 def test_every_probe_setting_is_an_option_or_refused_by_name():
-    covered = {"base_url", "probes", "admin_offload_path", *probe_cli.OPTIONS}
-    assert covered | set(probe_cli.NOT_OPTIONS) == set(ProbeSettings.model_fields)
+    covered = {*BY_HAND, *(option.field for option in OPTIONS)}
+    assert covered | set(NOT_OPTIONS) == set(ProbeSettings.model_fields)
     with pytest.raises(ValueError, match="api_key"):
-        probe_cli.probe_args(ProbeSettings(base_url="http://x:1", api_key="secret"))
+        probe_args(ProbeSettings(base_url="http://x:1", api_key="secret"))
 
 
 def test_the_job_runs_dsv4ctl_probe_with_the_rollouts_settings_and_files_its_report():
@@ -80,7 +84,7 @@ def test_the_job_runs_dsv4ctl_probe_with_the_rollouts_settings_and_files_its_rep
     assert container["command"] == ["dsv4ctl"]
     args = parse(container["args"])
     assert args.command == "probe"
-    assert probe_cli._settings(args) == EVERYTHING
+    assert settings_from(args) == EVERYTHING
     assert (args.report_configmap, args.report_namespace) == ("flash-canary-ab12cd34-1", "prod")
     assert pod["serviceAccountName"] == probe_account(OWNER)
     # The report owns the Job: deleting an old report takes its Job along.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from dsv4_operator.api.rollout import RolloutVerdict
-from dsv4_operator.reconcile.selectors import label_match
+from dsv4_operator.kube.selectors import label_match
 from dsv4_operator.render.meta import LABEL_MANAGED_BY, MANAGED_BY, Owner, instance_selector
 from dsv4_operator.rollout.decide import ProbeOutcome
 from dsv4_operator.rollout.reports import (

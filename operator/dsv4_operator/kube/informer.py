@@ -17,8 +17,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from dsv4_operator.reconcile.cache import Obj, Store
-from dsv4_operator.reconcile.kube import WATCH_TIMEOUT_S, ApiError, Kube, api_version
+from dsv4_operator.kube.cache import Obj, Store
+from dsv4_operator.kube.client import WATCH_TIMEOUT_S, ApiError, Kube, api_version
 
 log = logging.getLogger("dsv4_operator.informer")
 

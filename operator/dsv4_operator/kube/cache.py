@@ -3,7 +3,7 @@
 A pass reads the world through `get`/`list` — the signature of `Kube` — so the reconciler
 is the same code whether it reads the API server (the API double of the unit tests does)
 or this cache (the operator does).  Each kind has a `Store`, filled by an informer's list
-and kept current by its watch (`reconcile.informer`), indexed by namespace and by the
+and kept current by its watch (`kube.informer`), indexed by namespace and by the
 label values the operator selects on (a deployment's instance label, a node's GPU product),
 so a pass answers "the children of flash" or "is there a B200 node" without a scan.
 
@@ -19,7 +19,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
 
-from dsv4_operator.reconcile import selectors
+from dsv4_operator.kube import selectors
 
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace or "", name)
