@@ -76,6 +76,7 @@ from dsv4_operator.rollout import manual
 from dsv4_operator.rollout.controller import RolloutController
 from dsv4_operator.rollout.decide import Decision, Manual, ManualAction, decide, first_status
 from dsv4_operator.rollout.ledger import Ledger, Rejection, ledger_config_map, ledger_name
+from dsv4_operator.rollout.migrate import upgraded
 from dsv4_operator.rollout.observe import rolled_roles, settled, settled_slots
 from dsv4_operator.rollout.recover import RevisionRejected, Unrecoverable, recover
 from dsv4_operator.rollout.reports import FiledReport, report_selector
@@ -101,11 +102,16 @@ def parse_status(raw: dict[str, Any] | None) -> DSV4DeploymentStatus | None:
         return None
 
 
-def parse_rollout(status: DSV4DeploymentStatus | None) -> RolloutStatus | None:
-    """The rollout's memory; None when missing or unreadable (then it is rebuilt)."""
+def parse_rollout(
+    status: DSV4DeploymentStatus | None, spec: DSV4DeploymentSpec
+) -> RolloutStatus | None:
+    """The rollout's memory (one an older operator wrote, upgraded: `rollout.migrate`);
+    None when missing or unreadable (then it is rebuilt)."""
+    if not status or not status.rollout:
+        return None
     try:
-        return RolloutStatus.model_validate(status.rollout) if status and status.rollout else None
-    except ValidationError as err:
+        return RolloutStatus.model_validate(upgraded(status.rollout, spec))
+    except ValueError as err:  # pydantic's ValidationError is one
         log.warning("status.rollout is unreadable (%s); rebuilding it from the children", err)
         return None
 
@@ -399,7 +405,7 @@ class Reconciler:
     def _before(self, state: PassState) -> tuple[RolloutStatus | None, list[tuple[str, str, str]]]:
         """The rollout status the pass starts from: read, or rebuilt from the children when
         lost (never taken from the spec; `recover`)."""
-        before = parse_rollout(state.previous)
+        before = parse_rollout(state.previous, state.spec)
         if before is not None:
             return before, []
         listed = self.cache.list("ConfigMap", state.owner.namespace, report_selector(state.owner))

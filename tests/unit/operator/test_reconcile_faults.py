@@ -396,6 +396,56 @@ def test_status_wiped_mid_promotion_rechecks_the_pass_report():
     assert "not by the probe" in rollout["verdictReason"], rollout
 
 
+def as_written_before_the_engine_revision(rollout: dict) -> dict:
+    """``rollout`` as an operator before the engine revision wrote it: flag sets
+    `{features, image}` and their own revision hashes."""
+    old = dict(rollout)
+    for key, revision_key in (("stable", "stableRevision"), ("canary", "canaryRevision")):
+        if key in rollout:
+            spec = rollout[key]["spec"]
+            old[key] = {"features": spec["features"], "image": spec["image"]["name"]}
+            old[revision_key] = f"0ld{key}"
+            if rollout.get("rejectedRevision") == rollout[revision_key]:
+                old["rejectedRevision"] = f"0ld{key}"
+    return old
+
+
+def test_a_status_an_older_operator_wrote_is_upgraded_not_rebuilt():
+    world = ready_world()
+    written = world.rollout()
+    world.api.user_patch(
+        KIND,
+        NS,
+        "flash",
+        lambda obj: obj["status"].update(rollout=as_written_before_the_engine_revision(written)),
+    )
+    world.step("flash")
+    rollout = world.rollout()
+    assert rollout["stable"] == written["stable"], "the live spec with the recorded flags"
+    assert rollout["stableRevision"] == written["stableRevision"]
+    assert rollout["phase"] == "Idle" and not world.children("flash--canary")
+    assert not world.events("RolloutStateRebuilt")
+
+
+def test_an_older_operators_rejection_stays_rejected_after_the_upgrade():
+    world = ready_world()
+    world.verdict = lambda job: FAIL
+    world.patch_spec("flash", FP4)
+    world.until("rolled back", lambda: world.phase() == "RolledBack")
+    world.until("canary gone", lambda: not world.children("flash--canary"))
+    written = world.rollout()
+    old = as_written_before_the_engine_revision(written)
+    assert old["rejectedRevision"] == "0ldcanary"
+    world.api.user_patch(KIND, NS, "flash", lambda obj: obj["status"].update(rollout=old))
+    for _ in range(3):
+        world.step("flash")
+    rollout = world.rollout()
+    assert rollout["phase"] == "RolledBack" and rollout["verdict"] == "FAIL"
+    assert rollout["rejectedRevision"] == written["rejectedRevision"] == flags_of(world).revision
+    assert rollout["stableRevision"] == written["stableRevision"]
+    assert not world.children("flash--canary"), "the rejected flags are not tried again"
+
+
 def test_an_unreadable_status_from_another_operator_version_is_read_or_rebuilt():
     world = ready_world()
     raw = world.obj()["status"]["rollout"]
