@@ -33,10 +33,12 @@ from dsv4_operator.rollout.controller import canary_report, canary_settings, clu
 from dsv4_operator.rollout.decide import Observed, decide, first_status
 from dsv4_operator.rollout.probe_job import attempt_objects
 from dsv4_operator.rollout.reports import report_skeleton
-from dsv4_operator.rollout.slices import canary_url, spec_revision
+from dsv4_operator.rollout.slices import REVISION_PATHS, canary_url, spec_revision
 
 # Stands for the uid the API server gives the DSV4Deployment (and a probe report).
 UID = "00000000-0000-0000-0000-000000000000"
+# The spec's own top-level keys: a --canary path starting with one is a spec path.
+SPEC_KEYS = frozenset(f.alias or n for n, f in DSV4DeploymentSpec.model_fields.items())
 PROBE_IMAGE = "OPERATOR-IMAGE"  # a probe Job runs the operator pod's own image
 
 
@@ -61,8 +63,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         nargs="+",
         metavar="KEY=VALUE",
         default=None,
-        help="new flags: a path under spec.features (e.g. indexDtype=fp4, "
-        "hicache.enabled=true), or image=IMAGE; values are YAML",
+        help="the canary's engine revision: a spec path of an engine-revision field "
+        "(model.toolCallParser=deepseekv32, decode.extraArgs='[--speculative-algorithm, "
+        "EAGLE]', disaggregation.transferBackend=nixl, ...), a path under spec.features "
+        "(indexDtype=fp4, hicache.enabled=true), or image=IMAGE; values are YAML",
     )
     parser.add_argument(
         "--probe-job", action="store_true", help="also the canary's first probe attempt"
@@ -171,11 +175,8 @@ def _canary_flags(
             value = yaml.safe_load(text)
         except yaml.YAMLError:
             raise CommandError(f"--canary {key}: {text!r} is not a YAML value") from None
-        if key == "image":
-            patch.setdefault("image", {})["name"] = value
-            continue
-        node = patch.setdefault("features", {})
-        *parents, leaf = key.split(".")
+        node = patch
+        *parents, leaf = _revision_path(key)
         for part in parents:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
@@ -186,6 +187,24 @@ def _canary_flags(
     if flags.revision == spec_revision(spec).revision:
         raise CommandError("--canary: these are the spec's own flags; a canary tests a change")
     return flags
+
+
+def _revision_path(key: str) -> list[str]:
+    """The spec path ``--canary KEY`` names: `image` is the image's name, a path that starts
+    with a spec field must lie in an engine-revision field (what a canary tests), any other
+    path is under `spec.features`."""
+    if key == "image":
+        return ["image", "name"]
+    path = key.split(".")
+    if path[0] not in SPEC_KEYS:
+        return ["features", *path]
+    if not any(tuple(path[: len(p)]) == p for p in REVISION_PATHS):
+        fields = ", ".join(".".join(p) for p in REVISION_PATHS)
+        raise CommandError(
+            f"--canary {key}: spec.{key} is not an engine-revision field (it rolls without a "
+            f"canary); a canary tests one of: {fields}"
+        )
+    return path
 
 
 def _spec(raw: Any, prefix: str = "") -> DSV4DeploymentSpec:

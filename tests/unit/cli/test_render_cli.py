@@ -112,9 +112,41 @@ def test_every_shipped_sample_renders(capsys):
 
 
 @pytest.mark.parametrize(
+    ("change", "argv"),
+    [
+        ({"model": {"toolCallParser": "deepseekv32"}}, ["model.toolCallParser=deepseekv32"]),
+        (
+            {"disaggregation": {"transferBackend": "nixl"}},
+            ["disaggregation.transferBackend=nixl"],
+        ),
+        (
+            {"decode": {"extraArgs": ["--speculative-algorithm", "EAGLE"]}},
+            ["decode.extraArgs=[--speculative-algorithm, EAGLE]"],
+        ),
+        ({"image": {"name": "ghcr.io/dsv4/engine:0.1.1"}}, ["image=ghcr.io/dsv4/engine:0.1.1"]),
+    ],
+    ids=["tool-call parser", "transfer backend", "extraArgs", "image"],
+)
+def test_render_canary_takes_any_engine_revision_field(tmp_path, capsys, change, argv):
+    """Every engine change starts a canary: `--canary` renders the one the operator makes."""
+    world = World()
+    world.create("flash")
+    world.until("Ready", lambda: (world.obj().get("status") or {}).get("phase") == "Ready")
+    world.patch_spec("flash", change)
+    world.step("flash")
+    assert world.phase() == "CanaryStarting"
+    printed = keyed(rendered(capsys, str(sample_file(tmp_path)), "--canary", *argv))
+    assert printed == applied(world)
+
+
+@pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["--probe-job"], "--probe-job needs --canary"),
+        (
+            ["--canary", "prefill.replicas=3"],
+            "--canary prefill.replicas: spec.prefill.replicas is not an engine-revision field",
+        ),
         (["--canary", "indexDtype"], "--canary: expected KEY=VALUE, got 'indexDtype'"),
         (["--canary", "indexDtype=fp8"], "--canary: these are the spec's own flags"),
         (["--canary", "indexDtype=bf16"], "features.indexDtype bf16: SGLang 0.5.23 stores"),
