@@ -43,10 +43,11 @@ cluster-up: venv control-plane ## Start the local cluster with fake Blackwell no
 cluster-down: venv ## Stop the local cluster and everything it started
 	$(VENV)/bin/dsv4ctl cluster down
 
-manifests: venv ## Regenerate crds/ from the typed API models (operator/dsv4_operator/api/), docs/api-reference.md from crds/, and docs/rollout.md's rollout-class table
+manifests: venv ## Regenerate crds/ from the typed API models (operator/dsv4_operator/api/), docs/api-reference.md from crds/, docs/rollout.md's rollout-class table and docs/known-issues.md's table
 	$(PY) -m dsv4_operator.api.crd crds/dsv4deployment.yaml
 	$(PY) hack/api_reference.py crds/dsv4deployment.yaml docs/api-reference.md
 	$(PY) hack/rollout_classes.py docs/rollout.md
+	$(PY) hack/known_issues.py docs/known-issues.md
 
 bench: bench-plan bench-probe bench-echo bench-validator bench-engine-server bench-engine bench-rollout bench-scale ## Run every benchmark (each bench-* target adds itself here)
 

@@ -5,7 +5,9 @@ Cross-field rules live twice on purpose, each where it is enforced: as CEL
 pydantic validators (the operator refuses an object that reached it anyway, e.g. through
 an older CRD, and reports `Degraded` instead of crashing).  tests/unit/operator/
 test_op_api.py and the end-to-end test feed the same invalid specs
-(tests/data/invalid_dsv4_specs.yaml) to both.
+(tests/data/invalid_dsv4_specs.yaml) to both.  The known-bad combinations of the pinned
+SGLang are the exception: each is written once, in `api.known_issues`, and both its CEL
+rule and its check here are generated from it.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import Field, StringConstraints, model_validator
+from pydantic import Field, StringConstraints, ValidationInfo, model_validator
 
 from dsv4_engine.engine_config import (
     OPERATOR_OWNED_ENV,
@@ -27,6 +29,7 @@ from dsv4_engine.engine_config import (
 )
 from dsv4_engine.features import CamelModel, EngineFeatures, IndexDtype, Role
 from dsv4_engine.index_k import SGLANG_INDEX_DTYPES, sglang_index_dtype_error
+from dsv4_operator.api import known_issues
 from dsv4_operator.api.names import MAX_ROLE_REPLICAS
 from dsv4_operator.api.rollout import CanarySpec, RolloutSpec
 from dsv4_operator.api.rolls import Rolls
@@ -117,6 +120,8 @@ class EnvVar(CamelModel):
     name: str = Field(min_length=1, max_length=253)
     value: str = Field(default="", max_length=4096)
 
+
+KnownIssueId = Annotated[str, StringConstraints(max_length=63, pattern=known_issues.ID_PATTERN)]
 
 # Bounded lengths keep the CEL cost estimate of the extraArgs rule under the API server's limit.
 ExtraArg = Annotated[str, StringConstraints(max_length=256)]
@@ -267,6 +272,14 @@ _NOT_ON_SGLANG = "features." + next(
 )
 
 
+# Validation context of a spec rebuilt from admitted parts (`rollout.slices.with_revision`:
+# the live spec with a stable or canary revision's engine fields).  The known-issue check
+# judges what a person asks for; a revision was judged, acknowledgements included, when it
+# was asked for, and rebuilding it later — after the acknowledgement went with the flags
+# that needed it — must not refuse the pods that run it.
+REVISION_ADMITTED = "revision-admitted"
+
+
 class DSV4DeploymentSpec(CamelModel):
     # The engine flag model allows a size (other engines take one); DeepSeek-V4 on
     # SGLang 0.5.23 would crash-loop on it, so the deployment refuses it up front.
@@ -277,6 +290,7 @@ class DSV4DeploymentSpec(CamelModel):
             _NOT_ON_SGLANG,
             ".features.indexDtype",
         ),
+        *known_issues.rules(),
     )
 
     engine: Annotated[Backend, Rolls.REVISION] = Field(
@@ -311,13 +325,27 @@ class DSV4DeploymentSpec(CamelModel):
         description="The canary slice and the evidence it must produce before promotion.",
     )
 
+    acknowledged_known_issues: Annotated[tuple[KnownIssueId, ...], Rolls.CONTROL] = Field(
+        default=(),
+        max_length=32,
+        description="Ids of known-bad combinations of the pinned engine "
+        "([known issues](known-issues.md)) this deployment runs anyway, e.g. on an image "
+        "that carries the fix.  A spec matching an entry not listed here is refused.  "
+        "Acknowledging changes nothing the engines run.",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+
     @model_validator(mode="after")
-    def _engine_supports_flags(self) -> DSV4DeploymentSpec:
+    def _engine_supports_flags(self, info: ValidationInfo) -> DSV4DeploymentSpec:
         if self.features.hicache.size_gb is not None:
             raise ValueError(_NO_HICACHE_SIZE)
         refusal = sglang_index_dtype_error(self.features.index_dtype)
         if self.engine is Backend.SGLANG and refusal is not None:
             raise ValueError(f"features.{refusal}")
+        if not (info.context or {}).get(REVISION_ADMITTED):
+            known = known_issues.refusal(self.model_dump(mode="json", by_alias=True))
+            if known is not None:
+                raise known
         return self
 
     def role_spec(self, role: Role) -> RoleSpec:

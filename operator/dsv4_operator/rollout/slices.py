@@ -13,7 +13,7 @@ from dsv4_engine.features import Role
 from dsv4_operator.api.names import CANARY_SUFFIX
 from dsv4_operator.api.rollout import CanarySpec, EngineRevision, RolloutStatus
 from dsv4_operator.api.rolls import Rolls, classes, overlay, project
-from dsv4_operator.api.spec import DSV4DeploymentSpec
+from dsv4_operator.api.spec import REVISION_ADMITTED, DSV4DeploymentSpec
 from dsv4_operator.render import render_all
 from dsv4_operator.render.meta import LABEL_COMPONENT, WORKLOAD_KINDS, Owner
 from dsv4_operator.render.router import COMPONENT as ROUTER_COMPONENT
@@ -37,9 +37,13 @@ def spec_revision(spec: DSV4DeploymentSpec) -> EngineRevision:
 
 def with_revision(spec: DSV4DeploymentSpec, revision: EngineRevision) -> DSV4DeploymentSpec:
     """``spec`` with ``revision``'s engine fields: every other field (replicas, placement,
-    the rollout's own settings) stays the live spec's."""
+    the rollout's own settings) stays the live spec's.  Both were admitted, so known issues
+    are not judged again (`REVISION_ADMITTED`): a stable revision acknowledged once keeps
+    running while the live spec moves to flags that no longer need the acknowledgement."""
     data = spec.model_dump(mode="json", by_alias=True)
-    return DSV4DeploymentSpec.model_validate(overlay(data, revision.spec, REVISION_PATHS))
+    return DSV4DeploymentSpec.model_validate(
+        overlay(data, revision.spec, REVISION_PATHS), context={REVISION_ADMITTED: True}
+    )
 
 
 def canary_owner(owner: Owner) -> Owner:

@@ -31,6 +31,11 @@ def test_the_rollout_class_table_is_generated_from_the_typed_spec():
     assert committed == hack("rollout_classes").rewrite(committed), "stale: run `make manifests`"
 
 
+def test_the_known_issues_table_is_generated_from_the_registry():
+    committed = (DOCS / "known-issues.md").read_text()
+    assert committed == hack("known_issues").rewrite(committed), "stale: run `make manifests`"
+
+
 def test_the_committed_api_reference_is_generated_from_the_committed_crd():
     expected = hack("api_reference").render(yaml.safe_load(CRD_PATH.read_text()))
     committed = (DOCS / "api-reference.md").read_text()

@@ -342,7 +342,9 @@ def test_a_rejected_revision_stays_rejected_after_the_spec_moved_away_and_back()
     world.patch_spec("flash", FP4)
     world.until("rolled back", lambda: world.phase() == "RolledBack")
     rejected = world.rollout()["rejectedRevision"]
-    world.patch_spec("flash", HICACHE)  # another revision: its own canary (fails too)
+    # Another revision, its own canary (fails too); fp8 again, since HiCache with the fp4
+    # indexer is a known issue (dsv4_operator.api.known_issues).
+    world.patch_spec("flash", merge_patch(HICACHE, {"features": {"indexDtype": "fp8"}}))
     world.until("second canary", lambda: world.rollout().get("rejectedRevision") != rejected)
     world.until("rolled back", lambda: world.phase() == "RolledBack")
     world.patch_spec("flash", {"features": {"indexDtype": "fp4", "hicache": None}})

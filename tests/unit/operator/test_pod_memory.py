@@ -59,7 +59,11 @@ def test_hicache_adds_ratio_times_the_device_kv_pools_of_every_gpu_in_the_pod():
 
 
 def test_the_canary_asks_for_the_same_memory_as_the_promoted_pods_will():
-    new = spec({"hicache": {"enabled": True, "ratio": 3.0}, "indexDtype": "fp4"})
+    # HiCache with the fp4 indexer is a known issue: acknowledged, as a user running it would.
+    fp4 = {"hicache": {"enabled": True, "ratio": 3.0}, "indexDtype": "fp4"}
+    ack = ["sglang-35811-hicache-fp4-indexer"]
+    raw = merge_patch(load_sample()["spec"], {"features": fp4, "acknowledgedKnownIssues": ack})
+    new = DSV4DeploymentSpec.model_validate(raw)
     stable = spec()
     flags = spec_revision(new)
     canary = render_all(canary_owner(OWNER), canary_spec(stable, flags, CanarySpec()))
