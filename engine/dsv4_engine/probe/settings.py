@@ -140,6 +140,9 @@ class ProbeSettings(BaseModel):
     deterministic: Determinism = Determinism.AUTO
     admin_offload_path: str | None = "default"
     """POST path that pushes cached prefixes to the host tier; "default" picks the backend's."""
+    hicache: bool = False
+    """The engine under test runs HiCache: a PASS then needs enough samples that read a
+    prefix back from its host tier (`verdict.unexercised`)."""
     prefix_words: int | None = Field(default=None, ge=16)
     """Shared-prefix length; None: the backend's default (DEFAULT_WORKLOAD)."""
     long_context_words: int | None = Field(default=None, ge=64)

@@ -24,7 +24,7 @@ from dsv4_engine.probe.html_report import render_html
 from dsv4_engine.probe.report import summary_table
 from dsv4_engine.probe.runner import ProbeConnectionError, Tally, probe
 from dsv4_engine.probe.settings import Determinism, ProbeName, ProbeSettings
-from dsv4_engine.probe.verdict import Verdict
+from dsv4_engine.probe.verdict import Verdict, exercised_needed
 from dsv4_operator.cli.kubeapi import connect, default_namespace
 from dsv4_operator.reconcile.kube import TRANSIENT_STATUS, ApiError, Kube
 from dsv4_operator.rollout.decide import ProbeOutcome
@@ -91,6 +91,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="default",
         help="POST path pushing cached prefixes to the host tier ('none' to skip)",
     )
+    p.add_argument(
+        "--hicache",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="the engine runs HiCache: PASS only if enough samples read a prefix back from "
+        "its host tier (SGLang's sglext.cached_tokens_details.host > 0; "
+        f"{exercised_needed(0.95)} at 95%% confidence)",
+    )
     p.add_argument("--report", type=Path, help="write the JSON report here")
     p.add_argument("--html", type=Path, help="write a self-contained HTML report here")
     p.add_argument("--output", choices=["table", "json"], default="table")
@@ -132,6 +140,7 @@ OPTIONS: dict[str, str] = {
     "long_context_words": "long-context-words",
     "seed": "seed",
     "deterministic": "deterministic",
+    "hicache": "hicache",
 }
 # Not on the command line: a Job cannot be told them, so `probe_args` refuses them.
 NOT_OPTIONS = ("consistency_max_tokens", "connect_timeout_s", "api_key")
@@ -175,7 +184,9 @@ def probe_args(settings: ProbeSettings) -> list[str]:
     args += ["--admin-offload-path", NO_OFFLOAD if offload is None else offload]
     for field, option in OPTIONS.items():
         value = getattr(settings, field)
-        if value is not None:
+        if isinstance(value, bool):  # a switch: --option or --no-option
+            args.append(f"--{option}" if value else f"--no-{option}")
+        elif value is not None:
             args += [f"--{option}", str(value.value if isinstance(value, Enum) else value)]
     return args
 
