@@ -108,7 +108,7 @@ class RolloutController:
             canary_ready=starting
             and slice_ready(canary_objects, state.canary_live)
             and (self.serving or self._endpoint_ready)(owner.namespace, *canary_url(owner)),
-            probe=self._canary_outcome(state, canary) if canary else None,
+            probe=self._canary_outcome(state, before, canary) if canary else None,
             probe_running=canary is not None and self.executor.running(owner, canary.name(owner)),
             stable_probe=self._outcome(state, watch) if watch else None,
             stable_probe_running=watch is not None
@@ -143,7 +143,9 @@ class RolloutController:
         config_map = self.cache.get("ConfigMap", state.owner.namespace, ref.name(state.owner))
         return outcome_from_config_map(config_map) if config_map else None
 
-    def _canary_outcome(self, state: PassState, ref: ReportRef) -> ProbeOutcome | None:
+    def _canary_outcome(
+        self, state: PassState, before: RolloutStatus, ref: ReportRef
+    ) -> ProbeOutcome | None:
         """The attempt's verdict; a PASS only if the report survives `distrust_pass`.
 
         A probe pod files its report and only then exits, so the report's watch event can
@@ -165,6 +167,7 @@ class RolloutController:
             cfg.max_corruption_rate,
             cfg.confidence,
             None if exiting else completed,
+            before.canary is not None and probes_hicache(with_revision(state.spec, before.canary)),
         )
         if why is None and exiting:
             why = self._exit_overdue(state, name)
@@ -261,14 +264,23 @@ class RolloutController:
         return self.probe_url(namespace, service, port)
 
 
+def probes_hicache(spec: DSV4DeploymentSpec) -> bool:
+    """Whether a probe of the engines ``spec`` renders must show host-tier reads: HiCache
+    is on (for any role), so a PASS needs samples that read a prefix back from the host
+    tier (`dsv4_engine.probe.verdict.unexercised`), in the probe's verdict and in the
+    operator's re-check of it alike."""
+    return spec.features.hicache.enabled
+
+
 def canary_settings(spec: DSV4DeploymentSpec, url: str) -> ProbeSettings:
     """What a probe attempt runs with: `spec.canary`, against ``url``, for the engines
     ``spec`` renders.  Without HiCache there is no host tier to push prefixes to, so the
     probes ask for no offload (the engine serves no offload endpoint then)."""
     canary: CanarySpec = spec.canary
-    offload = "default" if spec.features.hicache.enabled else None
+    hicache = probes_hicache(spec)
     return ProbeSettings(
-        admin_offload_path=offload,
+        admin_offload_path="default" if hicache else None,
+        hicache=hicache,
         base_url=url,
         backend=spec.engine,
         probes=canary.probes or (),

@@ -16,7 +16,7 @@ from typing import Any
 
 from dsv4_engine.probe import ProbeConnectionError, ProbeResult, ProbeSettings, build_report
 from dsv4_engine.probe.stats import percents, upper_bound
-from dsv4_engine.probe.verdict import Verdict
+from dsv4_engine.probe.verdict import Verdict, unexercised
 from dsv4_operator.api.rollout import RolloutVerdict
 from dsv4_operator.render.meta import (
     LABEL_COMPONENT,
@@ -58,6 +58,7 @@ class Evidence:
             report=report,
             message="; ".join(result.reasons),
             threshold=result.settings.max_corruption_rate,
+            exercised=result.tally.exercised,
         )
         outcomes = Counter(sample.outcome.value for sample in result.tally.samples)
         return cls(build_report(result), outcome, dict(outcomes))
@@ -177,6 +178,7 @@ def report_filing(evidence: Evidence) -> dict[str, Any]:
                     "bound": outcome.bound,
                     "threshold": outcome.threshold,
                     "samples": outcome.samples,
+                    "exercised": outcome.exercised,
                     "message": outcome.message,
                     "requests": evidence.requests,
                 }
@@ -207,6 +209,7 @@ def outcome_from_config_map(config_map: dict[str, Any]) -> ProbeOutcome | None:
             report=config_map["metadata"]["name"],
             message=raw.get("message", ""),
             threshold=raw.get("threshold"),  # absent in reports filed before it was recorded
+            exercised=raw.get("exercised"),  # absent in reports filed before it was counted
         )
     except (KeyError, TypeError, ValueError):
         return None
@@ -242,13 +245,17 @@ def distrust_pass(
     threshold: float,
     confidence: float,
     completed: bool | None,
+    hicache: bool,
 ) -> str | None:
     """Why a PASS read from a report must not promote anything, or None when it holds.
 
     The report is re-checked, not believed: it was filed by a probe (the probe's field
     manager, no other, owns its data), its judged samples reach what the canary settings
-    require now, its corruption count keeps the exact upper bound below the threshold, and
-    (``completed`` not None: a probe Job) the probe run itself ended with exit 0."""
+    require now, its corruption count keeps the exact upper bound below the threshold, with
+    ``hicache`` (the revision probed runs it) enough of its samples read a prefix back from
+    the host tier — the probe's own rule, `verdict.unexercised`, with a report that does
+    not say counting none — and (``completed`` not None: a probe Job) the probe run itself
+    ended with exit 0."""
     managers = data_managers(config_map)
     if managers != {PROBE_MANAGER}:
         found = ", ".join(sorted(managers)) or "nobody"
@@ -262,6 +269,9 @@ def distrust_pass(
             f"{outcome.corrupt}/{outcome.samples} corrupt bounds the rate at {shown}, "
             f"not below maxCorruptionRate {budget}"
         )
+    exercised = outcome.exercised or 0
+    if (why := unexercised(hicache, exercised, outcome.samples, confidence)) is not None:
+        return why
     if completed is False:
         return "its probe Job did not complete with exit code 0"
     return None

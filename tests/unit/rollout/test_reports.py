@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from dsv4_operator.api.rollout import RolloutVerdict
 from dsv4_operator.reconcile.selectors import label_match
@@ -94,22 +95,48 @@ def _managed(config_map: dict, data_manager: str) -> dict:
     return {**config_map, "metadata": {**config_map["metadata"], "managedFields": fields}}
 
 
-PASSED = ProbeOutcome(RolloutVerdict.PASS, 0.0, 0.00499, 598, NAME)
+PASSED = ProbeOutcome(RolloutVerdict.PASS, 0.0, 0.00499, 598, NAME, exercised=0)
 
 
 def test_a_pass_is_trusted_only_when_the_report_holds_up():
     """A PASS promotes production, so the operator re-checks the report it reads."""
     good = _managed(report_config_map(OWNER, REF, FAILED), PROBE_MANAGER)
-    assert distrust_pass(good, PASSED, 598, 0.005, 0.95, completed=True) is None
-    assert distrust_pass(good, PASSED, 598, 0.005, 0.95, completed=None) is None
+
+    def why(config_map, outcome, completed: bool | None = True) -> str | None:
+        return distrust_pass(config_map, outcome, 598, 0.005, 0.95, completed, hicache=False)
+
+    assert why(good, PASSED) is None
+    assert why(good, PASSED, completed=None) is None
     forged = _managed(good, "kubectl-edit")
-    assert "written by kubectl-edit, not by the probe" in distrust_pass(
-        forged, PASSED, 598, 0.005, 0.95, True
-    )
+    assert "written by kubectl-edit, not by the probe" in why(forged, PASSED)
     short = ProbeOutcome(RolloutVerdict.PASS, 0.0, 0.004, 400, NAME)
-    assert "400 judged samples, 598 required" in distrust_pass(good, short, 598, 0.005, 0.95, True)
+    assert "400 judged samples, 598 required" in why(good, short)
     dirty = ProbeOutcome(RolloutVerdict.PASS, 1 / 598, 0.004, 598, NAME)
-    assert "1/598 corrupt bounds the rate" in distrust_pass(good, dirty, 598, 0.005, 0.95, True)
-    assert "did not complete with exit code 0" in distrust_pass(
-        good, PASSED, 598, 0.005, 0.95, completed=False
+    assert "1/598 corrupt bounds the rate" in why(good, dirty)
+    assert "did not complete with exit code 0" in why(good, PASSED, completed=False)
+
+
+def test_a_hicache_pass_is_trusted_only_with_enough_host_tier_reads():
+    """The probe's rule (`verdict.unexercised`), applied again to the report: with HiCache
+    on, a PASS whose samples did not read 24 prefixes back from the host tier (or whose
+    report does not say, as one filed before they were counted) promotes nothing; without
+    HiCache the count is not asked for."""
+    good = _managed(report_config_map(OWNER, REF, FAILED), PROBE_MANAGER)
+
+    def why(outcome: ProbeOutcome, hicache: bool) -> str | None:
+        return distrust_pass(good, outcome, 598, 0.005, 0.95, True, hicache=hicache)
+
+    assert why(PASSED, hicache=False) is None
+    assert why(PASSED, hicache=True) == (
+        "HiCache is on but only 0 of 598 judged samples read a prefix back from the host "
+        "tier; at least 24 required"
     )
+    unsaid = ProbeOutcome(RolloutVerdict.PASS, 0.0, 0.00499, 598, NAME)
+    assert "only 0 of 598" in why(unsaid, hicache=True)
+    assert "only 23 of 598" in why(replace(PASSED, exercised=23), hicache=True)
+    assert why(replace(PASSED, exercised=24), hicache=True) is None
+
+
+def test_the_exercised_count_reads_back_from_a_filed_report():
+    counted = replace(FAILED, outcome=replace(FAILED.outcome, exercised=17))
+    assert outcome_from_config_map(report_config_map(OWNER, REF, counted)).exercised == 17
