@@ -154,7 +154,8 @@ def summary_table(report: dict[str, Any]) -> str:
         ("failed", f"{smp['failed']}  rate {report['rate']:.3%}"),
         (
             "exercised/judged/clean",
-            f"{smp['exercised']} / {smp['judged']} / {report['counts'][Outcome.VALID.value]}",
+            # A report of schema 2 or older did not count exercised samples: "-".
+            f"{smp.get('exercised', '-')} / {smp['judged']} / {report['counts'][Outcome.VALID.value]}",
         ),
         ("host-tier reads", _host_tier_rule(report)),
         (
