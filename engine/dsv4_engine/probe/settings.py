@@ -64,8 +64,10 @@ ECHO_MODEL_PROBES = DEFAULT_PROBES[Backend.SGLANG]
 DEFAULT_ADMIN_OFFLOAD_PATH: dict[Backend, str | None] = {
     Backend.REFERENCE: "/admin/hicache/offload",
     # SGLang 0.5.23 has no "move this prefix to host" call; its /flush_cache drops the whole
-    # radix cache and refuses while requests run, so under load the warm answer comes from
-    # the same request repeated (a prefix hit on device or host, as eviction decides).
+    # radix cache, host pool included, and refuses while requests run, so under load the
+    # warm answer comes from the same request repeated (a prefix hit on device or host, as
+    # eviction decides).  Each answer says which (`client.host_tokens`), and a HiCache
+    # run without enough host-tier reads cannot PASS (`verdict.unexercised`).
     Backend.SGLANG: None,
 }
 
