@@ -36,6 +36,35 @@ def test_pd_serves_the_same_answers_as_null(start_server, free_port):
     assert asyncio.run(answers(router)) == asyncio.run(answers(null))
 
 
+def test_through_pd_the_answer_reports_the_prefill_sides_host_tier_reads(start_server, free_port):
+    """The prefix cache and its host tier live on the prefill server; the answer comes from
+    the decode server, which reports the prefill's counts (as SGLang's decode does from the
+    transfer's metadata), so a probe through the router sees the host-tier read."""
+    bootstrap = free_port()
+    prefill = start_server(
+        *HICACHE, "--disaggregation-mode", "prefill",
+        "--disaggregation-bootstrap-port", str(bootstrap),
+    )  # fmt: skip
+    decode = start_server("--disaggregation-mode", "decode", "--index-dtype", "bf16")
+    router = start_server("--prefill", prefill, str(bootstrap), "--decode", decode, cmd="router")
+    body = {**BODIES[0], "return_cached_tokens_details": True}
+
+    async def cold_then_warm() -> tuple[dict, dict]:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as http:
+            async with http.post(f"{router}/v1/chat/completions", json=body) as resp:
+                cold = await resp.json()
+            async with http.post(f"{router}/admin/hicache/offload", json={}) as resp:
+                assert resp.status == 200
+            async with http.post(f"{router}/v1/chat/completions", json=body) as resp:
+                return cold, await resp.json()
+
+    cold, warm = asyncio.run(cold_then_warm())
+    assert "sglext" not in cold
+    host = warm["sglext"]["cached_tokens_details"]["host"]
+    assert host == warm["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+    assert metric(prefill, "sglang:load_back_tokens_total") == host
+
+
 def test_decode_server_without_a_prefill_refuses_with_400(start_server):
     decode = start_server("--disaggregation-mode", "decode")
 

@@ -1,5 +1,6 @@
 """The corruption probe against the reference engine, end to end (the probe issue's
-Done-when): gated HiCache + bf16 index-K -> PASS; the index-K gate removed -> FAIL."""
+Done-when): gated HiCache + bf16 index-K -> PASS, every sample having read its prefix back
+from the host tier; the index-K gate removed -> FAIL."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import asyncio
 
 import pytest
 
-from dsv4_engine.probe import ProbeName, ProbeSettings, Verdict, run_probes
+from dsv4_engine.probe import ProbeName, ProbeResult, ProbeSettings, run_probes
+from dsv4_engine.probe.verdict import Verdict
 
 pytestmark = pytest.mark.slow
 
@@ -17,7 +19,7 @@ FLAGS = (
 )  # fmt: skip
 
 
-def probe(url: str, max_rate: float) -> Verdict:
+def probe(url: str, max_rate: float) -> ProbeResult:
     settings = ProbeSettings(
         base_url=url,
         backend="reference",
@@ -29,14 +31,19 @@ def probe(url: str, max_rate: float) -> Verdict:
         prefix_words=96,
         sessions_per_prefix=6,
         request_timeout_s=120,
+        hicache=True,
     )
-    return asyncio.run(run_probes(settings)).verdict
+    return asyncio.run(run_probes(settings))
 
 
 def test_gated_engine_passes(start_server):
-    assert probe(start_server(*FLAGS), max_rate=0.1) is Verdict.PASS
+    """Each warm answer loads its prefix back after the offload, and says so
+    (`sglext.cached_tokens_details.host`): every judged sample is exercised."""
+    result = probe(start_server(*FLAGS), max_rate=0.1)
+    assert result.verdict is Verdict.PASS, result.reasons
+    assert result.tally.exercised == result.judged == 48
 
 
 def test_ungated_index_k_fails(start_server):
     url = start_server(*FLAGS, env={"DSV4_INJECT_UNGATED_INDEX_K": "1"})
-    assert probe(url, max_rate=0.02) is Verdict.FAIL
+    assert probe(url, max_rate=0.02).verdict is Verdict.FAIL

@@ -21,10 +21,14 @@ HTTP contract the probes assume of the engine (OpenAI-compatible):
   model; a 404 is accepted and the model is then ``--model`` or ``"default"``).  A refused
   connection or any other failure here is a connection error (exit 3).
 * ``POST /v1/chat/completions`` with ``{"model", "messages", "max_tokens", "temperature": 0,
-  "stream": false}`` and, for tool-call probes, ``"tools": [...], "tool_choice": "auto"`` →
-  ``{"choices": [{"message": {"content", "tool_calls"?}, "finish_reason"}]}``.  The
+  "stream": false, "return_cached_tokens_details": true}`` and, for tool-call probes,
+  ``"tools": [...], "tool_choice": "auto"`` →
+  ``{"choices": [{"message": {"content", "tool_calls"?}, "finish_reason"}],
+  "sglext"?: {"cached_tokens_details": {"device": D, "host": H}}}``.  The
   message may carry server-parsed ``tool_calls`` (SGLang ``--tool-call-parser``) or the raw
-  DSML block in ``content``; both are judged.
+  DSML block in ``content``; both are judged.  ``H`` > 0 (prompt tokens read back from the
+  host tier, as SGLang 0.5.23 reports them) makes the sample *exercised*; with
+  ``hicache`` set, a PASS needs enough of those (`verdict.unexercised`).
 * ``GET /server_info`` → a JSON object; the engine is deterministic when it holds
   ``"deterministic": true`` (reference engine) or ``enable_deterministic_inference: true``
   at top level or under ``"server_args"`` (SGLang).  Only asked when consistency probes run

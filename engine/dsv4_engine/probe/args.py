@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from dsv4_engine.cliutil import CommandError
 from dsv4_engine.probe.exitcodes import USAGE_OR_CONNECTION_ERROR
 from dsv4_engine.probe.settings import ProbeName, ProbeSettings
+from dsv4_engine.probe.verdict import exercised_needed
 
 NO_OFFLOAD = "none"  # --admin-offload-path: no offload (the setting's None)
 
@@ -41,7 +42,10 @@ class Option:
         info = ProbeSettings.model_fields[self.field]
         kind = _without_none(info.annotation)
         default = info.default
-        if isinstance(kind, type) and issubclass(kind, Enum):
+        if kind is bool:  # a switch: --flag / --no-flag
+            action = argparse.BooleanOptionalAction
+            parser.add_argument(f"--{self.flag}", action=action, default=default, help=self.help)
+        elif isinstance(kind, type) and issubclass(kind, Enum):
             choices = [member.value for member in kind]
             default = default.value if isinstance(default, Enum) else default
             parser.add_argument(f"--{self.flag}", choices=choices, default=default, help=self.help)
@@ -52,6 +56,8 @@ class Option:
         value = getattr(settings, self.field)
         if value is None:
             return []
+        if isinstance(value, bool):
+            return [f"--{self.flag}" if value else f"--no-{self.flag}"]
         return [f"--{self.flag}", str(value.value if isinstance(value, Enum) else value)]
 
 
@@ -98,6 +104,13 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option("seed", "seed"),
     Option("deterministic", "deterministic"),
+    Option(
+        "hicache",
+        "hicache",
+        "the engine runs HiCache: PASS only if enough samples read a prefix back from its "
+        "host tier (SGLang's sglext.cached_tokens_details.host > 0; "
+        f"{exercised_needed(0.95)} at 95%% confidence)",
+    ),
 )
 # The fields spelled by hand, and those with no option: a Job cannot be told the latter, so
 # `probe_args` refuses settings that set them.

@@ -6,6 +6,13 @@ send and full response, the peak and the time-weighted mean.
 
 Every failure to get an answer is a `TransportError` with a one-line reason; the probe
 records it as TRANSPORT_ERROR, never as corruption.
+
+Each chat answer also says how many of its prompt tokens the engine read back from its
+host tier (`host_tokens`), where SGLang 0.5.23 puts it when the request sets
+``return_cached_tokens_details``: ``sglext.cached_tokens_details.host`` at the top of the
+response (`ChatCompletionResponse.sglext`, entrypoints/openai/protocol.py; filled by
+`serving_chat` from the scheduler's `Req.cached_tokens_host`).  The reference engine
+answers the same field in the same place.
 """
 
 from __future__ import annotations
@@ -65,11 +72,30 @@ class ConcurrencyMeter:
         return self._area / span if span > 0 else float(self.in_flight)
 
 
+RETURN_CACHED_TOKENS_DETAILS = "return_cached_tokens_details"
+"""The request field that asks SGLang (and the reference engine) for `host_tokens`."""
+
+
+def host_tokens(reply: Any) -> int:
+    """Prompt tokens the engine read back from its host tier for this answer.
+
+    0 when the reply has no ``sglext.cached_tokens_details.host`` count: SGLang leaves
+    ``sglext`` out when nothing of the prompt was cached, and an engine or router that does
+    not report it gives no evidence of a host-tier read either."""
+    try:
+        host = reply["sglext"]["cached_tokens_details"]["host"]
+    except (TypeError, KeyError):
+        return 0
+    return host if isinstance(host, int) and not isinstance(host, bool) and host > 0 else 0
+
+
 @dataclass(frozen=True)
 class ChatAnswer:
     message: dict[str, Any]
     finish_reason: str | None
     latency_s: float
+    host_tokens: int = 0
+    """Prompt tokens read back from the host tier (`host_tokens`)."""
 
     @property
     def comparable(self) -> str:
@@ -157,4 +183,4 @@ class EngineClient:
             raise TransportError(
                 "POST /v1/chat/completions: message.tool_calls not a list of objects"
             )
-        return ChatAnswer(message, choice.get("finish_reason"), latency)
+        return ChatAnswer(message, choice.get("finish_reason"), latency, host_tokens(reply))

@@ -14,7 +14,12 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from dsv4_engine.probe.client import ChatAnswer, EngineClient, TransportError
+from dsv4_engine.probe.client import (
+    RETURN_CACHED_TOKENS_DETAILS,
+    ChatAnswer,
+    EngineClient,
+    TransportError,
+)
 from dsv4_engine.probe.context import RequestContext
 from dsv4_engine.probe.dsml_format import render_dsml
 from dsv4_engine.probe.outcome import VALID, Judgement, Outcome
@@ -39,6 +44,24 @@ class Sample:
     excerpt: str = ""
     expected: str = ""
     """What a clean answer is: the requested call in DSML, or the cold answer."""
+    host_tokens: int = 0
+    """Prompt tokens the engine read back from its host tier for the judged answers."""
+
+    @property
+    def exercised(self) -> bool:
+        """The sample took the HiCache path: an answer it judged read a prefix from host."""
+        return self.host_tokens > 0
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What one check found: the judgement, the answer judged, a clean answer to show
+    beside it, and the host-tier tokens read back for every answer the check compared."""
+
+    judgement: Judgement
+    answer: ChatAnswer
+    expected: str
+    host_tokens: int
 
 
 @dataclass
@@ -66,6 +89,8 @@ class ProbeContext:
             "max_tokens": max_tokens,
             "temperature": 0,
             "stream": False,
+            # Every answer says how much of its prompt came back from the host tier.
+            RETURN_CACHED_TOKENS_DETAILS: True,
         }
         if tools:
             # "auto", never "required": forcing the call turns on constrained decoding,
@@ -84,26 +109,23 @@ def excerpt(answer: ChatAnswer) -> str:
 async def run_sample(probe: ProbeName, index: int, ctx: ProbeContext) -> Sample:
     rng = random.Random(f"{ctx.settings.seed}:{index}")
     try:
-        if probe.needs_determinism:
-            judgement, answer, expected = await _consistency(probe, index, rng, ctx)
-        else:
-            judgement, answer, expected = await _echo(probe, index, rng, ctx)
+        check = _consistency if probe.needs_determinism else _echo
+        checked = await check(probe, index, rng, ctx)
     except TransportError as err:
         return Sample(index, probe, Outcome.TRANSPORT_ERROR, str(err), None)
     return Sample(
         index,
         probe,
-        judgement.outcome,
-        judgement.detail,
-        answer.latency_s,
-        excerpt(answer),
-        expected[:EXCERPT_CHARS],
+        checked.judgement.outcome,
+        checked.judgement.detail,
+        checked.answer.latency_s,
+        excerpt(checked.answer),
+        checked.expected[:EXCERPT_CHARS],
+        checked.host_tokens,
     )
 
 
-async def _echo(
-    probe: ProbeName, index: int, rng: random.Random, ctx: ProbeContext
-) -> tuple[Judgement, ChatAnswer, str]:
+async def _echo(probe: ProbeName, index: int, rng: random.Random, ctx: ProbeContext) -> Checked:
     messages: list[dict[str, Any]] = []
     if probe is ProbeName.TOOLCALL_ECHO_PREFIX_REUSE:
         messages.append({"role": "system", "content": ctx.shared_prefix(index)})
@@ -111,6 +133,7 @@ async def _echo(
         doc = document(rng, ctx.settings.long_prompt_words, f"L{index}")
         messages.append({"role": "system", "content": doc})
     turns = 2 if probe is ProbeName.TOOLCALL_ECHO_PREFIX_REUSE else 1
+    host = 0
     for turn in range(turns):
         echo = random_echo(rng)
         messages.append({"role": "user", "content": echo_instruction(echo)})
@@ -118,6 +141,7 @@ async def _echo(
         if ctx.host_round_trip:
             await _through_host_tier(ctx, body)
         answer = await ctx.client.chat(body)
+        host += answer.host_tokens
         judgement = classify_chat_message(
             answer.message,
             answer.finish_reason,
@@ -128,9 +152,9 @@ async def _echo(
         )
         expected = render_dsml(ctx.settings.format, echo.tool, echo.args)
         if not judgement.valid:
-            return judgement, answer, expected
+            return Checked(judgement, answer, expected, host)
         messages.extend(_requested_turn(echo, f"call_{index}_{turn}"))
-    return judgement, answer, expected
+    return Checked(judgement, answer, expected, host)
 
 
 async def _through_host_tier(ctx: ProbeContext, body: dict[str, Any]) -> None:
@@ -158,7 +182,7 @@ def _requested_turn(echo: Echo, call_id: str) -> list[dict[str, Any]]:
 
 async def _consistency(
     probe: ProbeName, index: int, rng: random.Random, ctx: ProbeContext
-) -> tuple[Judgement, ChatAnswer, str]:
+) -> Checked:
     if probe is ProbeName.CACHE_CONSISTENCY_PREFIX_REUSE:
         system = ctx.shared_prefix(index)
     elif probe is ProbeName.CACHE_CONSISTENCY_LONG_CONTEXT:
@@ -172,9 +196,11 @@ async def _consistency(
     if (path := ctx.settings.offload_path) is not None:
         await ctx.client.offload(path)
     warm = await ctx.client.chat(body)
+    host = cold.host_tokens + warm.host_tokens
     if cold.comparable == warm.comparable:
-        return VALID, warm, excerpt(cold)
-    return Judgement(Outcome.CACHE_MISMATCH, _first_difference(cold, warm)), warm, excerpt(cold)
+        return Checked(VALID, warm, excerpt(cold), host)
+    mismatch = Judgement(Outcome.CACHE_MISMATCH, _first_difference(cold, warm))
+    return Checked(mismatch, warm, excerpt(cold), host)
 
 
 def _first_difference(cold: ChatAnswer, warm: ChatAnswer) -> str:

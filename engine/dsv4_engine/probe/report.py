@@ -15,8 +15,11 @@ from dsv4_engine.probe.outcome import Outcome
 from dsv4_engine.probe.probes import EXCERPT_CHARS
 from dsv4_engine.probe.runner import ProbeResult
 from dsv4_engine.probe.stats import fail_boundary_lower, percents, upper_bound
+from dsv4_engine.probe.verdict import exercised_needed
 
-REPORT_SCHEMA_VERSION = 2  # 2: failed requests count as failures (`samples.failed`)
+# 2: failed requests count as failures (`samples.failed`); 3: `samples.exercised`, with
+# `settings.hicache` saying whether the verdict asked for it
+REPORT_SCHEMA_VERSION = 3
 EXAMPLES_PER_CLASS = 3
 SERIES_POINTS = 400
 LATENCY_BINS = 30
@@ -114,6 +117,7 @@ def build_report(result: ProbeResult) -> dict[str, Any]:
             "corrupt": tally.corrupt,
             "transport_errors": tally.transport_errors,
             "failed": tally.failed,
+            "exercised": tally.exercised,
             "fail_at": tally.fail_at,
             "stopped_because": tally.stopped_because,
         },
@@ -149,6 +153,12 @@ def summary_table(report: dict[str, Any]) -> str:
         ("failed requests", f"{smp['transport_errors']} (no answer to judge; each a failure)"),
         ("failed", f"{smp['failed']}  rate {report['rate']:.3%}"),
         (
+            "exercised/judged/clean",
+            # A report of schema 2 or older did not count exercised samples: "-".
+            f"{smp.get('exercised', '-')} / {smp['judged']} / {report['counts'][Outcome.VALID.value]}",
+        ),
+        ("host-tier reads", _host_tier_rule(report)),
+        (
             f"upper bound ({report['confidence']:.0%})",
             "{}  threshold {}".format(*percents(report["upper_bound"], report["threshold"])),
         ),
@@ -167,6 +177,17 @@ def summary_table(report: dict[str, Any]) -> str:
     lines = [f"{k.ljust(width)}  {v}" for k, v in rows]
     lines += [f"- {reason}" for reason in report["reasons"]]
     return "\n".join(lines + _example_lines(report["examples"]))
+
+
+def _host_tier_rule(report: dict[str, Any]) -> str:
+    """What the exercised count means for this run's verdict (`verdict.unexercised`)."""
+    if not report["settings"].get("hicache", False):
+        return "not applicable: HiCache off, no exercised sample required"
+    needed = exercised_needed(report["confidence"])
+    return (
+        f"{needed} exercised samples required to PASS (an answer whose "
+        "sglext.cached_tokens_details.host > 0: prompt tokens read back from the host tier)"
+    )
 
 
 SUMMARY_EXAMPLES = 3

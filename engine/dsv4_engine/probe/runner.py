@@ -46,6 +46,8 @@ class Tally:
     corrupt: int = 0
     transport_errors: int = 0
     """Failed requests: no answer to judge (each also a failure)."""
+    exercised: int = 0
+    """Samples whose judged answers read a prefix back from the host tier."""
     fail_at: int | None = None
     failure_flags: list[bool] = field(default_factory=list)
     """One entry per judged sample, in completion order: the running rate's data."""
@@ -56,6 +58,7 @@ class Tally:
         self.judged += 1
         self.corrupt += sample.outcome.is_corruption
         self.transport_errors += sample.outcome is Outcome.TRANSPORT_ERROR
+        self.exercised += sample.exercised
         self.failure_flags.append(sample.outcome.is_failure)
         s = self.settings
         if self.fail_at is None and fail_now(
@@ -157,6 +160,8 @@ async def run_probes(settings: ProbeSettings, progress: ProgressFn | None = None
         threshold=settings.max_corruption_rate,
         confidence=settings.confidence,
         applicable_probes=len(applicable),
+        hicache=settings.hicache,
+        exercised=tally.exercised,
     )
     verdict, reasons = decide(evidence)
     return ProbeResult(

@@ -8,6 +8,11 @@ checked against a known truth.  It is not an engine and judges nothing.
 
 Which answers are damaged depends only on (seed, request content), never on arrival order,
 so a test's outcome does not depend on scheduling.
+
+Its host tier is a set of prompts: an offload moves every prompt answered since the last one
+there, and a request for a prompt found there "loads it back" and says so as SGLang does
+(``sglext.cached_tokens_details.host``, when the request asks with
+``return_cached_tokens_details``), so the probe's exercised count can be checked too.
 """
 
 from __future__ import annotations
@@ -51,6 +56,8 @@ class ScriptedCompletionServer:
     chat_requests: int = 0
     offloads: int = 0
     _seen: set[str] = field(default_factory=set)
+    _on_device: set[str] = field(default_factory=set)
+    _on_host: set[str] = field(default_factory=set)
     _runner: web.AppRunner | None = None
 
     def app(self) -> web.Application:
@@ -85,6 +92,8 @@ class ScriptedCompletionServer:
 
     async def _offload(self, _: web.Request) -> web.Response:
         self.offloads += 1
+        self._on_host |= self._on_device
+        self._on_device.clear()
         return web.json_response({"offloaded_tokens": 0})
 
     async def _chat(self, request: web.Request) -> web.Response:
@@ -103,14 +112,18 @@ class ScriptedCompletionServer:
                 message = self._echo_answer(body["messages"][-1]["content"], key)
             else:
                 message = {"role": "assistant", "content": self._greedy_answer(key)}
-            return web.json_response(
-                {
-                    "id": "x",
-                    "object": "chat.completion",
-                    "model": self.model,
-                    "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-                }
-            )
+            reply: dict[str, Any] = {
+                "id": "x",
+                "object": "chat.completion",
+                "model": self.model,
+                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+            }
+            host = len(key) if key in self._on_host else 0  # a character a token
+            self._on_host.discard(key)
+            self._on_device.add(key)
+            if host and body.get("return_cached_tokens_details"):
+                reply["sglext"] = {"cached_tokens_details": {"device": 0, "host": host}}
+            return web.json_response(reply)
         finally:
             self.in_flight -= 1
 

@@ -64,8 +64,10 @@ ECHO_MODEL_PROBES = DEFAULT_PROBES[Backend.SGLANG]
 DEFAULT_ADMIN_OFFLOAD_PATH: dict[Backend, str | None] = {
     Backend.REFERENCE: "/admin/hicache/offload",
     # SGLang 0.5.23 has no "move this prefix to host" call; its /flush_cache drops the whole
-    # radix cache and refuses while requests run, so under load the warm answer comes from
-    # the same request repeated (a prefix hit on device or host, as eviction decides).
+    # radix cache, host pool included, and refuses while requests run, so under load the
+    # warm answer comes from the same request repeated (a prefix hit on device or host, as
+    # eviction decides).  Each answer says which (`client.host_tokens`), and a HiCache
+    # run without enough host-tier reads cannot PASS (`verdict.unexercised`).
     Backend.SGLANG: None,
 }
 
@@ -140,6 +142,9 @@ class ProbeSettings(BaseModel):
     deterministic: Determinism = Determinism.AUTO
     admin_offload_path: str | None = "default"
     """POST path that pushes cached prefixes to the host tier; "default" picks the backend's."""
+    hicache: bool = False
+    """The engine under test runs HiCache: a PASS then needs enough samples that read a
+    prefix back from its host tier (`verdict.unexercised`)."""
     prefix_words: int | None = Field(default=None, ge=16)
     """Shared-prefix length; None: the backend's default (DEFAULT_WORKLOAD)."""
     long_context_words: int | None = Field(default=None, ge=64)

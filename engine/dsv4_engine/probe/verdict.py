@@ -1,7 +1,9 @@
 """From counts to PASS / FAIL / INCONCLUSIVE, with the reasons a human needs.
 
 Never PASS by default: PASS needs a judged sample count large enough for the exact upper
-bound to clear the threshold and the target concurrency actually reached.  The bounds count
+bound to clear the threshold, the target concurrency actually reached and, when the engine
+runs HiCache, enough samples that really read a prefix back from the host tier
+(`unexercised`): a run that never took the changed path proves nothing about it.  The bounds count
 failures: corrupt answers and requests that got no answer alike (a user of the canary gets
 neither).  FAIL needs only evidence of failures (the sequential rule in `stats`): a run that
 shows them fails even if it was otherwise too small.
@@ -12,7 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from dsv4_engine.probe.stats import percents, samples_to_pass, upper_bound
+from dsv4_engine.probe.stats import minimum_samples, percents, samples_to_pass, upper_bound
+
+# The corruption rate a changed path must be caught at among the samples that exercised it:
+# the low end of the incident's 12-18% of tool calls garbled (seed/hicache-bf16-race.txt).
+EXERCISED_DETECTABLE_RATE = 0.12
 
 
 class Verdict(StrEnum):
@@ -39,6 +45,35 @@ class Evidence:
     threshold: float
     confidence: float
     applicable_probes: int
+    hicache: bool = False
+    """The engine runs HiCache: a PASS needs exercised samples (`unexercised`)."""
+    exercised: int = 0
+    """Judged samples whose answer read a prefix back from the host tier."""
+
+
+def exercised_needed(confidence: float) -> int:
+    """Fewest samples that must read a prefix back from the host tier before a HiCache run
+    may PASS: 24 at 95%.  It is `minimum_samples` at EXERCISED_DETECTABLE_RATE: if the
+    host-tier path garbled 12% of the answers that take it, the chance that that many
+    exercised samples all come back clean, (1 - 0.12) ** 24 = 4.6%, is below
+    1 - confidence — so a PASS cannot rest on too few of them to have shown the incident."""
+    return minimum_samples(EXERCISED_DETECTABLE_RATE, confidence)
+
+
+def unexercised(hicache: bool, exercised: int, judged: int, confidence: float) -> str | None:
+    """Why a run cannot PASS for want of samples that took the host-tier path, or None.
+
+    THE rule, for the probe's verdict and the operator's re-check of a filed PASS alike.
+    Without HiCache there is no host tier to exercise, and nothing is required."""
+    if not hicache:
+        return None
+    needed = exercised_needed(confidence)
+    if exercised >= needed:
+        return None
+    return (
+        f"HiCache is on but only {exercised} of {judged} judged samples read a prefix back "
+        f"from the host tier; at least {needed} required"
+    )
 
 
 def decide(ev: Evidence) -> tuple[Verdict, tuple[str, ...]]:
@@ -58,6 +93,8 @@ def decide(ev: Evidence) -> tuple[Verdict, tuple[str, ...]]:
         reasons.append(
             f"reached {ev.peak_concurrency} requests in flight, target {ev.target_concurrency}"
         )
+    if (why := unexercised(ev.hicache, ev.exercised, ev.judged, ev.confidence)) is not None:
+        reasons.append(why)
     if bound >= ev.threshold:
         needed = samples_to_pass(ev.threshold, ev.confidence, failed)
         reasons.append(

@@ -49,11 +49,16 @@ CACHE_STATS_PERIOD_S = 0.25
 
 @dataclass
 class PrefilledState:
-    """What a prefill server hands over: the first token and the prompt's pool contents."""
+    """What a prefill server hands over: the first token, the prompt's pool contents and
+    how much of the prompt its prefix cache held (device and host tier), which the decode
+    server reports as its own answer's (as SGLang's decode reads the prefill's counts from
+    the transfer's metadata, `disaggregation/decode.py`)."""
 
     first_token: int
     pages: dict[tuple[int, str], bytes]  # (layer, kind) -> page rows, in page order
     compress_state: dict[int, bytes]  # layer -> float32 [ratio, kv_dim]
+    cached_tokens: int = 0
+    host_tokens: int = 0
 
 
 @dataclass(eq=False)
@@ -72,6 +77,9 @@ class Request:
     computed: int = 0
     output: list[int] = field(default_factory=list)
     cached_tokens: int = 0
+    host_tokens: int = 0
+    """Of `cached_tokens`, those this request loaded back from the host tier (the pages its
+    admission started a host→device load for): SGLang's `Req.cached_tokens_host`."""
     locs: dict[int, torch.Tensor] = field(default_factory=dict)
 
 
@@ -227,6 +235,7 @@ class Engine:
         req.nodes = nodes
         req.pages = [n.device_page for n in nodes] + fresh  # type: ignore[misc]
         req.computed = req.cached_tokens = len(nodes) * self.page_size
+        req.host_tokens = len(on_host) * self.page_size
         self.stats.count_prompt(len(req.prompt), req.cached_tokens)
         return on_host
 
@@ -304,7 +313,7 @@ class Engine:
             for layer, ratio in enumerate(self.pool.shape.compress_ratios)
             if ratio
         }
-        return PrefilledState(req.output[0], pages, state)
+        return PrefilledState(req.output[0], pages, state, req.cached_tokens, req.host_tokens)
 
     def _import(self, req: Request, state: PrefilledState) -> None:
         rows = self._prompt_rows(req)
@@ -317,5 +326,6 @@ class Engine:
             tensor = torch.frombuffer(bytearray(data), dtype=torch.float32)
             self.pool.store_compress_state(layer, req.slot, tensor.view(ratio, shape.kv_dim))
         req.computed = len(req.prompt)
+        req.cached_tokens, req.host_tokens = state.cached_tokens, state.host_tokens
         req.output = [state.first_token]
         req.on_token(state.first_token)

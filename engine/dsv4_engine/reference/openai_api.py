@@ -102,6 +102,17 @@ def usage(prompt_tokens: int, completion_tokens: int, cached: int) -> dict[str, 
     }
 
 
+def sglext(body: dict[str, Any], cached: int, host: int) -> dict[str, Any] | None:
+    """SGLang's extension of a response, where the request asked for it: with
+    ``return_cached_tokens_details``, the prompt tokens found in the device cache and those
+    loaded back from the host tier, as SGLang 0.5.23 answers them
+    (``{"cached_tokens_details": {"device": D, "host": H}}``, none when nothing was cached:
+    `SchedulerOutputStreamer.get_cached_tokens_details`, `SglExt`)."""
+    if not body.get("return_cached_tokens_details") or not cached:
+        return None
+    return {"cached_tokens_details": {"device": cached - host, "host": host}}
+
+
 def envelope(kind: str, model: str, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
     return {
         "id": f"{'chatcmpl' if kind == 'chat.completion' else 'cmpl'}-{uuid.uuid4().hex}",

@@ -75,7 +75,13 @@ def encode_state(state: PrefilledState, fmt: TransferFormat) -> tuple[dict[str, 
              for (layer, kind), data in state.pages.items()]  # fmt: skip
     states = [{"layer": layer, "bytes": len(data)} for layer, data in state.compress_state.items()]
     blobs = list(state.pages.values()) + list(state.compress_state.values())
-    header = {"first_token": state.first_token, "pages": pages, "states": states}
+    header = {
+        "first_token": state.first_token,
+        "pages": pages,
+        "states": states,
+        "cached_tokens": state.cached_tokens,
+        "host_tokens": state.host_tokens,
+    }
     return {**header, "format": dataclasses.asdict(fmt)}, blobs
 
 
@@ -86,7 +92,8 @@ async def read_state(reader: asyncio.StreamReader, header: dict[str, Any]) -> Pr
     states = {}
     for entry in header["states"]:
         states[int(entry["layer"])] = await reader.readexactly(entry["bytes"])
-    return PrefilledState(int(header["first_token"]), pages, states)
+    cached, host = int(header["cached_tokens"]), int(header["host_tokens"])
+    return PrefilledState(int(header["first_token"]), pages, states, cached, host)
 
 
 async def fetch_prefill(

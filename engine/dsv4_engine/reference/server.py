@@ -208,7 +208,10 @@ class ReferenceServer:
         else:
             choice = {"index": 0, "text": text, "finish_reason": stream.finish_reason}
             kind = "text_completion"
-        return web.json_response(openai_api.envelope(kind, self.model, [choice], usage=use))
+        extra = {"usage": use}
+        if (ext := openai_api.sglext(body, req.cached_tokens, req.host_tokens)) is not None:
+            extra["sglext"] = ext
+        return web.json_response(openai_api.envelope(kind, self.model, [choice], **extra))
 
     async def _prefilled(self, body: dict[str, Any], prompt: Prompt) -> PrefilledState | None:
         if self.settings.disaggregation_mode is not DisaggregationMode.DECODE:

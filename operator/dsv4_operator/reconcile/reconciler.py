@@ -73,11 +73,12 @@ from dsv4_operator.render.placement import GPU_PRODUCT_LABEL
 from dsv4_operator.render.router import router_name
 from dsv4_operator.render.workloads import HostMemory
 from dsv4_operator.rollout import manual
-from dsv4_operator.rollout.controller import RolloutController
+from dsv4_operator.rollout.controller import RolloutController, probes_hicache
 from dsv4_operator.rollout.decide import Decision, Manual, ManualAction, decide, first_status
 from dsv4_operator.rollout.ledger import Ledger, Rejection, ledger_config_map, ledger_name
 from dsv4_operator.rollout.migrate import upgraded
 from dsv4_operator.rollout.observe import rolled_roles, settled, settled_slots
+from dsv4_operator.rollout.record import recorded_revisions
 from dsv4_operator.rollout.recover import RevisionRejected, Unrecoverable, recover
 from dsv4_operator.rollout.reports import FiledReport, report_selector
 from dsv4_operator.rollout.slices import canary_owner, spec_revision
@@ -409,7 +410,14 @@ class Reconciler:
         if before is not None:
             return before, []
         listed = self.cache.list("ConfigMap", state.owner.namespace, report_selector(state.owner))
-        reports = [FiledReport.of(cm, state.spec.canary) for cm in listed]
+        # A PASS is re-checked with the host-tier reads its revision asks for (a revision
+        # no workload records is asked for them: nothing here says it runs without HiCache).
+        revisions = recorded_revisions([*state.stable_live, *state.canary_live])
+
+        def hicache(revision: str) -> bool:
+            return revision not in revisions or probes_hicache(revisions[revision])
+
+        reports = [FiledReport.of(cm, state.spec.canary, hicache) for cm in listed]
         recovered = recover(state.stable_live, state.canary_live, reports, state.ledger, state.now)
         if recovered is None:
             return None, []

@@ -17,7 +17,13 @@ from typing import Any, Protocol
 
 from dsv4_engine.probe import ProbeSettings
 from dsv4_operator.api import KIND
-from dsv4_operator.api.rollout import CanarySpec, RolloutPhase, RolloutStatus, RolloutVerdict
+from dsv4_operator.api.rollout import (
+    CanarySpec,
+    EngineRevision,
+    RolloutPhase,
+    RolloutStatus,
+    RolloutVerdict,
+)
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.kube.cache import Reader
 from dsv4_operator.kube.client import ApiError
@@ -37,7 +43,7 @@ from dsv4_operator.rollout.reports import (
     stale_canary_reports,
     untrusted,
 )
-from dsv4_operator.rollout.slices import canary_owner, canary_url, with_revision
+from dsv4_operator.rollout.slices import canary_owner, canary_url, spec_revision, with_revision
 
 log = logging.getLogger("dsv4_operator.rollout")
 
@@ -133,7 +139,7 @@ class RolloutController:
             canary_ready=starting
             and slice_ready(canary_objects, state.canary_live)
             and (self.serving or self._endpoint_ready)(owner.namespace, *canary_url(owner)),
-            probe=self._canary_outcome(state, canary) if canary else None,
+            probe=self._canary_outcome(state, before, canary) if canary else None,
             probe_running=canary is not None and self.executor.running(owner, canary.name(owner)),
             stable_probe=self._outcome(state, watch) if watch else None,
             stable_probe_running=watch is not None
@@ -168,8 +174,11 @@ class RolloutController:
         config_map = self.cache.get("ConfigMap", state.owner.namespace, ref.name(state.owner))
         return outcome_from_config_map(config_map) if config_map else None
 
-    def _canary_outcome(self, state: PassView, ref: ReportRef) -> ProbeOutcome | None:
-        """The attempt's verdict; a PASS only as it holds up (`reports.checked`).
+    def _canary_outcome(
+        self, state: PassView, before: RolloutStatus, ref: ReportRef
+    ) -> ProbeOutcome | None:
+        """The attempt's verdict; a PASS only as it holds up (`reports.checked`, with the
+        host-tier reads the canary's revision asks for).
 
         A probe pod files its report and only then exits, so the report's watch event can
         wake a pass while its Job is still active: such a PASS is no verdict yet (None, the
@@ -182,7 +191,10 @@ class RolloutController:
             return outcome
         completed = self.executor.completed(owner, name)
         exiting = completed is False and self.executor.running(owner, name)
-        found = checked(config_map, outcome, state.spec.canary, None if exiting else completed)
+        hicache = before.canary is not None and probes_hicache(before.canary)
+        found = checked(
+            config_map, outcome, state.spec.canary, None if exiting else completed, hicache
+        )
         if found is outcome and exiting:  # holds up so far: the Job's exit decides
             why = self._exit_overdue(state, name)
             if why is None:
@@ -271,14 +283,23 @@ class RolloutController:
         return self.probe_url(namespace, service, port)
 
 
+def probes_hicache(revision: EngineRevision) -> bool:
+    """Whether a probe of the engines ``spec`` renders must show host-tier reads: HiCache
+    is on (for any role), so a PASS needs samples that read a prefix back from the host
+    tier (`dsv4_engine.probe.verdict.unexercised`), in the probe's verdict and in the
+    operator's re-check of it alike."""
+    return revision.features.hicache.enabled
+
+
 def canary_settings(spec: DSV4DeploymentSpec, url: str) -> ProbeSettings:
     """What a probe attempt runs with: `spec.canary`, against ``url``, for the engines
     ``spec`` renders.  Without HiCache there is no host tier to push prefixes to, so the
     probes ask for no offload (the engine serves no offload endpoint then)."""
     canary: CanarySpec = spec.canary
-    offload = "default" if spec.features.hicache.enabled else None
+    hicache = probes_hicache(spec_revision(spec))
     return ProbeSettings(
-        admin_offload_path=offload,
+        admin_offload_path="default" if hicache else None,
+        hicache=hicache,
         base_url=url,
         backend=spec.engine,
         probes=canary.probes or (),

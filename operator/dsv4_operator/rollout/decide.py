@@ -78,6 +78,9 @@ class ProbeOutcome:
     report: str | None
     message: str = ""
     threshold: float | None = None  # the budget the run was judged against (None: not said)
+    # Samples that read a prefix back from the host tier (None: the report does not say, as
+    # one filed before it was counted; `reports.distrust_pass` then counts none).
+    exercised: int | None = None
 
     @property
     def corrupt(self) -> int:

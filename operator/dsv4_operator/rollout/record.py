@@ -101,3 +101,15 @@ def _load(text: str | None) -> EngineRevision | None:
         return EngineRevision.model_validate_json(text)
     except ValidationError:
         return None
+
+
+def recorded_revisions(workloads: list[dict[str, Any]]) -> dict[str, EngineRevision]:
+    """Every revision the workloads record (stable or running), by revision: what a lost
+    status can be rebuilt around, and so what its reports are re-checked against."""
+    found: dict[str, EngineRevision] = {}
+    for workload in workloads:
+        record = Record.of(workload)
+        for revision in (record.stable, record.runs):
+            if revision is not None:
+                found[revision.revision] = revision
+    return found

@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from dsv4_engine.probe import ProbeConnectionError, ProbeResult, ProbeSettings, build_report
 from dsv4_engine.probe.stats import percents, upper_bound
-from dsv4_engine.probe.verdict import Verdict
+from dsv4_engine.probe.verdict import Verdict, unexercised
 from dsv4_operator.api.rollout import CanarySpec, RolloutVerdict
 from dsv4_operator.render.meta import (
     LABEL_COMPONENT,
@@ -61,6 +62,7 @@ class Evidence:
             report=report,
             message="; ".join(result.reasons),
             threshold=result.settings.max_corruption_rate,
+            exercised=result.tally.exercised,
         )
         outcomes = Counter(sample.outcome.value for sample in result.tally.samples)
         return cls(build_report(result), outcome, dict(outcomes))
@@ -125,14 +127,21 @@ class FiledReport:
     outcome: ProbeOutcome | None
 
     @classmethod
-    def of(cls, config_map: dict[str, Any], canary: CanarySpec | None = None) -> FiledReport:
+    def of(
+        cls,
+        config_map: dict[str, Any],
+        canary: CanarySpec | None = None,
+        hicache: Callable[[str], bool] = lambda revision: True,
+    ) -> FiledReport:
         """The report as filed; with ``canary`` (the settings a PASS must meet now), a PASS
-        is re-checked (`checked`) as every path that promotes on it must."""
+        is re-checked (`checked`) as every path that promotes on it must, asking for
+        host-tier reads where ``hicache`` says the report's revision runs HiCache."""
         meta = config_map["metadata"]
+        annotations = meta.get("annotations") or {}
         outcome = outcome_from_config_map(config_map)
         if outcome is not None and canary is not None:
-            outcome = checked(config_map, outcome, canary, completed=None)
-        annotations = meta.get("annotations") or {}
+            revision = annotations.get(ANNOTATION_REVISION, "")
+            outcome = checked(config_map, outcome, canary, None, hicache(revision))
         attempt = annotations.get(ANNOTATION_ATTEMPT, "0")
         return cls(
             name=meta["name"],
@@ -185,6 +194,7 @@ def report_filing(evidence: Evidence) -> dict[str, Any]:
                     "bound": outcome.bound,
                     "threshold": outcome.threshold,
                     "samples": outcome.samples,
+                    "exercised": outcome.exercised,
                     "message": outcome.message,
                     "requests": evidence.requests,
                 }
@@ -215,6 +225,7 @@ def outcome_from_config_map(config_map: dict[str, Any]) -> ProbeOutcome | None:
             report=config_map["metadata"]["name"],
             message=raw.get("message", ""),
             threshold=raw.get("threshold"),  # absent in reports filed before it was recorded
+            exercised=raw.get("exercised"),  # absent in reports filed before it was counted
         )
     except (KeyError, TypeError, ValueError):
         return None
@@ -250,13 +261,17 @@ def distrust_pass(
     threshold: float,
     confidence: float,
     completed: bool | None,
+    hicache: bool,
 ) -> str | None:
     """Why a PASS read from a report must not promote anything, or None when it holds.
 
     The report is re-checked, not believed: it was filed by a probe (the probe's field
     manager, no other, owns its data), its judged samples reach what the canary settings
-    require now, its corruption count keeps the exact upper bound below the threshold, and
-    (``completed`` not None: a probe Job) the probe run itself ended with exit 0."""
+    require now, its corruption count keeps the exact upper bound below the threshold, with
+    ``hicache`` (the revision probed runs it) enough of its samples read a prefix back from
+    the host tier — the probe's own rule, `verdict.unexercised`, with a report that does
+    not say counting none — and (``completed`` not None: a probe Job) the probe run itself
+    ended with exit 0."""
     managers = data_managers(config_map)
     if managers != {PROBE_MANAGER}:
         found = ", ".join(sorted(managers)) or "nobody"
@@ -270,6 +285,9 @@ def distrust_pass(
             f"{outcome.corrupt}/{outcome.samples} corrupt bounds the rate at {shown}, "
             f"not below maxCorruptionRate {budget}"
         )
+    exercised = outcome.exercised or 0
+    if (why := unexercised(hicache, exercised, outcome.samples, confidence)) is not None:
+        return why
     if completed is False:
         return "its probe Job did not complete with exit code 0"
     return None
@@ -280,9 +298,11 @@ def checked(
     outcome: ProbeOutcome,
     canary: CanarySpec,
     completed: bool | None,
+    hicache: bool,
 ) -> ProbeOutcome:
     """``outcome`` as a promotion may act on it: a PASS that does not hold up against
-    ``canary`` (`distrust_pass`) is INCONCLUSIVE, saying why; any other verdict as filed."""
+    ``canary`` and, ``hicache``, the host-tier reads its revision asks for (`distrust_pass`)
+    is INCONCLUSIVE, saying why; any other verdict as filed."""
     if outcome.verdict is not RolloutVerdict.PASS:
         return outcome
     why = distrust_pass(
@@ -292,6 +312,7 @@ def checked(
         canary.max_corruption_rate,
         canary.confidence,
         completed,
+        hicache,
     )
     return outcome if why is None else untrusted(outcome, why)
 

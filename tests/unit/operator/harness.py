@@ -33,7 +33,16 @@ from tests.unit.operator.memory_api import Crashed, MemoryApi
 
 NS = "serving"
 T0 = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
-PASS = {"verdict": "PASS", "rate": 0.0, "bound": 0.004997, "samples": 598, "message": ""}
+# A PASS as a probe files it: 598 clean samples, each of which read its prefix back from the
+# host tier (as on the reference engine, whose probes push every prompt there first).
+PASS = {
+    "verdict": "PASS",
+    "rate": 0.0,
+    "bound": 0.004997,
+    "samples": 598,
+    "exercised": 598,
+    "message": "",
+}
 FAIL = {"verdict": "FAIL", "rate": 0.15, "bound": 0.31, "samples": 26, "message": "4/26 corrupt"}
 FP4 = {"features": {"indexDtype": "fp4"}}  # another transfer format: promoted in pairs
 HICACHE = {"features": {"hicache": {"enabled": True, "ratio": 2.0}}}  # same format: role by role

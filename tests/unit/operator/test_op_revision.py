@@ -359,9 +359,30 @@ def test_probes_ask_for_a_host_tier_round_trip_only_where_the_revision_has_one()
     consistency probe inapplicable, so no such canary (a parser, an env change) could PASS."""
 
     plain = canary_settings(spec({"engine": "reference"}), "http://canary:8000")
-    assert plain.offload_path is None
+    assert plain.offload_path is None and not plain.hicache
     hicache = canary_settings(spec({"engine": "reference", **HICACHE}), "http://canary:8000")
-    assert hicache.offload_path is not None
+    assert hicache.offload_path is not None and hicache.hicache
+
+
+def test_a_hicache_pass_without_host_tier_reads_is_not_promoted():
+    """A probe filed PASS for a HiCache revision, but none of its 598 samples read a prefix
+    back from the host tier: the operator's re-check refuses it (the probe's own rule),
+    and the revision is rolled back, not promoted.  A revision without HiCache needs no
+    such reads: the same report promotes it."""
+    world = ready_world()
+    world.verdict = lambda job: {**PASS, "exercised": 0}
+    stable = world.rollout()["stableRevision"]
+    world.patch_spec("flash", HICACHE)
+    world.until("rolled back", lambda: world.phase() == "RolledBack")
+    rollout = world.rollout()
+    assert rollout["verdict"] == "INCONCLUSIVE" and rollout["stableRevision"] == stable
+    assert rollout["verdictReason"].endswith(
+        "was not trusted: HiCache is on but only 0 of 598 judged samples read a prefix back "
+        "from the host tier; at least 24 required"
+    )
+    world.patch_spec("flash", {"features": {"hicache": None, "kvCanary": "raise"}})
+    world.until("promoted", lambda: world.phase() == "Idle" and world.rollout().get("verdict"))
+    assert world.rollout()["verdict"] == "PASS"
 
 
 def test_a_revision_read_back_from_the_api_server_is_the_same_revision():

@@ -439,3 +439,55 @@ def test_an_echo_answer_budget_per_backend():
     assert 2 * longest <= ProbeSettings(base_url="http://x", backend=Backend.REFERENCE).echo_tokens
     assert ProbeSettings(base_url="http://x").echo_tokens == 256
     assert ProbeSettings(base_url="http://x", max_tokens=64).echo_tokens == 64
+
+
+@pytest.mark.asyncio
+async def test_a_hicache_run_counts_the_samples_that_read_back_from_the_host_tier(serve):
+    """Every echo request asks for `return_cached_tokens_details`; with a host-tier offload
+    before each, every judged answer reports host tokens, and the HiCache run PASSes with
+    all of them exercised — shown as exercised / judged / clean."""
+    server, url = await serve()
+    settings = _settings(url, backend=Backend.REFERENCE, hicache=True, requests=600)
+    result = await run_probes(settings)
+    assert result.verdict is Verdict.PASS, result.reasons
+    assert result.tally.exercised == result.judged == 600
+    assert all(s.host_tokens > 0 for s in result.tally.samples)
+    report = build_report(result)
+    jsonschema.Draft202012Validator(report_schema()).validate(report)
+    assert report["samples"]["exercised"] == 600 and report["settings"]["hicache"] is True
+    rows = summary_table(report).splitlines()
+    assert "exercised/judged/clean  600 / 600 / 600" in rows
+    older = {**report, "samples": {k: v for k, v in report["samples"].items() if k != "exercised"}}
+    assert "exercised/judged/clean  - / 600 / 600" in summary_table(older).splitlines()
+    assert any(
+        r.startswith("host-tier reads") and "24 exercised samples required" in r for r in rows
+    )
+
+
+@pytest.mark.asyncio
+async def test_a_hicache_run_whose_samples_never_read_the_host_tier_is_inconclusive(serve):
+    """No offload (SGLang has none; here it is turned off): no answer reports host tokens,
+    and 600 clean samples do not PASS a HiCache canary.  Without HiCache the same run
+    PASSes and the count is not asked for."""
+    _, url = await serve()
+    unexercised = _settings(url, backend=Backend.REFERENCE, admin_offload_path=None, requests=600)
+    result = await run_probes(unexercised.model_copy(update={"hicache": True}))
+    assert result.corrupt == 0 and result.tally.exercised == 0
+    assert result.verdict is Verdict.INCONCLUSIVE
+    assert result.reasons == (
+        "HiCache is on but only 0 of 600 judged samples read a prefix back from the host "
+        "tier; at least 24 required",
+    )
+    result = await run_probes(unexercised)
+    assert result.verdict is Verdict.PASS, result.reasons
+    rows = summary_table(build_report(result)).splitlines()
+    assert any(r.startswith("host-tier reads") and "not applicable: HiCache off" in r for r in rows)
+
+
+@pytest.mark.asyncio
+async def test_a_fail_needs_no_exercised_samples(serve):
+    """The count gates a PASS only: corruption seen is a FAIL however it was reached."""
+    _, url = await serve(corruption_rate=0.12, seed=3)
+    settings = _settings(url, admin_offload_path=None, hicache=True, requests=2000)
+    result = await run_probes(settings)
+    assert result.verdict is Verdict.FAIL and result.tally.exercised == 0

@@ -86,6 +86,39 @@ def test_offload_then_reload_is_counted():
     with_client(ServeSettings(enable_hierarchical_cache=True, hicache_ratio=2), scenario)
 
 
+def test_the_host_tier_tokens_of_an_answer_are_reported_as_sglang_does():
+    """With `return_cached_tokens_details`, an answer says how much of its prompt came from
+    the device cache and how much it loaded back from the host tier, in SGLang 0.5.23's
+    place (`sglext.cached_tokens_details`, absent when nothing was cached); the host count
+    is this request's share of `sglang:load_back_tokens_total`."""
+
+    async def scenario(client: TestClient) -> None:
+        system = {"role": "system", "content": "x" * 400}
+        chat = {
+            **CHAT,
+            "messages": [system, *CHAT["messages"]],
+            "return_cached_tokens_details": True,
+        }
+        cold = await (await client.post("/v1/chat/completions", json=chat)).json()
+        assert "sglext" not in cold  # nothing was cached: SGLang leaves it out too
+        hot = await (await client.post("/v1/chat/completions", json=chat)).json()
+        cached = hot["usage"]["prompt_tokens_details"]["cached_tokens"]
+        assert hot["sglext"] == {"cached_tokens_details": {"device": cached, "host": 0}}
+        await client.post("/admin/hicache/offload", json={})
+        warm = await (await client.post("/v1/chat/completions", json=chat)).json()
+        metrics = await (await client.get("/metrics")).text()
+        loaded = f'sglang:load_back_tokens_total{{model_name="dsv4-reference"}} {cached}'
+        assert loaded in metrics
+        assert warm["sglext"] == {"cached_tokens_details": {"device": 0, "host": cached}}
+        await client.post("/admin/hicache/offload", json={})
+        unasked = {k: v for k, v in chat.items() if k != "return_cached_tokens_details"}
+        assert (
+            "sglext" not in await (await client.post("/v1/chat/completions", json=unasked)).json()
+        )
+
+    with_client(ServeSettings(enable_hierarchical_cache=True, hicache_ratio=2), scenario)
+
+
 class _ScriptedEngine:
     """Stands in for the engine: answers every request with the bytes of `text`, one token
     each (the reference model itself only emits ASCII, so it never splits a character)."""

@@ -48,6 +48,7 @@ EVERYTHING = ProbeSettings(
     seed=7,
     deterministic="yes",
     admin_offload_path=None,
+    hicache=True,
 )
 
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
-from dsv4_operator.api.rollout import RolloutVerdict
+from dsv4_operator.api.rollout import CanarySpec, RolloutVerdict
 from dsv4_operator.kube.selectors import label_match
 from dsv4_operator.render.meta import LABEL_MANAGED_BY, MANAGED_BY, Owner, instance_selector
 from dsv4_operator.rollout.decide import ProbeOutcome
@@ -94,22 +95,71 @@ def _managed(config_map: dict, data_manager: str) -> dict:
     return {**config_map, "metadata": {**config_map["metadata"], "managedFields": fields}}
 
 
-PASSED = ProbeOutcome(RolloutVerdict.PASS, 0.0, 0.00499, 598, NAME)
+PASSED = ProbeOutcome(RolloutVerdict.PASS, 0.0, 0.00499, 598, NAME, exercised=0)
 
 
 def test_a_pass_is_trusted_only_when_the_report_holds_up():
     """A PASS promotes production, so the operator re-checks the report it reads."""
     good = _managed(report_config_map(OWNER, REF, FAILED), PROBE_MANAGER)
-    assert distrust_pass(good, PASSED, 598, 0.005, 0.95, completed=True) is None
-    assert distrust_pass(good, PASSED, 598, 0.005, 0.95, completed=None) is None
+
+    def why(config_map, outcome, completed: bool | None = True) -> str | None:
+        return distrust_pass(config_map, outcome, 598, 0.005, 0.95, completed, hicache=False)
+
+    assert why(good, PASSED) is None
+    assert why(good, PASSED, completed=None) is None
     forged = _managed(good, "kubectl-edit")
-    assert "written by kubectl-edit, not by the probe" in distrust_pass(
-        forged, PASSED, 598, 0.005, 0.95, True
-    )
+    assert "written by kubectl-edit, not by the probe" in why(forged, PASSED)
     short = ProbeOutcome(RolloutVerdict.PASS, 0.0, 0.004, 400, NAME)
-    assert "400 judged samples, 598 required" in distrust_pass(good, short, 598, 0.005, 0.95, True)
+    assert "400 judged samples, 598 required" in why(good, short)
     dirty = ProbeOutcome(RolloutVerdict.PASS, 1 / 598, 0.004, 598, NAME)
-    assert "1/598 corrupt bounds the rate" in distrust_pass(good, dirty, 598, 0.005, 0.95, True)
-    assert "did not complete with exit code 0" in distrust_pass(
-        good, PASSED, 598, 0.005, 0.95, completed=False
+    assert "1/598 corrupt bounds the rate" in why(good, dirty)
+    assert "did not complete with exit code 0" in why(good, PASSED, completed=False)
+
+
+def test_a_hicache_pass_is_trusted_only_with_enough_host_tier_reads():
+    """The probe's rule (`verdict.unexercised`), applied again to the report: with HiCache
+    on, a PASS whose samples did not read 24 prefixes back from the host tier (or whose
+    report does not say, as one filed before they were counted) promotes nothing; without
+    HiCache the count is not asked for."""
+    good = _managed(report_config_map(OWNER, REF, FAILED), PROBE_MANAGER)
+
+    def why(outcome: ProbeOutcome, hicache: bool) -> str | None:
+        return distrust_pass(good, outcome, 598, 0.005, 0.95, True, hicache=hicache)
+
+    assert why(PASSED, hicache=False) is None
+    assert why(PASSED, hicache=True) == (
+        "HiCache is on but only 0 of 598 judged samples read a prefix back from the host "
+        "tier; at least 24 required"
     )
+    unsaid = ProbeOutcome(RolloutVerdict.PASS, 0.0, 0.00499, 598, NAME)
+    assert "only 0 of 598" in why(unsaid, hicache=True)
+    assert "only 23 of 598" in why(replace(PASSED, exercised=23), hicache=True)
+    assert why(replace(PASSED, exercised=24), hicache=True) is None
+
+
+def test_the_exercised_count_reads_back_from_a_filed_report():
+    counted = replace(FAILED, outcome=replace(FAILED.outcome, exercised=17))
+    assert outcome_from_config_map(report_config_map(OWNER, REF, counted)).exercised == 17
+
+
+def test_a_report_read_for_recovery_is_re_checked_against_its_revisions_hicache():
+    """The recovery path reads reports through `FiledReport.of` with the canary settings:
+    a PASS without host-tier reads proves nothing of a revision that runs HiCache (or of
+    one no workload records), and stays a PASS for one that runs without it."""
+    passed = Evidence(body={"verdict": "PASS"}, outcome=PASSED, requests={"valid": 598})
+    filed = _managed(report_config_map(OWNER, REF, passed), PROBE_MANAGER)
+    asked: list[str] = []
+
+    def runs_hicache(revision: str) -> bool:
+        asked.append(revision)
+        return True
+
+    rechecked = FiledReport.of(filed, CanarySpec(), runs_hicache)
+    assert asked == [REF.revision]
+    assert rechecked.outcome is not None
+    assert rechecked.outcome.verdict is RolloutVerdict.INCONCLUSIVE
+    assert "only 0 of 598 judged samples read a prefix back" in rechecked.outcome.message
+    assert FiledReport.of(filed, CanarySpec()).outcome.verdict is RolloutVerdict.INCONCLUSIVE
+    without = FiledReport.of(filed, CanarySpec(), lambda revision: False)
+    assert without.outcome is not None and without.outcome.verdict is RolloutVerdict.PASS
+    assert FiledReport.of(filed).outcome.verdict is RolloutVerdict.PASS, "as filed, unchecked"
