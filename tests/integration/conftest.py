@@ -44,9 +44,8 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = READY_TIMEOU
     raise TimeoutError(f"{url}/health not ready after {timeout_s}s")
 
 
-@pytest.fixture
-def start_server() -> Iterator[Callable[..., str]]:
-    """start_server(*flags, env={...}) -> base URL; every server is stopped at teardown."""
+def _servers() -> Iterator[Callable[..., str]]:
+    """start(*flags, env={...}) -> base URL; every server started is stopped at the end."""
     procs: list[subprocess.Popen] = []
 
     def start(*flags: str, env: dict[str, str] | None = None, cmd: str = "serve") -> str:
@@ -71,3 +70,15 @@ def start_server() -> Iterator[Callable[..., str]]:
             proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+@pytest.fixture
+def start_server() -> Iterator[Callable[..., str]]:
+    """start_server(*flags, env={...}) -> base URL; stopped when the test ends."""
+    yield from _servers()
+
+
+@pytest.fixture(scope="module")
+def start_server_module() -> Iterator[Callable[..., str]]:
+    """The same, for servers a module's tests share; stopped when the module ends."""
+    yield from _servers()

@@ -17,6 +17,8 @@ from dsv4_engine.probe.dsml import MARKER, DsmlError, DsmlFormat, parse
 from dsv4_engine.reference import chat, tokenizer
 
 DEFAULT_MAX_TOKENS = 64
+BLOCK_START = f"<{MARKER}"  # a V4 tool-call block opens `<｜DSML｜tool_calls>`
+OPENING = f"\n\n{BLOCK_START}"  # ... after a blank line, which is not content
 
 
 class BadRequest(ValueError):
@@ -71,26 +73,90 @@ def completion_prompt(body: dict[str, Any]) -> Prompt:
 
 def chat_message(text: str, tools_requested: bool) -> dict[str, Any]:
     """The assistant message for generated text, with `tool_calls` when they parse."""
-    if tools_requested and MARKER in text:
-        try:
-            calls = parse(text, DsmlFormat.V4)
-        except DsmlError:
-            calls = ()
-        if calls:
-            content = text[: text.index(MARKER) - 1].strip() or None
-            return {
-                "role": "assistant",
-                "content": content,
-                "tool_calls": [
-                    {
-                        "id": f"call_{uuid.uuid4().hex[:24]}",
-                        "type": "function",
-                        "function": {"name": c.name, "arguments": json.dumps(c.args)},
-                    }
-                    for c in calls
-                ],
-            }
-    return {"role": "assistant", "content": text}
+    parsed = _tool_calls(text) if tools_requested else None
+    if parsed is None:
+        return {"role": "assistant", "content": text}
+    content, calls = parsed
+    return {"role": "assistant", "content": content, "tool_calls": calls}
+
+
+def _tool_calls(text: str) -> tuple[str | None, list[dict[str, Any]]] | None:
+    """(the content before the DSML block, the OpenAI tool calls) of ``text``; None when it
+    holds no block that parses (then the whole text is content, as SGLang leaves it)."""
+    if MARKER not in text:
+        return None
+    try:
+        calls = parse(text, DsmlFormat.V4)
+    except DsmlError:
+        return None
+    if not calls:
+        return None
+    content = text[: text.index(MARKER) - 1].strip() or None
+    return content, [
+        {
+            "id": f"call_{uuid.uuid4().hex[:24]}",
+            "type": "function",
+            "function": {"name": c.name, "arguments": json.dumps(c.args)},
+        }
+        for c in calls
+    ]
+
+
+class ToolCallStream:
+    """A chat answer streamed as SGLang streams it with a tool-call parser on
+    (`DeepSeekV32Detector`, which V4's extends): text before the DSML block as `content`
+    deltas (without the blank line that opens the block), the block held back until it is
+    whole, then each call as `tool_calls` deltas — the first with its id, type and name,
+    the next with its arguments — which an OpenAI client joins into the message
+    `chat_message` answers unstreamed.  A block that does not parse is streamed as content
+    after all, as SGLang gives back text its parser rejects."""
+
+    def __init__(self) -> None:
+        self._text = ""  # the whole answer so far
+        self._sent = 0  # how much of it went out as content
+        self._in_block = False
+        self.called = False  # some tool_calls delta was streamed: finish_reason tool_calls
+
+    def feed(self, piece: str) -> list[dict[str, Any]]:
+        """The content ``piece`` releases: up to the block (or to a tail that could begin
+        it), nothing once inside it."""
+        self._text += piece
+        if self._in_block:
+            return []
+        pending = self._text[self._sent :]
+        if BLOCK_START in pending:
+            self._in_block = True
+            upto = self._sent + len(pending[: pending.index(BLOCK_START)].removesuffix("\n\n"))
+        else:
+            upto = len(self._text) - _held_tail(pending)
+        released, self._sent = self._text[self._sent : upto], upto
+        return [{"content": released}] if released else []
+
+    def end(self) -> list[dict[str, Any]]:
+        """The deltas the end releases: the parsed calls, or what is left as content."""
+        parsed = _tool_calls(self._text)
+        if parsed is None:
+            rest = self._text[self._sent :]
+            return [{"content": rest}] if rest else []
+        _, calls = parsed
+        self.called = True
+        deltas: list[dict[str, Any]] = []
+        for index, call in enumerate(calls):
+            function = call["function"]
+            head = {**call, "index": index, "function": {"name": function["name"], "arguments": ""}}
+            args = {"index": index, "function": {"arguments": function["arguments"]}}
+            deltas += [{"tool_calls": [head]}, {"tool_calls": [args]}]
+        return deltas
+
+
+def _held_tail(text: str) -> int:
+    """How many characters at the end of ``text`` could begin a DSML block (with or without
+    the blank line before it): held back until the next piece says."""
+    for size in range(min(len(text), len(OPENING) - 1), 0, -1):
+        tail = text[-size:]
+        if OPENING.startswith(tail) or BLOCK_START.startswith(tail):
+            return size
+    return 0
 
 
 def usage(prompt_tokens: int, completion_tokens: int, cached: int) -> dict[str, Any]:

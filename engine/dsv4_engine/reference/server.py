@@ -230,12 +230,23 @@ class ReferenceServer:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         kind = "chat.completion.chunk" if chat else "text_completion"
+        # With tools, the answer's DSML block goes out as `tool_calls` deltas, as SGLang's
+        # tool-call parser streams it; without, every piece is content.
+        calls = openai_api.ToolCallStream() if chat and body.get("tools") else None
+
+        async def write(delta: dict[str, Any]) -> None:
+            choice = {"index": 0, "delta": delta} if chat else {"index": 0, **delta}
+            chunk = openai_api.envelope(kind, self.model, [choice])
+            await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
 
         async def send(piece: str) -> None:
-            if piece:
-                delta = {"delta": {"content": piece}} if chat else {"text": piece}
-                chunk = openai_api.envelope(kind, self.model, [{"index": 0, **delta}])
-                await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            if not piece:
+                return
+            if calls is not None:
+                for delta in calls.feed(piece):
+                    await write(delta)
+            else:
+                await write({"content": piece} if chat else {"text": piece})
 
         # A character can span tokens: decode incrementally, as `tokenizer.decode` does
         # all at once, so the streamed pieces join to the non-streamed text.
@@ -244,8 +255,11 @@ class ReferenceServer:
             async for token in stream.tokens():
                 await send(decoder.decode(tokenizer.token_bytes(token)))
             await send(decoder.decode(b"", final=True))
+            for delta in calls.end() if calls is not None else []:
+                await write(delta)
+            reason = "tool_calls" if calls is not None and calls.called else stream.finish_reason
             end = {"delta": {}} if chat else {"text": ""}
-            last = {"index": 0, **end, "finish_reason": stream.finish_reason}
+            last = {"index": 0, **end, "finish_reason": reason}
             await resp.write(
                 f"data: {json.dumps(openai_api.envelope(kind, self.model, [last]))}\n\n".encode()
             )

@@ -71,3 +71,39 @@ def test_completion_prompt_accepts_text_or_ids():
     assert openai_api.completion_prompt({"prompt": [1, 2], "max_tokens": 3}).max_tokens == 3
     with pytest.raises(openai_api.BadRequest, match="prompt"):
         openai_api.completion_prompt({"prompt": [100000]})
+
+
+def _streamed(pieces: list[str]) -> tuple[str, list[dict], bool]:
+    """(content joined, tool calls joined as a client joins them, finish by tool_calls)."""
+    stream = openai_api.ToolCallStream()
+    deltas = [d for piece in pieces for d in stream.feed(piece)] + stream.end()
+    content = "".join(d.get("content", "") for d in deltas)
+    calls: dict[int, dict] = {}
+    for delta in deltas:
+        for part in delta.get("tool_calls", []):
+            call = calls.setdefault(part["index"], {"name": "", "arguments": ""})
+            call["name"] += part["function"].get("name") or ""
+            call["arguments"] += part["function"].get("arguments") or ""
+    return content, [calls[i] for i in sorted(calls)], stream.called
+
+
+@pytest.mark.parametrize("preamble", ["", "Storing it now."])
+def test_a_streamed_block_joins_to_the_unstreamed_message_wherever_the_pieces_break(preamble):
+    text = preamble + render_dsml(DsmlFormat.V4, "record_echo", {"token": "A<B", "n": 3})
+    whole = openai_api.chat_message(text, tools_requested=True)
+    expected = [
+        {"name": c["function"]["name"], "arguments": c["function"]["arguments"]}
+        for c in whole["tool_calls"]
+    ]
+    for cut in range(len(text) + 1):
+        content, calls, called = _streamed([text[:cut], text[cut:]])
+        assert content == (whole["content"] or ""), cut
+        assert calls == expected and called, cut
+    content, calls, _ = _streamed(list(text))  # one character at a time
+    assert content == (whole["content"] or "") and calls == expected
+
+
+@pytest.mark.parametrize("text", ["a < b and <｜ but no block", "ends in a blank line\n\n"])
+def test_streamed_text_without_a_block_is_all_content(text):
+    for cut in range(len(text) + 1):
+        assert _streamed([text[:cut], text[cut:]]) == (text, [], False)
