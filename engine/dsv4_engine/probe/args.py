@@ -105,6 +105,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("seed", "seed"),
     Option("deterministic", "deterministic"),
     Option(
+        "stream_share",
+        "stream-share",
+        "share of tool-call samples whose judged request streams (tool calls assembled "
+        "from OpenAI deltas, judged like the rest)",
+    ),
+    Option(
         "hicache",
         "hicache",
         "the engine runs HiCache: PASS only if enough samples read a prefix back from its "

@@ -96,6 +96,8 @@ class ChatAnswer:
     latency_s: float
     host_tokens: int = 0
     """Prompt tokens read back from the host tier (`host_tokens`)."""
+    streamed: bool = False
+    """The answer came as server-sent deltas, joined here as an OpenAI client joins them."""
 
     @property
     def comparable(self) -> str:
@@ -164,8 +166,14 @@ class EngineClient:
         await self._request("POST", path, {})
 
     async def chat(self, body: dict[str, Any]) -> ChatAnswer:
+        """The answer to a chat request; a streaming one (``body["stream"]``) is joined from
+        its deltas (`joined`), then checked as an unstreamed answer is."""
         start = time.monotonic()
-        reply = await self._request("POST", "/v1/chat/completions", body)
+        if body.get("stream"):
+            chunks = await self._events("POST", "/v1/chat/completions", body)
+            reply = joined(chunks)
+        else:
+            reply = await self._request("POST", "/v1/chat/completions", body)
         latency = time.monotonic() - start
         try:
             choice = reply["choices"][0]
@@ -183,4 +191,75 @@ class EngineClient:
             raise TransportError(
                 "POST /v1/chat/completions: message.tool_calls not a list of objects"
             )
-        return ChatAnswer(message, choice.get("finish_reason"), latency, host_tokens(reply))
+        return ChatAnswer(
+            message,
+            choice.get("finish_reason"),
+            latency,
+            host_tokens(reply),
+            bool(body.get("stream")),
+        )
+
+    async def _events(self, method: str, path: str, body: Any) -> list[Any]:
+        """The JSON data of every server-sent event of a streaming answer, up to `[DONE]`."""
+        url = self.base_url + path
+        self.meter.enter()
+        try:
+            async with self.session.request(
+                method, url, json=body, timeout=self._timeout, headers=self._headers
+            ) as resp:
+                if resp.status != 200:
+                    text = (await resp.read())[:200].decode("utf-8", "replace")
+                    raise TransportError(f"{method} {path}: HTTP {resp.status}: {text}")
+                chunks = []
+                async for raw in resp.content:
+                    line = raw.decode("utf-8", "replace").strip()
+                    if not line.startswith("data:"):
+                        continue  # blank separators, `event:` names, comments
+                    data = line.removeprefix("data:").strip()
+                    if data == "[DONE]":
+                        return chunks
+                    try:
+                        chunks.append(json.loads(data))
+                    except ValueError:
+                        raise TransportError(f"{method} {path}: an event is not JSON") from None
+        except TimeoutError:
+            raise TransportError(f"{method} {path}: timed out") from None
+        except aiohttp.ClientError as err:
+            raise TransportError(f"{method} {path}: {type(err).__name__}: {err}") from None
+        finally:
+            self.meter.leave()
+        raise TransportError(f"{method} {path}: the stream ended without [DONE]")
+
+
+def joined(chunks: list[Any]) -> dict[str, Any]:
+    """A streamed chat answer as one unstreamed reply: content deltas concatenated, each
+    tool call's id, type and name from its first delta and its arguments from all of them
+    (by `index`, as the OpenAI clients join them), the last finish_reason, and SGLang's
+    `sglext`, which it streams in a chunk of its own with no choices."""
+    content: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    finish: str | None = None
+    reply: dict[str, Any] = {}
+    try:
+        for chunk in chunks:
+            if chunk.get("sglext") is not None:
+                reply["sglext"] = chunk["sglext"]
+            for choice in chunk.get("choices") or []:
+                delta = choice.get("delta") or {}
+                content.append(delta.get("content") or "")
+                for part in delta.get("tool_calls") or []:
+                    call = calls.setdefault(
+                        int(part["index"]),
+                        {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
+                    )
+                    call["id"] = call["id"] or part.get("id")
+                    function = part.get("function") or {}
+                    call["function"]["name"] += function.get("name") or ""
+                    call["function"]["arguments"] += function.get("arguments") or ""
+                finish = choice.get("finish_reason") or finish
+    except (AttributeError, KeyError, TypeError, ValueError):
+        raise TransportError("POST /v1/chat/completions: a stream chunk is malformed") from None
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(content) or None}
+    if calls:
+        message["tool_calls"] = [calls[i] for i in sorted(calls)]
+    return {**reply, "choices": [{"message": message, "finish_reason": finish}]}

@@ -46,6 +46,8 @@ class Sample:
     """What a clean answer is: the requested call in DSML, or the cold answer."""
     host_tokens: int = 0
     """Prompt tokens the engine read back from its host tier for the judged answers."""
+    streamed: bool = False
+    """The judged answer was streamed (`ProbeSettings.stream_share`)."""
 
     @property
     def exercised(self) -> bool:
@@ -122,6 +124,7 @@ async def run_sample(probe: ProbeName, index: int, ctx: ProbeContext) -> Sample:
         excerpt(checked.answer),
         checked.expected[:EXCERPT_CHARS],
         checked.host_tokens,
+        checked.answer.streamed,
     )
 
 
@@ -133,6 +136,9 @@ async def _echo(probe: ProbeName, index: int, rng: random.Random, ctx: ProbeCont
         doc = document(rng, ctx.settings.long_prompt_words, f"L{index}")
         messages.append({"role": "system", "content": doc})
     turns = 2 if probe is ProbeName.TOOLCALL_ECHO_PREFIX_REUSE else 1
+    # Its own draw, so the share streamed changes nothing else about the sample.
+    streams = random.Random(f"{ctx.settings.seed}:{index}:stream").random()
+    stream = streams < ctx.settings.stream_share
     host = 0
     for turn in range(turns):
         echo = random_echo(rng)
@@ -140,7 +146,7 @@ async def _echo(probe: ProbeName, index: int, rng: random.Random, ctx: ProbeCont
         body = ctx.body(messages, ctx.settings.echo_tokens, tools=True)
         if ctx.host_round_trip:
             await _through_host_tier(ctx, body)
-        answer = await ctx.client.chat(body)
+        answer = await ctx.client.chat({**body, "stream": stream})
         host += answer.host_tokens
         judgement = classify_chat_message(
             answer.message,

@@ -18,8 +18,8 @@ from dsv4_engine.probe.stats import fail_boundary_lower, percents, upper_bound
 from dsv4_engine.probe.verdict import exercised_needed
 
 # 2: failed requests count as failures (`samples.failed`); 3: `samples.exercised`, with
-# `settings.hicache` saying whether the verdict asked for it
-REPORT_SCHEMA_VERSION = 3
+# `settings.hicache` saying whether the verdict asked for it; 4: `samples.streamed`
+REPORT_SCHEMA_VERSION = 4
 EXAMPLES_PER_CLASS = 3
 SERIES_POINTS = 400
 LATENCY_BINS = 30
@@ -118,6 +118,7 @@ def build_report(result: ProbeResult) -> dict[str, Any]:
             "transport_errors": tally.transport_errors,
             "failed": tally.failed,
             "exercised": tally.exercised,
+            "streamed": tally.streamed,
             "fail_at": tally.fail_at,
             "stopped_because": tally.stopped_because,
         },
@@ -158,6 +159,12 @@ def summary_table(report: dict[str, Any]) -> str:
             f"{smp.get('exercised', '-')} / {smp['judged']} / {report['counts'][Outcome.VALID.value]}",
         ),
         ("host-tier reads", _host_tier_rule(report)),
+        (
+            "streamed/whole",
+            # A report of schema 3 or older did not stream any sample: "-".
+            f"{smp.get('streamed', '-')} / "
+            + (str(smp["judged"] - smp["streamed"]) if "streamed" in smp else "-"),
+        ),
         (
             f"upper bound ({report['confidence']:.0%})",
             "{}  threshold {}".format(*percents(report["upper_bound"], report["threshold"])),

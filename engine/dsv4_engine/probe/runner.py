@@ -48,6 +48,8 @@ class Tally:
     """Failed requests: no answer to judge (each also a failure)."""
     exercised: int = 0
     """Samples whose judged answers read a prefix back from the host tier."""
+    streamed: int = 0
+    """Samples whose judged answer was streamed (the rest were answered whole)."""
     fail_at: int | None = None
     failure_flags: list[bool] = field(default_factory=list)
     """One entry per judged sample, in completion order: the running rate's data."""
@@ -59,6 +61,7 @@ class Tally:
         self.corrupt += sample.outcome.is_corruption
         self.transport_errors += sample.outcome is Outcome.TRANSPORT_ERROR
         self.exercised += sample.exercised
+        self.streamed += sample.streamed
         self.failure_flags.append(sample.outcome.is_failure)
         s = self.settings
         if self.fail_at is None and fail_now(

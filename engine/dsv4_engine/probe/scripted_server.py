@@ -123,9 +123,44 @@ class ScriptedCompletionServer:
             self._on_device.add(key)
             if host and body.get("return_cached_tokens_details"):
                 reply["sglext"] = {"cached_tokens_details": {"device": 0, "host": host}}
+            if body.get("stream"):
+                return await self._stream(request, reply)
             return web.json_response(reply)
         finally:
             self.in_flight -= 1
+
+    async def _stream(self, request: web.Request, reply: dict[str, Any]) -> web.StreamResponse:
+        """``reply`` as SGLang streams it: content, then each call's id and name, then its
+        arguments, the finish, `sglext` in a chunk of its own, `[DONE]`."""
+        choice = reply["choices"][0]
+        message = choice["message"]
+        deltas: list[dict[str, Any]] = []
+        if message.get("content"):
+            text = message["content"]
+            deltas += [{"content": text[: len(text) // 2]}, {"content": text[len(text) // 2 :]}]
+        for index, call in enumerate(message.get("tool_calls") or []):
+            function = call["function"]
+            head = {**call, "index": index, "function": {"name": function["name"], "arguments": ""}}
+            deltas += [
+                {"tool_calls": [head]},
+                {
+                    "tool_calls": [
+                        {"index": index, "function": {"arguments": function["arguments"]}}
+                    ]
+                },
+            ]
+        chunks = [{"choices": [{"index": 0, "delta": d}]} for d in deltas]
+        reason = "tool_calls" if message.get("tool_calls") else choice["finish_reason"]
+        chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": reason}]})
+        if "sglext" in reply:
+            chunks.append({"choices": [], "sglext": reply["sglext"]})
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for chunk in chunks:
+            await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
 
     def _echo_answer(self, instruction: str, key: str) -> dict[str, Any]:
         args, _ = json.JSONDecoder().raw_decode(instruction[instruction.index("{") :])

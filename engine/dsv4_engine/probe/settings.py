@@ -145,6 +145,10 @@ class ProbeSettings(BaseModel):
     hicache: bool = False
     """The engine under test runs HiCache: a PASS then needs enough samples that read a
     prefix back from its host tier (`verdict.unexercised`)."""
+    stream_share: float = Field(default=0.25, ge=0, le=1)
+    """The share of tool-call echo samples whose judged request streams (users call both
+    ways, and a streamed tool call is assembled from deltas by another code path of the
+    engine: SGLang's `_process_tool_call_stream`); each sample draws from its own seed."""
     prefix_words: int | None = Field(default=None, ge=16)
     """Shared-prefix length; None: the backend's default (DEFAULT_WORKLOAD)."""
     long_context_words: int | None = Field(default=None, ge=64)

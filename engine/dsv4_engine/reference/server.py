@@ -193,7 +193,7 @@ class ReferenceServer:
         )
         self.engine.submit(req)
         if prompt.stream:
-            return await self._stream_out(request, stream, chat, body)
+            return await self._stream_out(request, stream, chat, body, req)
         try:
             ids = [t async for t in stream.tokens()]
         except web.HTTPException as err:
@@ -225,7 +225,12 @@ class ReferenceServer:
         return await pd.fetch_prefill(host, port, prompt.ids, self.transfer_format)
 
     async def _stream_out(
-        self, request: web.Request, stream: _Stream, chat: bool, body: dict[str, Any]
+        self,
+        request: web.Request,
+        stream: _Stream,
+        chat: bool,
+        body: dict[str, Any],
+        req: Request,
     ) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
@@ -263,6 +268,10 @@ class ReferenceServer:
             await resp.write(
                 f"data: {json.dumps(openai_api.envelope(kind, self.model, [last]))}\n\n".encode()
             )
+            # SGLang streams `sglext` last, in a chunk of its own with no choices.
+            if (ext := openai_api.sglext(body, req.cached_tokens, req.host_tokens)) is not None:
+                chunk = openai_api.envelope(kind, self.model, [], sglext=ext)
+                await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
         except web.HTTPException as err:
             await resp.write(f"data: {err.text}\n\n".encode())
         await resp.write(b"data: [DONE]\n\n")

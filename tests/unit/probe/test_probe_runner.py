@@ -353,7 +353,8 @@ async def test_the_probe_judges_an_answer_relative_to_its_request(unused_tcp_por
     await web.TCPSite(runner, "127.0.0.1", unused_tcp_port).start()
     try:
         url = f"http://127.0.0.1:{unused_tcp_port}"
-        result = await run_probes(_settings(url, requests=8, concurrency=4))
+        # This stand-in answers whole: no sample streams (streaming is tested on its own).
+        result = await run_probes(_settings(url, requests=8, concurrency=4, stream_share=0.0))
     finally:
         await runner.cleanup()
     details = {s.detail for s in result.tally.samples}
@@ -491,3 +492,23 @@ async def test_a_fail_needs_no_exercised_samples(serve):
     settings = _settings(url, admin_offload_path=None, hicache=True, requests=2000)
     result = await run_probes(settings)
     assert result.verdict is Verdict.FAIL and result.tally.exercised == 0
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("parsed", [False, True], ids=["raw DSML", "server-parsed tool_calls"])
+async def test_a_share_of_samples_streams_and_streamed_corruption_is_caught(serve, parsed):
+    """A quarter of the tool-call samples stream by default: their calls are joined from the
+    deltas and judged like the rest, corrupt ones included; the report says how many."""
+    server, url = await serve(corruption_rate=0.3, seed=9, parsed_tool_calls=parsed)
+    result = await run_probes(_settings(url, requests=200, max_corruption_rate=0.9))
+    streamed = [s for s in result.tally.samples if s.streamed]
+    assert result.tally.streamed == len(streamed)
+    assert 0.15 * result.judged < len(streamed) < 0.35 * result.judged
+    assert any(s.outcome.is_corruption for s in streamed), "damage found in streamed calls"
+    assert any(s.outcome is Outcome.VALID for s in streamed)
+    report = build_report(result)
+    assert report["samples"]["streamed"] == len(streamed)
+    row = next(r for r in summary_table(report).splitlines() if r.startswith("streamed/whole"))
+    assert row.endswith(f"{len(streamed)} / {result.judged - len(streamed)}")
+    whole = await run_probes(_settings(url, requests=50, stream_share=0.0, seed=1))
+    assert whole.tally.streamed == 0

@@ -8,6 +8,7 @@ import json
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from dsv4_engine.probe.client import joined
 from dsv4_engine.reference.engine import Engine, Request
 from dsv4_engine.reference.server import ReferenceServer
 from dsv4_engine.reference.settings import ServeSettings
@@ -154,3 +155,27 @@ def test_streamed_pieces_join_to_the_text_when_characters_span_tokens(cut, expec
         assert "".join(pieces) == expected
 
     asyncio.run(main())
+
+
+def test_a_streamed_answer_ends_with_sglext_in_a_chunk_of_its_own_as_sglang_streams_it():
+    """`return_cached_tokens_details` on a streamed request: SGLang streams `sglext` after
+    the finish, in a chunk with no choices; the probe joins it into the answer."""
+    long = {**CHAT, "messages": [{"role": "user", "content": "Say something. " * 40}]}
+    asked = {**long, "stream": True, "return_cached_tokens_details": True}
+
+    async def scenario(client: TestClient) -> None:
+        await client.post("/v1/chat/completions", json=long)  # its pages are now cached
+        resp = await client.post("/v1/chat/completions", json=asked)
+        events = [ln[6:] for ln in (await resp.text()).splitlines() if ln.startswith("data: ")]
+        assert events[-1] == "[DONE]"
+        chunks = [json.loads(e) for e in events[:-1]]
+        finish = [c for c in chunks if c["choices"] and c["choices"][0].get("finish_reason")]
+        assert chunks.index(finish[-1]) == len(chunks) - 2
+        assert chunks[-1]["choices"] == []
+        details = chunks[-1]["sglext"]["cached_tokens_details"]
+        assert details["device"] + details["host"] > 0
+        reply = joined(chunks)
+        assert reply["sglext"] == chunks[-1]["sglext"]
+        assert reply["choices"][0]["finish_reason"] == finish[-1]["choices"][0]["finish_reason"]
+
+    with_client(ServeSettings(), scenario)
