@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dsv4_operator.render.engine import short_hash
-from dsv4_operator.render.meta import ANNOTATION_APPLIED_HASH
+from dsv4_operator.render.meta import ANNOTATION_APPLIED_HASH, WORKLOAD_KINDS
 
 Key = tuple[str, str]  # (kind, name)
 
@@ -68,10 +68,13 @@ def apply_reason(desired: dict[str, Any], live: dict[str, Any] | None) -> str | 
 
 
 def plan(desired: list[dict[str, Any]], live: list[dict[str, Any]]) -> list[Action]:
-    """Applies in the order given (desired carries its applied hash), then deletions."""
+    """Applies of what runs no pod (accounts, bindings, Services, NetworkPolicies, configs),
+    then of the workloads, each in the order given (desired carries its applied hash), then
+    deletions: pods start only once the identity and the NetworkPolicy they run with are
+    written (a failed write stops the rest of the pass)."""
     live_by_key = {key(obj): obj for obj in live}
     actions = []
-    for obj in desired:
+    for obj in sorted(desired, key=lambda o: o["kind"] in WORKLOAD_KINDS):
         live = live_by_key.get(key(obj))
         reason = apply_reason(obj, live)
         if reason is not None:
