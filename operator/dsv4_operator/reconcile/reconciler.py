@@ -235,9 +235,7 @@ class Reconciler:
         pods, events = self._why_not_ready(owner, [*stable, *canary])
         now = self.clock()
         ledger = Ledger.of(self.cache.get("ConfigMap", namespace, ledger_name(owner)))
-        state = PassState(
-            owner, obj, spec, previous, stable, canary, now, pods, events, ledger
-        )
+        state = PassState(owner, obj, spec, previous, stable, canary, now, pods, events, ledger)
         problem = check_prerequisites(self.cache, namespace, spec, self.model_host_paths, unserved)
         rollout: RolloutPass | None = None
         actions: list[Action] = []
@@ -439,8 +437,7 @@ class Reconciler:
                     if o["kind"] == "Deployment"
                 )
             ),  # fmt: skip
-            canary_blocked=_canary_blocked(self._held(state.owner, canary))
-            or _unplaceable(state),
+            canary_blocked=_canary_blocked(self._held(state.owner, canary)) or _unplaceable(state),
             rejected={rev: r.text() for rev, r in state.ledger.rejected.items()},
         )
         decision = decide(
