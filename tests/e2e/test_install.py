@@ -293,13 +293,36 @@ def test_the_fence_lets_the_operator_write_what_it_renders_for_every_shipped_sam
             kubeconfig, "apply", "--server-side", *dry, "-f", "-", input=as_list(objects)
         )
 
+    def dry_run(objects: list[dict[str, Any]]) -> subprocess.CompletedProcess[str]:
+        """(A Role just created reaches RBAC's check of its binding a moment later: until
+        then the binding's dry run answers NotFound.)"""
+
+        def answered() -> subprocess.CompletedProcess[str] | None:
+            result = apply(objects, "--dry-run=server")
+            return None if "NotFound" in result.stderr else result
+
+        return wait_for("the probe Role seen by RBAC", answered, timeout=30)
+
     try:
         host_path_samples = []
         for sample in SAMPLES:
             objects = rendered(sample, namespace)
-            roles = apply([o for o in objects if o["kind"] == "Role"])
+            # Made for real, without the owner (a stand-in the garbage collector would
+            # remove them for): RBAC checks a binding against the Role it names.
+            roles = apply(
+                [
+                    {
+                        **o,
+                        "metadata": {
+                            k: v for k, v in o["metadata"].items() if k != "ownerReferences"
+                        },
+                    }
+                    for o in objects
+                    if o["kind"] == "Role"
+                ]
+            )
             assert roles.returncode == 0, roles.stderr
-            result = apply(objects, "--dry-run=server")
+            result = dry_run(objects)
             if "hostPath" in json.dumps(yaml.safe_load(sample.read_text())["spec"]["model"]):
                 assert FENCE in result.stderr and "volume(s) model" in result.stderr
                 host_path_samples.append(objects)
@@ -309,7 +332,7 @@ def test_the_fence_lets_the_operator_write_what_it_renders_for_every_shipped_sam
         allow(",".join(MODEL_HOST_PATHS))
 
         def admitted() -> bool:
-            return all(apply(o, "--dry-run=server").returncode == 0 for o in host_path_samples)
+            return all(dry_run(o).returncode == 0 for o in host_path_samples)
 
         # The API server's view of its params follows the ConfigMap a moment later.
         wait_for("the fence reading the allowed model paths", admitted, timeout=30)
