@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dsv4_operator.render.engine import short_hash
-from dsv4_operator.render.meta import ANNOTATION_APPLIED_HASH, WORKLOAD_KINDS
+from dsv4_operator.render.meta import ANNOTATION_APPLIED_HASH
 
 Key = tuple[str, str]  # (kind, name)
 
@@ -68,13 +68,10 @@ def apply_reason(desired: dict[str, Any], live: dict[str, Any] | None) -> str | 
 
 
 def plan(desired: list[dict[str, Any]], live: list[dict[str, Any]]) -> list[Action]:
-    """Applies of what runs no pod (accounts, bindings, Services, NetworkPolicies, configs),
-    then of the workloads, each in the order given (desired carries its applied hash), then
-    deletions: pods start only once the identity and the NetworkPolicy they run with are
-    written (a failed write stops the rest of the pass)."""
+    """Applies in the order given (desired carries its applied hash), then deletions."""
     live_by_key = {key(obj): obj for obj in live}
     actions = []
-    for obj in sorted(desired, key=lambda o: o["kind"] in WORKLOAD_KINDS):
+    for obj in desired:
         live = live_by_key.get(key(obj))
         reason = apply_reason(obj, live)
         if reason is not None:
