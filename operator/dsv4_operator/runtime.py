@@ -109,10 +109,12 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         host_paths.FLAG,
         dest="allowed_model_host_paths",
         type=_host_prefixes,
-        default=(),
+        default=os.environ.get(host_paths.ENV, ""),
         metavar="PREFIX[,PREFIX...]",
-        help="Host directories a DSV4Deployment may read its model from (spec.model.hostPath); "
-        "none by default: the recommended source is a read-only PVC.",
+        help="Host directories a DSV4Deployment may read its model from (spec.model.hostPath; "
+        f"default: ${host_paths.ENV}, which the installed Deployment takes from the admission "
+        "fence's ConfigMap dsv4-operator-settings); none by default: the recommended source "
+        "is a read-only PVC.",
     )
     run.add_argument(
         "--probe-image",

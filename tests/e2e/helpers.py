@@ -264,6 +264,21 @@ def deployed_args(installed: list[dict[str, Any]]) -> list[str]:
     return container["args"]
 
 
+def deployed_env(installed: list[dict[str, Any]]) -> dict[str, str]:
+    """The environment the installed Deployment's pod gets from ConfigMaps it installs (the
+    allowed model host paths, from the admission fence's settings)."""
+    deployment = next(o for o in installed if o["kind"] == "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    maps = {
+        o["metadata"]["name"]: o.get("data") or {} for o in installed if o["kind"] == "ConfigMap"
+    }
+    return {
+        e["name"]: maps[ref["name"]][ref["key"]]
+        for e in container.get("env", [])
+        if (ref := e.get("valueFrom", {}).get("configMapKeyRef"))
+    }
+
+
 def with_port(args: list[str], port: int) -> list[str]:
     at = args.index("--health-port")
     return [*args[: at + 1], str(port), *args[at + 2 :]]
@@ -309,6 +324,7 @@ def installed_operator(cluster: LocalCluster, overlay: Path, workdir: Path) -> I
     ]  # fmt: skip
     env = {
         **cluster.env,
+        **deployed_env(objects),
         "KUBECONFIG": str(kubeconfig),
         "POD_NAMESPACE": OPERATOR_NS,
         "POD_NAME": pod["metadata"]["name"],

@@ -4,17 +4,22 @@ Each kustomize overlay renders, and the API server accepts every rendered object
 server-side dry run (with stand-ins for the Prometheus Operator CRDs).  Then `base` is
 installed for real and the operator runs with nothing but its ServiceAccount's token: it
 must reconcile a sample to Ready without a single RBAC denial (the audit log records every
-request with the user who made it and the status it got).
+request with the user who made it and the status it got).  The admission fence lets that
+token write everything the operator renders for every shipped sample, and nothing outside
+the namespaces labelled as served (a privileged host-root pod in kube-system).
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import config
 
 from dsv4_dev.cluster.local import LocalCluster
@@ -26,11 +31,13 @@ from dsv4_operator.render.meta import Owner
 from dsv4_operator.rollout.job_executor import JobProbeExecutor
 from dsv4_operator.rollout.probe_job import probe_account
 from dsv4_operator.rollout.reports import ReportRef
+from tests.e2e.escapes import FENCE, SERVED, SERVED_ONLY, refused, root_on_the_host
 from tests.e2e.helpers import (
     MANIFESTS,
     OPERATOR_NS,
     OPERATOR_POD,
     OPERATOR_SA,
+    as_account,
     as_list,
     get_json,
     installed_operator,
@@ -40,6 +47,7 @@ from tests.e2e.helpers import (
     wait_for,
 )
 from tests.unit.install import rbac_from_code
+from tests.unit.operator.harness import MODEL_HOST_PATHS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -47,6 +55,9 @@ ROOT = Path(__file__).resolve().parents[2]
 OVERLAYS = ("base", "namespaced", "monitoring", "samples")
 MONITORING_CRDS = ROOT / "tests" / "data" / "monitoring-crds.yaml"
 SAMPLE_NS = "dsv4-install-e2e"
+SAMPLES = sorted(
+    p for p in (MANIFESTS / "samples").glob("*.yaml") if p.name != "kustomization.yaml"
+)
 
 
 def render(cluster: LocalCluster, overlay: str) -> list[dict[str, Any]]:
@@ -80,6 +91,7 @@ def prepared(cluster: LocalCluster) -> LocalCluster:
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=as_list(firsts))
     cluster.kubectl("apply", "--server-side", "-f", str(MONITORING_CRDS))
     cluster.kubectl("create", "namespace", SAMPLE_NS)
+    cluster.kubectl("label", "namespace", SAMPLE_NS, f"{SERVED}=true")
     establish(
         cluster,
         "dsv4deployments.inference.dsv4.dev",
@@ -246,6 +258,106 @@ def test_the_operators_rbac_lets_it_run_probe_jobs(installed):
         "auth", "can-i", "delete", "jobs", "-n", SAMPLE_NS, f"--as={OPERATOR_SA}", check=False
     )
     assert result.stdout.strip() == "yes"  # stopping a probe the rollout gave up on
+
+
+def rendered(sample: Path, namespace: str) -> list[dict[str, Any]]:
+    """What the operator writes for ``sample``: its children, a canary's, a probe Job's."""
+    out = subprocess.run(
+        [str(Path(sys.executable).with_name("dsv4ctl")), "render", str(sample),
+         "--namespace", namespace, "--canary", "indexDtype=fp4", "--probe-job"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+def test_the_fence_lets_the_operator_write_what_it_renders_for_every_shipped_sample(
+    installed, tmp_path
+):
+    """Every object `dsv4ctl render` shows for each shipped sample, applied with the
+    operator's token as the operator applies it (server side; a dry run, but for the probe
+    Roles its RoleBindings need to exist): the fence refuses none of them.  A hostPath model
+    passes only once the fence's settings allow its directory, and the same settings are
+    what the operator's Deployment reads (tests/unit/install/test_install_fence.py)."""
+    cluster, *_, kubeconfig = installed
+    namespace = "dsv4-install-samples"
+    cluster.kubectl("create", "namespace", namespace)
+    cluster.kubectl("label", "namespace", namespace, f"{SERVED}=true")
+    settings = ("configmap", "dsv4-operator-settings", "-n", OPERATOR_NS)
+
+    def allow(paths: str) -> None:
+        patch = json.dumps({"data": {"allowedModelHostPaths": paths}})
+        cluster.kubectl("patch", *settings, "--type", "merge", "-p", patch)
+
+    def apply(objects: list[dict[str, Any]], *dry: str) -> subprocess.CompletedProcess[str]:
+        return as_account(
+            kubeconfig, "apply", "--server-side", *dry, "-f", "-", input=as_list(objects)
+        )
+
+    def dry_run(objects: list[dict[str, Any]]) -> subprocess.CompletedProcess[str]:
+        """(A Role just created reaches RBAC's check of its binding a moment later: until
+        then the binding's dry run answers NotFound.)"""
+
+        def answered() -> subprocess.CompletedProcess[str] | None:
+            result = apply(objects, "--dry-run=server")
+            return None if "NotFound" in result.stderr else result
+
+        return wait_for("the probe Role seen by RBAC", answered, timeout=30)
+
+    try:
+        host_path_samples = []
+        for sample in SAMPLES:
+            objects = rendered(sample, namespace)
+            # Made for real, without the owner (a stand-in the garbage collector would
+            # remove them for): RBAC checks a binding against the Role it names.
+            roles = apply(
+                [
+                    {
+                        **o,
+                        "metadata": {
+                            k: v for k, v in o["metadata"].items() if k != "ownerReferences"
+                        },
+                    }
+                    for o in objects
+                    if o["kind"] == "Role"
+                ]
+            )
+            assert roles.returncode == 0, roles.stderr
+            result = dry_run(objects)
+            if "hostPath" in json.dumps(yaml.safe_load(sample.read_text())["spec"]["model"]):
+                assert FENCE in result.stderr and "volume(s) model" in result.stderr
+                host_path_samples.append(objects)
+            else:
+                assert result.returncode == 0, (sample.name, result.stderr)
+        assert host_path_samples, "no shipped sample reads its model from a host path"
+        allow(",".join(MODEL_HOST_PATHS))
+
+        def admitted() -> bool:
+            return all(dry_run(o).returncode == 0 for o in host_path_samples)
+
+        # The API server's view of its params follows the ConfigMap a moment later.
+        wait_for("the fence reading the allowed model paths", admitted, timeout=30)
+    finally:
+        allow("")
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false")
+
+
+def test_the_cluster_wide_token_writes_nothing_outside_the_served_namespaces(installed):
+    """The cluster-wide install's escape: a Deployment labelled as the operator's, in
+    kube-system, privileged, in the host's PID namespace, with the node's root mounted.
+    Its RBAC allows it everywhere; the fence refuses it there (kube-system is not served)
+    and in a served namespace too (what it runs), as it refuses any other write there."""
+    cluster, *_, kubeconfig = installed
+    message = refused(kubeconfig, root_on_the_host("kube-system"))
+    assert FENCE in message and SERVED_ONLY in message
+    message = refused(kubeconfig, root_on_the_host(SAMPLE_NS))
+    assert FENCE in message and "share no host namespace" in message
+    labels = {"app.kubernetes.io/managed-by": "dsv4-operator"}
+    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "labels": labels}}
+    for namespace in ("kube-system", "default"):
+        message = refused(
+            kubeconfig, {**config, "metadata": {**config["metadata"], "namespace": namespace}}
+        )
+        assert SERVED_ONLY in message
 
 
 @pytest.mark.parametrize(

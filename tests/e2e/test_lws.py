@@ -31,6 +31,7 @@ from dsv4_operator.api.samples import shipped_sample
 from dsv4_operator.render.engine import DIST_INIT_PORT
 from dsv4_operator.render.lws import LWS_GROUP_INDEX_LABEL, LWS_NAME_LABEL, LWS_WORKER_INDEX_LABEL
 from dsv4_operator.render.meta import ANNOTATION_CONFIG_HASH
+from tests.e2e.escapes import SERVED
 from tests.e2e.helpers import get_json, operator_and_runtime, wait_for
 
 pytestmark = [pytest.mark.e2e]
@@ -351,6 +352,7 @@ def test_the_admission_fence_holds_for_leaderworkersets(world):
     applied = [base / "rbac.yaml", base / "fence.yaml"]
     had_namespace = cluster.kubectl("get", "namespace", "dsv4-system", check=False).returncode == 0
     cluster.kubectl("create", "namespace", "dsv4-system", check=False)
+    cluster.kubectl("label", "namespace", NS, f"{SERVED}=true", "--overwrite")  # served
     for path in applied:
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
     try:

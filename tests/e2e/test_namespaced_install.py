@@ -6,8 +6,10 @@ token.  It reconciles the shipped flash sample to Ready with no RBAC denial and 
 to anything cluster-scoped (the audit log records every request, its user and its
 status); the engine and router pods the operator renders pass the namespace's Pod
 Security level (`restricted`, enforced by the API server's admission); the admission
-fence refuses the token writes its RBAC alone would allow; a hostPath model outside the
-(empty) allow-list is refused with a condition.
+fence refuses the token writes its RBAC alone would allow (every escape of
+tests/e2e/escapes.py, each by its own rule); a deployment whose router account someone else
+holds gets no child at all; a hostPath model outside the (empty) allow-list is refused with
+a condition.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.cli.main import main as dsv4ctl
 from dsv4_operator.render import render_all
 from dsv4_operator.render.meta import LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY, Owner
+from tests.e2e import escapes
+from tests.e2e.escapes import ACCOUNTS_FENCE, ESCAPES, FENCE, refused
 from tests.e2e.helpers import (
     MANIFESTS,
     OPERATOR_SA,
@@ -44,7 +48,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 NS = "dsv4-serving"
 SAMPLE = SHIPPED_DIR / "flash-b200-1p1d.yaml"
 WRITES = ("create", "update", "patch", "delete", "deletecollection")
-FENCE = "ValidatingAdmissionPolicy 'dsv4-operator-fence'"
 MANAGED = {LABEL_MANAGED_BY: MANAGED_BY}
 INSTANCE = {**MANAGED, LABEL_INSTANCE: "flash"}  # an object of the flash sample's
 
@@ -181,26 +184,6 @@ def configmap(name: str, labels: dict[str, str]) -> str:
     return json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta})
 
 
-def deployment(name: str, pod: dict[str, Any]) -> str:
-    labels = {**INSTANCE, "app": name}
-    container = {"name": "c", "image": "busybox"}
-    return json.dumps(
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": name, "namespace": NS, "labels": labels},
-            "spec": {
-                "replicas": 0,
-                "selector": {"matchLabels": {"app": name}},
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {**pod, "containers": [container]},
-                },
-            },
-        }
-    )
-
-
 def binding(name: str, role: str, account: str) -> str:
     return json.dumps(
         {
@@ -220,43 +203,106 @@ def binding(name: str, role: str, account: str) -> str:
 def test_the_admission_fence_refuses_the_operators_token_outside_it(cluster, installed):
     token = installed.kubeconfig
 
-    def refused(*args: str, input: str | None = None) -> str:  # noqa: A002
-        result = as_account(token, *args, input=input)
-        assert result.returncode != 0, (args, result.stdout)
-        assert "forbidden" in result.stderr.lower(), result.stderr
-        return result.stderr
+    def refused_text(text: str) -> str:
+        return refused(token, json.loads(text))
 
     # RBAC lets the token create ConfigMaps here: the fence still wants its label.
-    assert FENCE in refused("create", "-f", "-", input=configmap("stranger", {}))
+    assert FENCE in refused_text(configmap("stranger", {}))
     allowed = as_account(token, "create", "-f", "-", input=configmap("ours", MANAGED))
     assert allowed.returncode == 0, allowed.stderr  # the fence is not a wall
     # Someone else's object: not changed, not relabelled into the fence, not deleted.
     cluster.kubectl("create", "configmap", "theirs", "-n", NS)
-    assert FENCE in refused("label", "configmap", "theirs", "-n", NS, "a=b")
-    assert FENCE in refused(
-        "label", "configmap", "theirs", "-n", NS, f"{LABEL_MANAGED_BY}={MANAGED_BY}"
-    )
-    assert FENCE in refused("delete", "configmap", "theirs", "-n", NS)
+    for args in (
+        ("label", "configmap", "theirs", "-n", NS, "a=b"),
+        ("label", "configmap", "theirs", "-n", NS, f"{LABEL_MANAGED_BY}={MANAGED_BY}"),
+        ("delete", "configmap", "theirs", "-n", NS),
+    ):
+        result = as_account(token, *args)
+        assert result.returncode != 0 and FENCE in result.stderr, (args, result.stderr)
     # Pod templates: not under a ServiceAccount it did not make, nor with the default's token.
     cluster.kubectl("create", "serviceaccount", "builder", "-n", NS)
-    for pod in (
-        {"serviceAccountName": "builder"},
-        {"serviceAccountName": "default"},
-        {},  # the default account, its token mounted
+    mounted = escapes.workload(NS)  # the default account, its token mounted
+    del mounted["spec"]["template"]["spec"]["automountServiceAccountToken"]
+    for escape in (
+        escapes.workload(NS, pod={"serviceAccountName": "builder"}),
+        escapes.workload(
+            NS, pod={"serviceAccountName": "default", "automountServiceAccountToken": True}
+        ),
+        mounted,
     ):
-        message = refused("create", "-f", "-", input=deployment("escape", pod))
-        assert FENCE in message, message
-    ok = as_account(
-        token, "create", "-f", "-",
-        input=deployment("own", {"serviceAccountName": "flash-router"}),
-    )  # fmt: skip
+        assert FENCE in refused(token, escape)
+    own = escapes.workload(NS, "own", pod={"serviceAccountName": "flash-router"})
+    ok = as_account(token, "create", "-f", "-", input=json.dumps(own))
     assert ok.returncode == 0, ok.stderr
     # RoleBindings: only its own accounts, and of the ClusterRoles only dsv4-router.
-    assert FENCE in refused("create", "-f", "-", input=binding("b1", "dsv4-router", "builder"))
+    assert FENCE in refused_text(binding("b1", "dsv4-router", "builder"))
     good = as_account(
         token, "create", "-f", "-", input=binding("b2", "dsv4-router", "flash-router")
     )
     assert good.returncode == 0, good.stderr
+
+
+@pytest.mark.parametrize("escape", sorted(ESCAPES))
+def test_the_fence_refuses_each_escape_with_the_operators_token(installed, escape):
+    """What a workload, Service, NetworkPolicy or PDB of the operator may not be, each
+    refused by its own rule (docs/install.md, "Security review")."""
+    build, why = ESCAPES[escape]
+    message = refused(installed.kubeconfig, build(NS))
+    assert FENCE in message and why in message, message
+
+
+def test_a_router_never_runs_as_a_service_account_someone_else_made(cluster, installed):
+    """The reported hijack: the namespace has a ServiceAccount `ci-router` the operator did
+    not make, and a tenant creates a DSV4Deployment `ci` with a router image of its own.
+    The operator writes none of `ci`'s children (no router Deployment running as
+    `ci-router`, no engines without their NetworkPolicy) and says which object blocks it;
+    the fence would refuse the router's template anyway, by the account's label, not its
+    name."""
+    cluster.kubectl("create", "serviceaccount", "ci-router", "-n", NS)
+    ci = merge_patch(
+        yaml.safe_load(SAMPLE.read_text()),
+        {"metadata": {"name": "ci"}, "spec": {"router": {"image": "attacker.example/r:1"}}},
+    )
+    cluster.kubectl("apply", "-n", NS, "-f", "-", input=json.dumps(ci))
+
+    def conflict() -> dict[str, Any] | None:
+        status = get_json(cluster, "dsv4", "ci", "-n", NS).get("status") or {}
+        found = [c for c in status.get("conditions", []) if c["reason"] == "NameConflict"]
+        return found[0] if found else None
+
+    condition = wait_for("ci stopped on the name conflict", conflict, timeout=60)
+    assert "ServiceAccount ci-router (held by no owner)" in condition["message"]
+    children = get_json(
+        cluster, "all,sa,netpol,pdb,cm,rolebinding", "-n", NS, "-l", "app.kubernetes.io/instance=ci"
+    )
+    assert children["items"] == []
+    events = get_json(cluster, "events", "-n", NS, "--field-selector", "reason=NameConflict")
+    assert any("ci-router" in e["message"] for e in events["items"])
+    # Written with the operator's token, the router's template is refused by the account's
+    # missing label, although it is named as the operator names its routers.
+    router = escapes.workload(
+        NS,
+        "ci-router",
+        pod={"serviceAccountName": "ci-router", "automountServiceAccountToken": True},
+        instance="ci",
+    )
+    message = refused(installed.kubeconfig, router)
+    assert ACCOUNTS_FENCE in message
+    assert "run as ServiceAccount ci-router, which the operator did not create" in message
+    # The name freed, the operator makes the account its own, then what runs as it.
+    cluster.kubectl("delete", "serviceaccount", "ci-router", "-n", NS)
+
+    def written() -> dict[str, Any] | None:
+        found = cluster.kubectl(
+            "get", "deployment", "ci-router", "-n", NS, "-o", "json", check=False
+        )
+        return json.loads(found.stdout) if found.returncode == 0 else None
+
+    deployment = wait_for("ci's router written", written, timeout=60)
+    account = get_json(cluster, "serviceaccount", "ci-router", "-n", NS)
+    assert account["metadata"]["labels"][LABEL_MANAGED_BY] == MANAGED_BY
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "ci-router"
+    cluster.kubectl("delete", "dsv4", "ci", "-n", NS, "--wait=true", "--timeout=60s")
 
 
 def test_a_host_path_outside_the_allow_list_is_refused_with_a_condition(cluster, installed):

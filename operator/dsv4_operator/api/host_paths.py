@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 
 FLAG = "--allowed-model-host-paths"
+ENV = "DSV4_ALLOWED_MODEL_HOST_PATHS"  # the flag's default
 FIELD = "spec.model.hostPath"
 
 

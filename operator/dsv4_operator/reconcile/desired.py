@@ -14,7 +14,7 @@ from dsv4_operator.api.rollout import RolloutStatus
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.reconcile.plan import with_applied_hash
 from dsv4_operator.render import render_slot, shared
-from dsv4_operator.render.meta import Owner
+from dsv4_operator.render.meta import WORKLOAD_KINDS, Owner
 from dsv4_operator.render.workloads import HostMemory
 from dsv4_operator.rollout.decide import canary_wanted
 from dsv4_operator.rollout.pairs import Pairs, SlotPlan, plan_slots
@@ -74,7 +74,10 @@ class Desired:
 
     def children(self, status: RolloutStatus) -> list[dict[str, Any]]:
         """Every child ``status`` wants — the stable slots and the canary slice — each
-        workload carrying the rollout record, as they are applied."""
+        workload carrying the rollout record, in the order they are applied: what runs no
+        pod (accounts, bindings, Services, NetworkPolicies, configs) before the workloads,
+        so that pods start only once the identity and the NetworkPolicy they run with are
+        written (a failed write stops the rest of the pass)."""
         objects = []
         for slot in plan_slots(status, self.pairs):
             objects += with_record(
@@ -86,4 +89,5 @@ class Desired:
             runs = dict.fromkeys(Role, status.canary)
             objects += with_record(self.canary(status), status.stable, runs, None)
         unique = {(o["kind"], o["metadata"]["name"]): o for o in objects}
-        return [with_applied_hash(o) for o in unique.values()]
+        ordered = sorted(unique.values(), key=lambda o: o["kind"] in WORKLOAD_KINDS)
+        return [with_applied_hash(o) for o in ordered]

@@ -232,13 +232,11 @@ class Reconciler:
         bad_name = name_problem(name, spec.multinode)
         if bad_name is not None:
             return self._finish(obj, owner, previous, Problem("InvalidName", bad_name))
-        stable, canary, foreign, unserved = self._children(owner)
+        stable, canary, unserved = self._children(owner)
         pods, events = self._why_not_ready(owner, [*stable, *canary])
         now = self.clock()
         ledger = Ledger.of(self.cache.get("ConfigMap", namespace, ledger_name(owner)))
-        state = PassState(
-            owner, obj, spec, previous, stable, canary, foreign, now, pods, events, ledger
-        )
+        state = PassState(owner, obj, spec, previous, stable, canary, now, pods, events, ledger)
         problem = check_prerequisites(self.cache, namespace, spec, self.model_host_paths, unserved)
         rollout: RolloutPass | None = None
         actions: list[Action] = []
@@ -371,25 +369,22 @@ class Reconciler:
     # -- reading ------------------------------------------------------------------------
     def _children(
         self, owner: Owner
-    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]], frozenset[str]]:
-        """(stable, canary, foreign) children, in one list request per kind for both slices,
-        and the kinds the API server does not serve (LeaderWorkerSet where LWS is not
-        installed: only a multi-node spec needs it).  Labels find the children; the
-        owner's UID decides whose they are: an object with this deployment's labels but
-        another owner (a deleted namespace-mate's leftovers, a same-named predecessor still
-        being garbage-collected) is foreign."""
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], frozenset[str]]:
+        """(stable, canary) children, in one list request per kind for both slices, and the
+        kinds the API server does not serve (LeaderWorkerSet where LWS is not installed:
+        only a multi-node spec needs it).  Labels find the children; the owner's UID
+        decides whose they are: an object with this deployment's labels but another owner
+        (a deleted namespace-mate's leftovers, a same-named predecessor still being
+        garbage-collected) is not a child; its name is held (`_held`)."""
         canary = canary_owner(owner)
         found: dict[str, list[dict[str, Any]]] = {owner.name: [], canary.name: []}
-        foreign = []
         unserved = frozenset(k for k in CHILD_KINDS if not self.cache.served(k))
         selector = instance_selector(owner, canary)
         for kind in CHILD_KINDS:
             for item in self.cache.list(kind, owner.namespace, selector):
                 if owned_by(item, owner.uid):
                     found[item["metadata"]["labels"][LABEL_INSTANCE]].append(item)
-                elif (kind, item["metadata"]["name"]) != ("ConfigMap", ledger_name(owner)):
-                    foreign.append(item)  # the ledger is owned by no one, on purpose
-        return found[owner.name], found[canary.name], foreign, unserved
+        return found[owner.name], found[canary.name], unserved
 
     def _why_not_ready(
         self, owner: Owner, children: list[dict[str, Any]]
@@ -450,7 +445,7 @@ class Reconciler:
                     if o["kind"] == "Deployment"
                 )
             ),  # fmt: skip
-            canary_blocked=_blocked(canary, state.foreign) or _unplaceable(state),
+            canary_blocked=_canary_blocked(self._held(state.owner, canary)) or _unplaceable(state),
             rejected={rev: r.text() for rev, r in state.ledger.rejected.items()},
         )
         decision = decide(
@@ -487,21 +482,30 @@ class Reconciler:
     def _plan(
         self, state: PassState, desired: list[dict[str, Any]]
     ) -> tuple[list[Action], Problem | None]:
-        """What to write: one plan over both slices.  An object someone else owns is never
-        written; if the stable slice needs one, that is the pass's problem."""
-        taken = {(o["kind"], o["metadata"]["name"]): o for o in state.foreign}
-        blocked = [o for o in desired if (o["kind"], o["metadata"]["name"]) in taken]
-        ours = [o for o in desired if o not in blocked]
-        actions = plan(ours, [*state.stable_live, *state.canary_live])
-        if not blocked:
-            return actions, None
-        names = ", ".join(
-            f"{o['kind']} {o['metadata']['name']} (held by {owner_text(taken[(o['kind'], o['metadata']['name'])])})"
-            for o in blocked
-        )
-        return actions, Problem(
-            "NameConflict", f"children of another owner are in the way: {names}"
-        )
+        """What to write: one plan over both slices, or nothing at all while any name it
+        needs is held by another owner.  Written in part, the plan could start pods without
+        what they must run with: a router under a ServiceAccount someone else made, with
+        its token (the account's name taken, the Deployment written), or engines without
+        their NetworkPolicy.  Once the name is free, the next pass writes it all."""
+        held = self._held(state.owner, desired)
+        if held:
+            return [], Problem(
+                "NameConflict",
+                "nothing is written while names this deployment needs are held by another "
+                f"owner: {', '.join(held)}; delete or rename them",
+            )
+        return plan(desired, [*state.stable_live, *state.canary_live]), None
+
+    def _held(self, owner: Owner, objects: list[dict[str, Any]]) -> list[str]:
+        """`Kind name (held by …)` for each of ``objects`` whose name is held by another
+        owner, from the caches (the operator's own objects, and everyone else's names)."""
+        held = []
+        for obj in objects:
+            kind, name = obj["kind"], obj["metadata"]["name"]
+            holder = self.cache.holder(kind, owner.namespace, name)
+            if holder is not None and not owned_by(holder, owner.uid):
+                held.append(f"{kind} {name} (held by {owner_text(holder)})")
+        return held
 
     # -- writing ------------------------------------------------------------------------
     def _remember(self, state: PassState, decision: Decision) -> Problem | None:
@@ -586,14 +590,9 @@ def remembered(ledger: Ledger, decision: Decision) -> Ledger:
     return ledger
 
 
-def _blocked(canary_objects: list[dict[str, Any]], foreign: list[dict[str, Any]]) -> str | None:
-    """Why the canary slice cannot be created: one of its names is held by another owner."""
-    taken = {(o["kind"], o["metadata"]["name"]): o for o in foreign}
-    for obj in canary_objects:
-        held = taken.get((obj["kind"], obj["metadata"]["name"]))
-        if held is not None:
-            return f"canary {obj['kind']} {obj['metadata']['name']} is held by {owner_text(held)}"
-    return None
+def _canary_blocked(held: list[str]) -> str | None:
+    """Why the canary slice cannot be created: names it needs are held by another owner."""
+    return f"the canary's names are held by another owner: {', '.join(held)}" if held else None
 
 
 def _unplaced(state: PassState) -> list[Blocker]:

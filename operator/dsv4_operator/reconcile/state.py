@@ -22,7 +22,6 @@ class PassState:
     previous: DSV4DeploymentStatus | None
     stable_live: list[dict[str, Any]]  # children of the stable slice (owned by this UID)
     canary_live: list[dict[str, Any]]  # children of the canary slice (owned by this UID)
-    foreign: list[dict[str, Any]]  # same labels, another owner: never adopted or touched
     now: dt.datetime
     # Read only while a workload of either slice is not settled (`reconcile.blockers`):
     # the pods of both slices and the namespace's FailedCreate Events.

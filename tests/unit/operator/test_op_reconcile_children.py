@@ -42,12 +42,12 @@ def test_stable_and_canary_children_come_from_one_list_per_kind():
     other = child("StatefulSet", Owner("other", "serving", "u-2"), "other-decode")
     kube = ListingKube([stable_sts, canary_sts, canary_cm, other])
 
-    stable, canary_live, foreign, unserved = Reconciler(None, kube, rollout=None)._children(OWNER)
+    stable, canary_live, unserved = Reconciler(None, kube, rollout=None)._children(OWNER)
 
     # The canary's objects never count as the stable slice's (it would prune them).
     assert stable == [stable_sts]
     assert canary_live == [canary_cm, canary_sts]
-    assert foreign == [] and unserved == frozenset()
+    assert unserved == frozenset()
     assert [(kind, ns) for kind, ns, _ in kube.lists] == [(k, "serving") for k in CHILD_KINDS]
     assert {selector for _, _, selector in kube.lists} == {
         "app.kubernetes.io/instance in (flash,flash--canary),"
@@ -56,13 +56,13 @@ def test_stable_and_canary_children_come_from_one_list_per_kind():
     }
 
 
-def test_children_with_our_labels_but_another_owner_are_foreign_never_ours():
+def test_children_with_our_labels_but_another_owner_are_never_ours():
     """A same-named predecessor's children still being garbage-collected, or objects some
     other controller labelled like ours: matched by label, refused by owner UID."""
     leftover = child("StatefulSet", OWNER, "flash-decode", uid="uid-of-a-deleted-flash")
     kube = ListingKube([leftover])
-    stable, canary_live, foreign, _ = Reconciler(None, kube, rollout=None)._children(OWNER)
-    assert (stable, canary_live, foreign) == ([], [], [leftover])
+    stable, canary_live, _ = Reconciler(None, kube, rollout=None)._children(OWNER)
+    assert (stable, canary_live) == ([], [])
 
 
 def test_an_upgrade_prunes_the_routers_old_role_and_binds_the_shipped_cluster_role():

@@ -489,7 +489,7 @@ def test_a_deployment_and_its_namesake_canary_stay_intact_through_a_rollout_of_e
     )
 
 
-def test_an_object_another_owner_holds_is_never_adopted():
+def test_an_object_another_owner_holds_is_never_adopted_and_nothing_else_is_written():
     world = World()
     foreign = {
         "apiVersion": "apps/v1",
@@ -505,11 +505,52 @@ def test_an_object_another_owner_holds_is_never_adopted():
     assert world.api.gets["StatefulSet"] == 0
     held = world.api.get("StatefulSet", NS, "flash-decode")
     assert held["spec"] == {"replicas": 3} and "ownerReferences" not in held["metadata"]
-    status = world.obj()["status"]
-    degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
-    assert degraded["status"] == "True" and degraded["reason"] == "WriteConflict"
-    assert "StatefulSet flash-decode exists and belongs to no owner" in degraded["message"]
-    assert world.events("WriteConflict")
+    assert world.children("flash") == {}, "no child is written while one name is held"
+    degraded = condition(world, "Degraded")
+    assert degraded["status"] == "True" and degraded["reason"] == "NameConflict"
+    assert "StatefulSet flash-decode (held by no owner)" in degraded["message"]
+    assert world.events("NameConflict")
+    # Once the name is free, the next pass writes every child.
+    world.api.delete("StatefulSet", NS, "flash-decode")
+    world.until("Ready", lambda: world.obj()["status"]["phase"] == "Ready")
+    assert condition(world, "Degraded")["status"] == "False"
+
+
+def test_a_router_never_runs_under_a_service_account_it_did_not_create():
+    """The reported hijack: the namespace holds a ServiceAccount `ci-router` the operator
+    did not make; a deployment `ci` with its own router image would have run that image as
+    `ci-router` (the Deployment written first, the account's write failing after).  Nothing
+    is written, so neither the router nor engines without their NetworkPolicy run."""
+    world = World()
+    account = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": "ci-router", "namespace": NS},
+    }
+    world.api.user_apply(account)
+    world.create("ci", {"router": {"image": "attacker.example/router:1"}})
+    for _ in range(3):
+        world.step("ci")
+    assert world.children("ci") == {}
+    assert not [w for w in world.api.log if w.verb == "apply" and w.key[0] != KIND]
+    degraded = condition(world, "Degraded", "ci")
+    assert degraded["reason"] == "NameConflict"
+    assert "ServiceAccount ci-router (held by no owner)" in degraded["message"]
+    # Freed (say, renamed by the team that made it), the name becomes the operator's: its
+    # own account is written before the router that runs as it, and the engines' policy
+    # before any engine.
+    world.api.delete("ServiceAccount", NS, "ci-router")
+    world.step("ci")
+    kinds = [w.key[0] for w in world.api.log if w.verb == "apply" and w.key[0] != KIND]
+    workloads = [i for i, kind in enumerate(kinds) if kind in ("Deployment", "StatefulSet")]
+    assert min(workloads) > kinds.index("ServiceAccount")
+    assert min(workloads) > kinds.index("NetworkPolicy")
+    router = world.api.get("ServiceAccount", NS, "ci-router")
+    assert router["metadata"]["ownerReferences"][0]["uid"] == world.obj("ci")["metadata"]["uid"]
+
+
+def condition(world: World, kind: str, name: str = "flash") -> dict:
+    return next(c for c in world.obj(name)["status"]["conditions"] if c["type"] == kind)
 
 
 def test_a_promotion_that_cannot_finish_is_rolled_back_at_its_deadline():
