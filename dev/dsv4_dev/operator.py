@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from enum import Enum
 from pathlib import Path
 
+import urllib3
 import yaml
 from aiohttp import web
 
@@ -145,12 +146,11 @@ def publish_stand_in(health_port: int) -> None:
             if err.status != 409:
                 raise
             core.patch_namespaced_config_map(endpoints.STAND_INS, endpoints.NAMESPACE, body)
-    except client.ApiException as err:
+    except (client.ApiException, urllib3.exceptions.HTTPError) as err:  # refused, unreachable
         log.warning(
-            "not published as %s (the local Prometheus will not scrape this process): %s %s",
+            "not published as %s (the local Prometheus will not scrape this process): %s",
             endpoints.label(key),
-            err.status,
-            err.reason,
+            err,
         )
         return
     log.info("published as %s", endpoints.label(key))
