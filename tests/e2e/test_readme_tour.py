@@ -113,6 +113,7 @@ def test_every_readme_tour_block_runs(tmp_path: Path) -> None:
     # a FAIL (exit 1) fails it.
     assert re.search(r"^flash-canary-\S+\s+Complete\s", text, re.M), "no probe Job Complete"
     assert re.search(r"^flash-canary-\S+\s+Failed\s", text, re.M), "no probe Job Failed"
+    assert re.search(r"^monitoring: Prometheus at http://127\.0\.0\.1:\d+ ", text, re.M)
     # The local Prometheus (`--monitoring`) with the shipped rules: the PASS raised nothing,
     # the FAIL fired DSV4CanaryFailed for this deployment, and nothing else.
     after_pass, after_fail = _outputs(text, "dsv4ctl cluster alerts")

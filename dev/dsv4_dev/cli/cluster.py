@@ -17,6 +17,7 @@ from dsv4_dev.cluster.lws import LwsError
 from dsv4_dev.cluster.monitoring import Monitoring, alert_lines
 from dsv4_dev.cluster.nodes import default_pools
 from dsv4_dev.localrun import endpoints
+from dsv4_dev.monitoring.server import prometheus_binary
 from dsv4_engine.cliutil import CommandError
 
 
@@ -106,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
                 gpu_cliques=args.gpu_cliques,
             )
             cluster.apiserver_port = args.port
+            if args.monitoring:
+                prometheus_binary()  # missing: said before anything starts
             cluster.up(log=_log)
             if args.engines:
                 engines = Engines(cluster)
@@ -175,7 +178,8 @@ def _print_engines(engines: dict | None) -> None:
 
 def _print_monitoring(monitoring: dict) -> None:
     if monitoring["running"]:
-        print(f"monitoring: Prometheus at {monitoring['url']} (pid {monitoring['pid']})")
+        where = monitoring["url"] or "starting"
+        print(f"monitoring: Prometheus at {where} (pid {monitoring['pid']})")
     else:
         print("monitoring: not running (start it with `dsv4ctl cluster up --monitoring`)")
 

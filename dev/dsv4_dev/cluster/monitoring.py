@@ -36,7 +36,7 @@ class Monitoring(Companion):
         return ["--folder", str(self.folder)]
 
     def start(self) -> int:
-        prometheus_binary()  # a missing server is said before anything starts
+        prometheus_binary()  # a missing server is said here, not in the server's log
         if self.pid() is None:
             (self.folder / "url").unlink(missing_ok=True)  # a stopped one's
         return super().start()
@@ -99,7 +99,7 @@ class Monitoring(Companion):
             "running": pid is not None,
             "pid": pid,
             "log": str(self.log_path),
-            "url": self.url() if pid is not None else None,
+            "url": self.url() if pid is not None and self.started() else None,
         }
 
 

@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 
+from dsv4_dev.cluster.binaries import MissingBinaryError
 from dsv4_dev.cluster.monitoring import _unix, alert_lines
 from dsv4_dev.localrun import endpoints
 from dsv4_dev.monitoring import config, discovery
+from dsv4_dev.monitoring.server import prometheus_binary
 from dsv4_operator import metrics
 from dsv4_operator.api.rollout import RolloutPhase, RolloutVerdict
 
@@ -193,3 +195,11 @@ def test_alerts_are_one_line_each_and_prometheus_times_parse():
     ]
     assert _unix("1970-01-01T00:00:01.5Z") == 1.5
     assert _unix("1970-01-01T01:00:02.123456789+01:00") == pytest.approx(2.123456789)
+
+
+def test_without_the_prometheus_server_monitoring_says_how_to_install_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # a PATH with no prometheus on it
+    with pytest.raises(
+        MissingBinaryError, match=r"Debian's `prometheus` package.*make system-deps"
+    ):
+        prometheus_binary()
