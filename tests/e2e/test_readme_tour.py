@@ -142,8 +142,9 @@ def _stop_group(pgid: int) -> None:
 
 
 def _outputs(log: str, command: str) -> list[list[str]]:
-    """The output lines of each run of ``command``, from bash's trace to the next trace."""
-    runs = re.findall(rf"^\+ \[[\d.]+\] {re.escape(command)}\n(.*?)(?=^\+ \[)", log, re.M | re.S)
+    """The output lines of each run of ``command``, from bash's trace to the next trace (a
+    command's, `+`, or a command substitution's, `++`)."""
+    runs = re.findall(rf"^\+ \[[\d.]+\] {re.escape(command)}\n(.*?)(?=^\++ \[)", log, re.M | re.S)
     return [run.splitlines() for run in runs]
 
 
