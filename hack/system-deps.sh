@@ -10,6 +10,8 @@ set -euo pipefail
 declare -A wanted=(
   [/usr/bin/chromium]=chromium # headless rendering check of `dsv4ctl probe --html` pages
   [/usr/bin/promtool]=prometheus # `promtool check rules` / `test rules` on the PrometheusRule
+  # The server itself, from the same package: `dsv4ctl cluster up --monitoring` runs it.
+  [/usr/bin/prometheus]=prometheus
   [/usr/bin/openssl]=openssl # signs the local cluster's LeaderWorkerSet webhook certificate
 )
 

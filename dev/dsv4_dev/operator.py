@@ -6,7 +6,10 @@ what only development needs, none of which the image carries:
 * `--local-endpoints`: Services are reached through the local runtime's endpoint map
   (`dsv4_dev.localrun.endpoints`), since nothing on KWOK's fake nodes has a cluster IP, and
   a canary counts as serving once its router answers there, where the probes will reach it
-  (not once its Service has a ready endpoint, which nothing here uses).  Probes still run
+  (not once its Service has a ready endpoint, which nothing here uses).  The process
+  publishes itself there too, as the stand-in for the operator Deployment's pod: the local
+  endpoint of the operator's metrics Service (manifests/base/service.yaml) is its health
+  port, where the local Prometheus scrapes it;  Probes still run
   as Jobs, as in a cluster: the local runtime runs each probe pod's command and reports its
   exit (`dsv4_dev.localrun.probes`), so the probe image is only a name
   (`--probe-image` defaults to `LOCAL_PROBE_IMAGE`);
@@ -30,7 +33,10 @@ import sys
 import urllib.request
 from collections.abc import Sequence
 from enum import Enum
+from pathlib import Path
 
+import urllib3
+import yaml
 from aiohttp import web
 
 from dsv4_dev.localrun import endpoints
@@ -43,6 +49,8 @@ log = logging.getLogger("dsv4_dev.operator")
 # The probe Jobs' image on the local cluster: nothing pulls it (the local runtime runs the
 # Job's command from its venv), so it names what the operator image would be.
 LOCAL_PROBE_IMAGE = "dsv4-operator:local"
+# The Service the shipped ServiceMonitor scrapes the operator through.
+METRICS_SERVICE = Path(__file__).resolve().parents[2] / "manifests" / "base" / "service.yaml"
 
 
 class ProbeMode(Enum):
@@ -119,6 +127,35 @@ def debug_requests(kube: Kube) -> runtime.Route:
     return "/debug/requests", requests
 
 
+def publish_stand_in(health_port: int) -> None:
+    """Publish this process as the local endpoint of the operator's metrics Service (with
+    its own client: the writes `Kube` counts are the operator's)."""
+    from kubernetes import client
+
+    service = yaml.safe_load(METRICS_SERVICE.read_text())
+    (port,) = service["spec"]["ports"]
+    meta = service["metadata"]
+    key = endpoints.key(meta["name"], meta["namespace"], port["port"])
+    data = {key: f"http://127.0.0.1:{health_port}"}
+    core = client.CoreV1Api()
+    body = {"metadata": {"name": endpoints.STAND_INS}, "data": data}
+    try:
+        try:
+            core.create_namespaced_config_map(endpoints.NAMESPACE, body)
+        except client.ApiException as err:
+            if err.status != 409:
+                raise
+            core.patch_namespaced_config_map(endpoints.STAND_INS, endpoints.NAMESPACE, body)
+    except (client.ApiException, urllib3.exceptions.HTTPError) as err:  # refused, unreachable
+        log.warning(
+            "not published as %s (the local Prometheus will not scrape this process): %s",
+            endpoints.label(key),
+            err,
+        )
+        return
+    log.info("published as %s", endpoints.label(key))
+
+
 def dev_wiring(kube: Kube, args: argparse.Namespace) -> runtime.Wiring:
     if args.crash_after_writes is not None:
         crash_after(kube, args.crash_after_writes)
@@ -131,6 +168,7 @@ def dev_wiring(kube: Kube, args: argparse.Namespace) -> runtime.Wiring:
             ),
         )
     if args.local_endpoints:
+        publish_stand_in(args.health_port)
         local = endpoints.resolver(kube)
         wiring = dataclasses.replace(wiring, serving=answering(local))
         if args.probe_mode == ProbeMode.LOCAL.value:

@@ -87,6 +87,13 @@ def record_progress_deadline(namespace: str, name: str, exceeded: bool) -> None:
 
 
 def record_phase(namespace: str, name: str, phase: RolloutPhase, since_unix: float) -> None:
+    """The phase of one deployment's rollout, recorded on every pass.  Its verdict and
+    rollback counters are exported from its first pass on, at 0: a counter whose series
+    is born at its first increment shows Prometheus a first sample of 1, an `increase()` of
+    0, and `DSV4CanaryFailed` would never fire for a deployment's first FAIL."""
+    for verdict in RolloutVerdict:
+        CANARY_VERDICTS.labels(namespace, name, verdict.value)
+    ROLLBACKS.labels(namespace, name)
     for candidate in RolloutPhase:
         ROLLOUT_PHASE.labels(namespace, name, candidate.value).set(
             1.0 if candidate is phase else 0.0

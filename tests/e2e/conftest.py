@@ -21,6 +21,7 @@ ENGINE_FILES = {
     "test_rollout.py",
     "test_probe_jobs.py",
     "test_local_probe_mode.py",
+    "test_monitoring.py",
     "test_readme_tour.py",
 }
 

@@ -113,6 +113,13 @@ def test_every_readme_tour_block_runs(tmp_path: Path) -> None:
     # a FAIL (exit 1) fails it.
     assert re.search(r"^flash-canary-\S+\s+Complete\s", text, re.M), "no probe Job Complete"
     assert re.search(r"^flash-canary-\S+\s+Failed\s", text, re.M), "no probe Job Failed"
+    assert re.search(r"^monitoring: Prometheus at http://127\.0\.0\.1:\d+ ", text, re.M)
+    # The local Prometheus (`--monitoring`) with the shipped rules: the PASS raised nothing,
+    # the FAIL fired DSV4CanaryFailed for this deployment, and nothing else.
+    after_pass, after_fail = _outputs(text, "dsv4ctl cluster alerts")
+    assert after_pass == ["no alert pending or firing"], after_pass
+    assert [line.split()[:2] for line in after_fail] == [["DSV4CanaryFailed", "firing"]], after_fail
+    assert {"name=flash", "namespace=default", "verdict=FAIL"} <= set(after_fail[0].split())
     answer = text.index("\n", text.rindex("curl -s")) + 1  # curl's output follows its trace
     completion, _ = json.JSONDecoder().raw_decode(text, answer)
     assert completion["choices"][0]["text"], completion
@@ -132,6 +139,13 @@ def _stop_group(pgid: int) -> None:
             return
         time.sleep(0.1)
     os.killpg(pgid, signal.SIGKILL)
+
+
+def _outputs(log: str, command: str) -> list[list[str]]:
+    """The output lines of each run of ``command``, from bash's trace to the next trace (a
+    command's, `+`, or a command substitution's, `++`)."""
+    runs = re.findall(rf"^\+ \[[\d.]+\] {re.escape(command)}\n(.*?)(?=^\++ \[)", log, re.M | re.S)
+    return [run.splitlines() for run in runs]
 
 
 def _timeline(log: str) -> str:

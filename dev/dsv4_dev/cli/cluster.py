@@ -1,5 +1,6 @@
-"""`dsv4ctl cluster up|down|status|kubeconfig|url`: the local control plane with fake GPU
-nodes, and with `up --engines` the local runtime that makes their engine pods answer."""
+"""`dsv4ctl cluster up|down|status|kubeconfig|url|alerts`: the local control plane with fake
+GPU nodes, with `up --engines` the local runtime that makes their engine pods answer, and
+with `up --monitoring` a Prometheus that scrapes them as the shipped monitors say."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from dsv4_dev.cluster.binaries import MissingBinaryError, cache_dir
 from dsv4_dev.cluster.engines import Engines
 from dsv4_dev.cluster.local import ClusterError, LocalCluster
 from dsv4_dev.cluster.lws import LwsError
+from dsv4_dev.cluster.monitoring import Monitoring, alert_lines
 from dsv4_dev.cluster.nodes import default_pools
 from dsv4_dev.localrun import endpoints
+from dsv4_dev.monitoring.server import prometheus_binary
 from dsv4_engine.cliutil import CommandError
 
 
@@ -57,6 +60,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "on a loopback port (`cluster status` lists them, `cluster url` gives one); run the "
         "operator with `dsv4-operator-dev run --local-endpoints` to reach them",
     )
+    up.add_argument(
+        "--monitoring",
+        action="store_true",
+        help="also start a Prometheus server (Debian's `prometheus` package) that scrapes the "
+        "operator and the engines as the ServiceMonitor and PodMonitor of manifests/monitoring "
+        "select them, every 2 s, with the PrometheusRule's alerts (`cluster status` gives its "
+        "URL, `cluster alerts` lists what fires)",
+    )
     actions.add_parser(
         "down", help="stop every process the cluster started (engines included) and remove it"
     )
@@ -65,6 +76,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     status.add_argument("--output", choices=("table", "json"), default="table")
     actions.add_parser("kubeconfig", help="print the kubeconfig path")
+    actions.add_parser(
+        "alerts",
+        help="list the alerts pending or firing in the local Prometheus (`up --monitoring`), "
+        "as of data scraped after the command started",
+    )
     url = actions.add_parser(
         "url", help="print the loopback URL where a Service answers through the local runtime"
     )
@@ -91,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
                 gpu_cliques=args.gpu_cliques,
             )
             cluster.apiserver_port = args.port
+            if args.monitoring:
+                prometheus_binary()  # missing: said before anything starts
             cluster.up(log=_log)
             if args.engines:
                 engines = Engines(cluster)
@@ -98,7 +116,13 @@ def run(args: argparse.Namespace) -> int:
                 _log(
                     f"cluster {args.name}: local runtime running (pid {pid}), log {engines.log_path}"
                 )
+            if args.monitoring:
+                monitoring = Monitoring(cluster)
+                monitoring.start()
+                _log(f"cluster {args.name}: Prometheus at {monitoring.url()}")
         elif args.action == "down":
+            if Monitoring(cluster).stop():
+                _log(f"cluster {args.name}: Prometheus stopped")
             if Engines(cluster).stop():
                 _log(f"cluster {args.name}: local runtime and its engines stopped")
             cluster.down(log=_log)
@@ -108,9 +132,12 @@ def run(args: argparse.Namespace) -> int:
             print(cluster.kubeconfig)
         elif args.action == "url":
             print(Engines(cluster).url(args.service, args.namespace, args.port))
+        elif args.action == "alerts":
+            print("\n".join(alert_lines(Monitoring(cluster).alerts())))
         else:
             info = cluster.status()
             info["engines"] = Engines(cluster).status() if info["reachable"] else None
+            info["monitoring"] = Monitoring(cluster).status()
             return _print_status(info, args.output)
     except (ClusterError, MissingBinaryError, LwsError, ValueError) as err:
         raise CommandError(str(err), exit_code=1) from None
@@ -132,6 +159,7 @@ def _print_status(info: dict, output: str) -> int:
             clique = f" clique={node['clique']}" if node["clique"] else ""
             print(f"  {node['name']:<16} {ready:<9} {product:<14} gpus={node['gpus']}{clique}")
         _print_engines(info["engines"])
+        _print_monitoring(info["monitoring"])
     return 0 if info["reachable"] else 1
 
 
@@ -146,6 +174,14 @@ def _print_engines(engines: dict | None) -> None:
         print("  none yet: apply a DSV4Deployment with `engine: reference`")
     for key, url in sorted(engines["endpoints"].items()):
         print(f"  {endpoints.label(key):<48} {url}")
+
+
+def _print_monitoring(monitoring: dict) -> None:
+    if monitoring["running"]:
+        where = monitoring["url"] or "starting"
+        print(f"monitoring: Prometheus at {where} (pid {monitoring['pid']})")
+    else:
+        print("monitoring: not running (start it with `dsv4ctl cluster up --monitoring`)")
 
 
 def _log(message: str) -> None:

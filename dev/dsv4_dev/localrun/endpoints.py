@@ -3,6 +3,11 @@
 Pods on KWOK nodes never run, so the local runtime starts their processes on loopback ports
 and publishes `<service>.<namespace>_<port>` → `http://127.0.0.1:<local port>` (and each
 engine pod's own URL, `pod_key`) in one ConfigMap.  The operator, in local mode, resolves Service URLs through it instead of DNS.
+
+A local process that stands in for a pod nobody runs here publishes itself in a second map
+of the same keys, `STAND_INS` (the runtime rewrites its own map whole): the development
+launcher of the operator (`dsv4-operator-dev run --local-endpoints`) as the local endpoint of
+the operator's metrics Service, where the local Prometheus scrapes it.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from typing import Any
 
 NAMESPACE = "default"
 NAME = "dsv4-local-endpoints"
+STAND_INS = "dsv4-local-stand-ins"
 _POD = "_pod."
 
 

@@ -171,9 +171,14 @@ def test_base_installs_the_generated_crd_itself():
     assert crds["resources"] == [CRD_PATH.name]
 
 
-def test_monitoring_extends_base_with_the_prometheus_rule():
+def test_monitoring_extends_base_with_the_monitors_and_the_prometheus_rule():
     (monitoring,) = load("monitoring", "kustomization.yaml")
-    assert monitoring["resources"] == ["../base", "servicemonitor.yaml", "prometheusrule.yaml"]
+    assert monitoring["resources"] == [
+        "../base",
+        "servicemonitor.yaml",
+        "podmonitor.yaml",
+        "prometheusrule.yaml",
+    ]
     (rule,) = load("monitoring", "prometheusrule.yaml")
     assert rule["kind"] == "PrometheusRule" and rule["spec"]["groups"]
 

@@ -1,0 +1,1 @@
+"""The local cluster's Prometheus: configured from the shipped monitors and rules."""

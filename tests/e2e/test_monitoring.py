@@ -1,0 +1,164 @@
+"""The shipped monitors and alert rules in a real Prometheus, on a real control plane.
+
+The local Prometheus (`dsv4ctl cluster up --monitoring`, `dsv4_dev.monitoring`) scrapes what
+the shipped ServiceMonitor and PodMonitor select, with the shipped PrometheusRule: the
+operator (a local process standing in for the pod `manifests/base` installs, reached through
+the metrics Service base installs) and each engine pod the local runtime runs.  One
+deployment lives through the module: the flags of the incident's race (HiCache, a bf16
+index-K, `faultInjection.ungatedIndexK`) are promoted by hand without their verdict, the
+production watch finds them corrupt, and `DSV4PostPromotionCorruption` fires; then every
+series the rules use is in the scrape.  (A FAIL firing `DSV4CanaryFailed`, and a PASS
+firing nothing, are shown by the README tour, tests/e2e/test_readme_tour.py.)
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+from dsv4_dev.cluster.local import LocalCluster
+from dsv4_dev.cluster.monitoring import Monitoring
+from dsv4_dev.monitoring import config
+from dsv4_operator.api.crd import CRD_PATH
+from dsv4_operator.api.samples import shipped_sample
+from tests.e2e.helpers import (
+    MANIFESTS,
+    OPERATOR_NS,
+    as_list,
+    get_json,
+    kustomize,
+    operator_and_runtime,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+NS = "monitoring-e2e"
+NAME = "flash"
+RACE = {
+    "hicache": {"enabled": True, "ratio": 2.0},
+    "indexDtype": "bf16",
+    "faultInjection": {"ungatedIndexK": True},
+}
+# What of base the operator's scrape needs: its pod (KWOK runs nothing in it) and the
+# metrics Service in front of it.
+OPERATOR_POD_KINDS = {"Namespace", "ServiceAccount", "Deployment", "Service"}
+VERDICT_TIMEOUT = 600
+
+
+@pytest.fixture(scope="module")
+def world(cluster: LocalCluster, tmp_path_factory):
+    logs = tmp_path_factory.mktemp("monitoring")
+    monitoring = Monitoring(cluster)
+    base = [o for o in kustomize(cluster, MANIFESTS / "base") if o["kind"] in OPERATOR_POD_KINDS]
+    cluster.kubectl("apply", "--server-side", "-f", str(CRD_PATH))
+    cluster.wait_established("crd/dsv4deployments.inference.dsv4.dev")
+    cluster.kubectl("apply", "--server-side", "-f", "-", input=as_list(base))
+    cluster.kubectl("create", "namespace", NS, check=False)
+    operator, runtime = operator_and_runtime(cluster, NS, logs)
+    monitoring.start()
+    operator.start()
+    runtime.start()
+    try:
+        cluster.kubectl(
+            "apply", "-n", NS, "-f", "-", input=json.dumps(shipped_sample("flash-reference"))
+        )
+        wait_for("deployment Ready", lambda: status(cluster).get("phase") == "Ready", 180)
+        yield cluster, monitoring
+    finally:
+        cluster.kubectl("delete", "dsv4", NAME, "-n", NS, "--wait=false", check=False)
+        operator.stop()
+        runtime.stop()
+        monitoring.stop()
+        cluster.kubectl("delete", "namespace", OPERATOR_NS, "--wait=false", check=False)
+
+
+def status(cluster: LocalCluster) -> dict:
+    return get_json(cluster, "dsv4", NAME, "-n", NS).get("status") or {}
+
+
+def promote(cluster: LocalCluster) -> bool:
+    command = [str(Path(sys.executable).with_name("dsv4ctl")), "rollout", "promote", NAME]
+    result = subprocess.run(
+        [*command, "-n", NS], capture_output=True, text=True, env=cluster.env, timeout=60
+    )
+    return result.returncode == 0
+
+
+def query(monitoring: Monitoring, promql: str) -> list[dict]:
+    return monitoring.api(f"/api/v1/query?query={quote(promql)}")["result"]
+
+
+def scraped(monitoring: Monitoring) -> dict[tuple[str, str, str], str]:
+    """(job, namespace, pod) → health of every active target."""
+    targets = monitoring.api("/api/v1/targets?state=active")["activeTargets"]
+    return {
+        (t["labels"]["job"], t["labels"]["namespace"], t["labels"]["pod"]): t["health"]
+        for t in targets
+    }
+
+
+def test_prometheus_scrapes_the_operator_and_each_engine_as_the_shipped_monitors_select(world):
+    cluster, monitoring = world
+    (pod_monitor,) = config.shipped("PodMonitor")
+    operator_job = "dsv4-operator-metrics"  # its Service's name, as the Prometheus Operator sets it
+    engines_job = f"{pod_monitor['metadata']['namespace']}/{pod_monitor['metadata']['name']}"
+    (operator_pod,) = get_json(
+        cluster, "pods", "-n", OPERATOR_NS, "-l", "app.kubernetes.io/name=dsv4-operator"
+    )["items"]
+    wanted = {
+        (operator_job, OPERATOR_NS, operator_pod["metadata"]["name"]): "up",
+        (engines_job, NS, f"{NAME}-prefill-0"): "up",
+        (engines_job, NS, f"{NAME}-decode-0"): "up",
+    }
+    found = wait_for(
+        "the operator and both engines scraped",
+        lambda: (seen := scraped(monitoring)).items() >= wanted.items() and seen,
+        60,
+    )
+    # Nothing else of this deployment: its router pod is no engine.
+    assert {k for k in found if k[1] == NS} == {k for k in wanted if k[1] == NS}
+    engine_series = query(monitoring, f'sglang:num_running_reqs{{namespace="{NS}"}}')
+    assert {s["metric"]["pod"] for s in engine_series} == {f"{NAME}-prefill-0", f"{NAME}-decode-0"}
+
+
+def test_a_promoted_revision_the_production_watch_finds_corrupt_fires_the_critical_alert(world):
+    cluster, monitoring = world
+    assert not monitoring.alerts(), "a healthy deployment raised an alert"
+    spec = {"features": RACE, "rollout": {"stableProbeIntervalSeconds": 5}}
+    cluster.kubectl(
+        "patch", "dsv4", NAME, "-n", NS, "--type=merge", "-p", json.dumps({"spec": spec})
+    )
+    # By hand, without a verdict: the one way corrupting flags reach production.
+    wait_for("the canary's promote accepted", lambda: promote(cluster), 120, interval=1)
+    wait_for(
+        "a production watch run that finds corruption",
+        lambda: (
+            (status(cluster).get("rollout") or {}).get("stableProbe", {}).get("verdict")
+            == "Corrupt"
+        ),
+        VERDICT_TIMEOUT,
+    )
+    alerts = monitoring.alerts()
+    fired = {(a["labels"]["alertname"], a["state"]) for a in alerts}
+    assert fired == {("DSV4PostPromotionCorruption", "firing")}, alerts
+    (alert,) = alerts
+    assert alert["labels"]["namespace"] == NS and alert["labels"]["name"] == NAME
+    assert alert["labels"]["severity"] == "critical"
+    # The annotation's own query found the watch's bound (as a percentage).
+    assert "corruption bound" in alert["annotations"]["description"]
+    assert "%)" in alert["annotations"]["description"], alert["annotations"]
+
+
+def test_every_series_an_alert_rule_uses_is_scraped(world):
+    _, monitoring = world
+    missing = {
+        alert: sorted(name for name in names if not query(monitoring, f"count({name})"))
+        for alert, names in config.rule_metrics().items()
+    }
+    assert not any(missing.values()), f"series no scrape has: {missing}"
