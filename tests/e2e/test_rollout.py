@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from dsv4_dev.cluster.local import LocalCluster
+from dsv4_engine.probe.verdict import exercised_needed
 from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.rollout import CanarySpec
 from dsv4_operator.api.samples import shipped_sample
@@ -242,6 +243,13 @@ def test_clean_flags_pass_the_default_canary_and_promote_once_across_an_operator
     load.stop()
     mismatches.stop()
     assert done["verdict"] == "PASS" and done["samples"] >= 598
+    # HiCache is on: the PASS rests on samples that read their prefix back from the host
+    # tier, counted from the engines' own answers, and the report says how many.
+    filed = json.loads(
+        get_json(cluster, "configmap", done["report"], "-n", NS)["data"]["report.json"]
+    )
+    assert filed["settings"]["hicache"] is True
+    assert filed["samples"]["exercised"] >= exercised_needed(filed["confidence"]), filed["samples"]
     # Users saw nothing of it: every answer came, none garbled, no engine paired formats.
     assert load.ok > 0 and not load.failed and not load.corrupt, (load.failed[:5], load.corrupt)
     scraped = mismatches.highest

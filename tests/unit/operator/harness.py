@@ -77,7 +77,7 @@ class World:
             self.api.user_apply(node)
         self.now = T0
         self.crashes = 0
-        self.verdict: Callable[[dict[str, Any]], dict[str, Any]] = lambda job: PASS
+        self.verdict: Callable[[dict[str, Any]], dict[str, Any] | None] = lambda job: PASS
         self.held: Callable[[dict[str, Any]], bool] = lambda obj: False
         # Checked after every pass: an invariant no crash or interleaving may break.
         self.checks: list[Callable[[World], None]] = []

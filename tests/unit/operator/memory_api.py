@@ -321,20 +321,27 @@ class MemoryApi:
 
     def run_probe_jobs(
         self,
-        verdict_of: Callable[[dict[str, Any]], dict[str, Any]],
+        verdict_of: Callable[[dict[str, Any]], dict[str, Any] | None],
         only: set[str] | None = None,
         exit_now: bool = True,
     ) -> int:
         """Run the probe Jobs not run yet (``only``: just these names): file
         ``verdict_of(job)`` (an outcome dict) into its report as the probe does, then mark the
         Job Complete (PASS) or Failed — or, ``exit_now`` False, leave it active as a pod that
-        filed and has not exited yet (`exit_probe_jobs` ends it).  Returns how many ran."""
+        filed and has not exited yet (`exit_probe_jobs` ends it).  A verdict of None is a
+        probe that could not file its verdict (exit 4, which fails the Job: `probe_job`'s
+        podFailurePolicy).  Returns how many ran."""
         ran = 0
         for (kind, ns, name), job in list(self.objects.items()):
             if kind != "Job" or job.get("status") or (only is not None and name not in only):
                 continue
             report = job["metadata"]["annotations"]["inference.dsv4.dev/report"]
             outcome = verdict_of(job)
+            if outcome is None:  # nothing filed; the pod exits 4 and the Job fails
+                _end_job(job, "NOT_FILED")
+                self._bump(job)
+                ran += 1
+                continue
             cm = self.objects.get(("ConfigMap", ns, report))
             if cm is not None:
                 cm.setdefault("data", {})[OUTCOME_KEY] = json.dumps(outcome)

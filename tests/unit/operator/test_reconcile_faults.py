@@ -617,6 +617,39 @@ def test_a_pass_report_not_filed_by_the_probe_is_not_trusted():
     assert "100 judged samples, 598 required" in world.rollout()["message"]
 
 
+def test_eleven_failed_requests_beside_598_clean_samples_do_not_pass():
+    """Failed requests count: a report that calls 11 of 609 a PASS (as one that left the
+    failures out would) is re-checked on its counts, and its bound is no PASS."""
+    world = ready_world()
+    world.verdict = lambda job: {**PASS, "rate": 11 / 609, "samples": 609}
+    world.patch_spec("flash", HICACHE)
+    world.until("rolled back", lambda: world.phase() == "RolledBack")
+    rollout = world.rollout()
+    assert rollout["verdict"] == "INCONCLUSIVE", rollout
+    assert "11/609 corrupt bounds the rate" in rollout["verdictReason"]
+
+
+def test_a_probe_that_cannot_file_its_verdict_is_not_run_again():
+    """A probe that could not file its verdict exits 4 and fails its Job: the attempt is
+    INCONCLUSIVE, recorded by the operator, and no second run gets to answer instead."""
+    world = ready_world()
+    runs: list[str] = []
+
+    def unfiled_then_pass(job: dict) -> dict | None:
+        runs.append(job["metadata"]["name"])
+        return None if len(runs) == 1 else PASS
+
+    world.verdict = unfiled_then_pass
+    world.patch_spec("flash", HICACHE)
+    world.until("rolled back", lambda: world.phase() == "RolledBack")
+    rollout = world.rollout()
+    assert rollout["verdict"] == "INCONCLUSIVE" and len(runs) == 1, (rollout, runs)
+    assert "ended without filing its report" in rollout["verdictReason"]
+    for _ in range(5):
+        world.step("flash")
+    assert len(runs) == 1 and world.phase() == "RolledBack"
+
+
 def filed_while_running(world: World) -> bool:
     """A canary report holds a verdict while its probe Job is still active."""
     return any(
