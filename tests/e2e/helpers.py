@@ -25,6 +25,8 @@ from dsv4_dev.cluster.binaries import kubectl
 from dsv4_dev.cluster.local import LocalCluster
 from dsv4_dev.localrun import accounts
 from dsv4_dev.localrun.runtime import free_port
+from dsv4_operator.api.crd import CRD_PATH
+from dsv4_operator.api.samples import shipped_sample
 from tests.unit.operator.harness import MODEL_HOST_PATHS
 
 
@@ -110,6 +112,38 @@ def operator_and_runtime(
         [sys.executable, "-m", "dsv4_dev.localrun.runtime"], logs / "localrun.log", env
     )
     return operator, runtime
+
+
+@contextlib.contextmanager
+def serving_reference_sample(
+    cluster: LocalCluster, namespace: str, logs: Path, spec: dict[str, Any] | None = None
+) -> Iterator[tuple[Background, Background]]:
+    """The CRD, ``namespace``, its operator and the local runtime, and the shipped reference
+    sample (`flash-reference`, its spec updated with ``spec``) applied there and Ready:
+    what a module that rolls the sample out starts from.  The operator and runtime are
+    yielded; on the way out the deployment is deleted and both are stopped."""
+    operator, runtime = operator_and_runtime(cluster, namespace, logs)
+    cluster.kubectl("apply", "--server-side", "-f", str(CRD_PATH))
+    cluster.wait_established("crd/dsv4deployments.inference.dsv4.dev")
+    cluster.kubectl("create", "namespace", namespace, check=False)
+    operator.start()
+    runtime.start()
+    sample = shipped_sample("flash-reference")
+    sample["spec"] = {**sample["spec"], **(spec or {})}
+    name = sample["metadata"]["name"]
+    try:
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(sample))
+
+        def ready() -> bool:
+            found = get_json(cluster, "dsv4", name, "-n", namespace)
+            return (found.get("status") or {}).get("phase") == "Ready"
+
+        wait_for(f"{name} Ready", ready, 180)
+        yield operator, runtime
+    finally:
+        cluster.kubectl("delete", "dsv4", name, "-n", namespace, "--wait=false", check=False)
+        operator.stop()
+        runtime.stop()
 
 
 def account_kubeconfig(cluster: LocalCluster, namespace: str, account: str, path: Path) -> Path:

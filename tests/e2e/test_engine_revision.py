@@ -20,9 +20,7 @@ import json
 import pytest
 
 from dsv4_dev.cluster.local import LocalCluster
-from dsv4_operator.api.crd import CRD_PATH
-from dsv4_operator.api.samples import shipped_sample
-from tests.e2e.helpers import get_json, operator_and_runtime, wait_for
+from tests.e2e.helpers import get_json, serving_reference_sample, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -34,23 +32,8 @@ VERDICT_TIMEOUT = 600
 
 @pytest.fixture(scope="module")
 def world(cluster: LocalCluster, tmp_path_factory):
-    logs = tmp_path_factory.mktemp("revision")
-    operator, runtime = operator_and_runtime(cluster, NS, logs)
-    cluster.kubectl("apply", "--server-side", "-f", str(CRD_PATH))
-    cluster.wait_established("crd/dsv4deployments.inference.dsv4.dev")
-    cluster.kubectl("create", "namespace", NS, check=False)
-    operator.start()
-    runtime.start()
-    try:
-        sample = shipped_sample("flash-reference")
-        sample["spec"] = {**sample["spec"], **BUDGET}
-        cluster.kubectl("apply", "-n", NS, "-f", "-", input=json.dumps(sample))
-        wait_for("deployment Ready", lambda: status(cluster).get("phase") == "Ready", 180)
+    with serving_reference_sample(cluster, NS, tmp_path_factory.mktemp("revision"), BUDGET):
         yield cluster
-    finally:
-        cluster.kubectl("delete", "dsv4", NAME, "-n", NS, "--wait=false", check=False)
-        operator.stop()
-        runtime.stop()
 
 
 def status(cluster: LocalCluster) -> dict:

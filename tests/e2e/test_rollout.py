@@ -27,7 +27,6 @@ import pytest
 
 from dsv4_dev.cluster.local import LocalCluster
 from dsv4_engine.probe.verdict import exercised_needed
-from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.rollout import CanarySpec
 from dsv4_operator.api.samples import shipped_sample
 from tests.e2e.helpers import (
@@ -35,7 +34,7 @@ from tests.e2e.helpers import (
     RouterLoad,
     audit_events,
     get_json,
-    operator_and_runtime,
+    serving_reference_sample,
     wait_for,
 )
 
@@ -51,22 +50,9 @@ CANARY_DECODE = f"{NAME}--canary-decode"
 @pytest.fixture(scope="module")
 def world(cluster: LocalCluster, tmp_path_factory):
     logs = tmp_path_factory.mktemp("rollout")
-    operator, runtime = operator_and_runtime(cluster, NS, logs)
-    cluster.kubectl("apply", "--server-side", "-f", str(CRD_PATH))
-    cluster.wait_established("crd/dsv4deployments.inference.dsv4.dev")
-    cluster.kubectl("create", "namespace", NS, check=False)
-    operator.start()
-    runtime.start()
-    try:
-        sample = shipped_sample("flash-reference")
-        assert sample["metadata"]["name"] == NAME and "canary" not in sample["spec"]
-        cluster.kubectl("apply", "-n", NS, "-f", "-", input=json.dumps(sample))
-        wait_for("deployment Ready", lambda: status(cluster).get("phase") == "Ready", 180)
+    assert "canary" not in shipped_sample("flash-reference")["spec"], "the default canary"
+    with serving_reference_sample(cluster, NS, logs) as (operator, runtime):
         yield cluster, operator, runtime, logs
-    finally:
-        cluster.kubectl("delete", "dsv4", NAME, "-n", NS, "--wait=false", check=False)
-        operator.stop()
-        runtime.stop()
 
 
 def status(cluster: LocalCluster) -> dict:
