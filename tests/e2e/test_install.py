@@ -96,6 +96,7 @@ def prepared(cluster: LocalCluster) -> LocalCluster:
         cluster,
         "dsv4deployments.inference.dsv4.dev",
         "servicemonitors.monitoring.coreos.com",
+        "podmonitors.monitoring.coreos.com",
         "prometheusrules.monitoring.coreos.com",
     )
     return cluster
@@ -125,7 +126,7 @@ def test_the_operator_pod_meets_the_restricted_pod_security_standard(prepared):
 def test_monitoring_adds_only_prometheus_objects_to_base(prepared):
     kinds = {o["kind"] for o in render(prepared, "monitoring")}
     base = {o["kind"] for o in render(prepared, "base")}
-    assert kinds - base == {"ServiceMonitor", "PrometheusRule"}
+    assert kinds - base == {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
 
 
 def test_a_bad_sample_is_refused_in_the_dry_run(prepared):
