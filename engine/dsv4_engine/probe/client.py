@@ -17,8 +17,10 @@ answers the same field in the same place.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,25 +125,34 @@ class EngineClient:
         )
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
-    async def _request(self, method: str, path: str, body: Any = None) -> Any:
+    @contextlib.asynccontextmanager
+    async def _exchange(
+        self, method: str, path: str, body: Any
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """One request, in flight (counted by the meter) until its body is read: the
+        response if it is HTTP 200; anything else is a `TransportError` saying what."""
         url = self.base_url + path
         self.meter.enter()
         try:
             async with self.session.request(
                 method, url, json=body, timeout=self._timeout, headers=self._headers
             ) as resp:
-                raw = await resp.read()
                 if resp.status in (404, 405):
                     raise EndpointMissing(f"{method} {path}: HTTP {resp.status}")
                 if resp.status != 200:
-                    text = raw[:200].decode("utf-8", "replace")
+                    text = (await resp.read())[:200].decode("utf-8", "replace")
                     raise TransportError(f"{method} {path}: HTTP {resp.status}: {text}")
+                yield resp
         except TimeoutError:
             raise TransportError(f"{method} {path}: timed out") from None
         except aiohttp.ClientError as err:
             raise TransportError(f"{method} {path}: {type(err).__name__}: {err}") from None
         finally:
             self.meter.leave()
+
+    async def _request(self, method: str, path: str, body: Any = None) -> Any:
+        async with self._exchange(method, path, body) as resp:
+            raw = await resp.read()
         if not raw:
             return None
         try:
@@ -201,33 +212,19 @@ class EngineClient:
 
     async def _events(self, method: str, path: str, body: Any) -> list[Any]:
         """The JSON data of every server-sent event of a streaming answer, up to `[DONE]`."""
-        url = self.base_url + path
-        self.meter.enter()
-        try:
-            async with self.session.request(
-                method, url, json=body, timeout=self._timeout, headers=self._headers
-            ) as resp:
-                if resp.status != 200:
-                    text = (await resp.read())[:200].decode("utf-8", "replace")
-                    raise TransportError(f"{method} {path}: HTTP {resp.status}: {text}")
-                chunks = []
-                async for raw in resp.content:
-                    line = raw.decode("utf-8", "replace").strip()
-                    if not line.startswith("data:"):
-                        continue  # blank separators, `event:` names, comments
-                    data = line.removeprefix("data:").strip()
-                    if data == "[DONE]":
-                        return chunks
-                    try:
-                        chunks.append(json.loads(data))
-                    except ValueError:
-                        raise TransportError(f"{method} {path}: an event is not JSON") from None
-        except TimeoutError:
-            raise TransportError(f"{method} {path}: timed out") from None
-        except aiohttp.ClientError as err:
-            raise TransportError(f"{method} {path}: {type(err).__name__}: {err}") from None
-        finally:
-            self.meter.leave()
+        chunks = []
+        async with self._exchange(method, path, body) as resp:
+            async for raw in resp.content:
+                line = raw.decode("utf-8", "replace").strip()
+                if not line.startswith("data:"):
+                    continue  # blank separators, `event:` names, comments
+                data = line.removeprefix("data:").strip()
+                if data == "[DONE]":
+                    return chunks
+                try:
+                    chunks.append(json.loads(data))
+                except ValueError:
+                    raise TransportError(f"{method} {path}: an event is not JSON") from None
         raise TransportError(f"{method} {path}: the stream ended without [DONE]")
 
 
