@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from dsv4_dev.cluster.local import LocalCluster
+from dsv4_operator.api.crd import CRD_PATH
 
 # The files whose tests run reference engines under probe load: under pytest-xdist
 # (`make test` runs two workers) they share one worker and its control plane, every other
@@ -35,6 +36,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             # A group runs on one worker, in file order, sharing its session's control plane.
             group = "e2e-engines" if os.path.basename(item.fspath) in ENGINE_FILES else "e2e"
             item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.fixture(scope="module")
+def crd(cluster: LocalCluster) -> LocalCluster:
+    """The cluster with the DSV4Deployment CRD applied and established."""
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_PATH))
+    cluster.wait_established("crd/dsv4deployments.inference.dsv4.dev")
+    return cluster
 
 
 @pytest.fixture(scope="session")

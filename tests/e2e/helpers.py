@@ -114,6 +114,15 @@ def operator_and_runtime(
     return operator, runtime
 
 
+def dry_run_in_default(
+    cluster: LocalCluster, obj: dict[str, Any]
+) -> subprocess.CompletedProcess[str]:
+    """A server-side dry run of ``obj`` in `default`: what admission says, nothing made."""
+    return cluster.kubectl(
+        "apply", "--dry-run=server", "-n", "default", "-f", "-", check=False, input=json.dumps(obj)
+    )
+
+
 @contextlib.contextmanager
 def serving_reference_sample(
     cluster: LocalCluster, namespace: str, logs: Path, spec: dict[str, Any] | None = None

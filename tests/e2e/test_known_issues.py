@@ -2,18 +2,17 @@
 acknowledged, and agrees with the operator's model on every case: the CRD's CEL rules and
 the model's check are both generated from one registry (dsv4_operator.api.known_issues)."""
 
-import json
 from pathlib import Path
 
 import pytest
 import yaml
 from pydantic import ValidationError
 
-from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.errors import first_error
 from dsv4_operator.api.known_issues import PINNED
 from dsv4_operator.api.samples import SHIPPED_DIR, load_sample, merge_patch, shipped_sample
 from dsv4_operator.api.spec import DSV4DeploymentSpec
+from tests.e2e.helpers import dry_run_in_default
 
 CASES = yaml.safe_load((Path(__file__).parents[1] / "data" / "known_issue_cases.yaml").read_text())
 LINKS = {issue.id: issue.link for issue in PINNED}
@@ -21,19 +20,6 @@ LINKS = {issue.id: issue.link for issue in PINNED}
 VARIANTS = [(case, None) for case in CASES] + [
     (case, [case["refused"]]) for case in CASES if case["refused"]
 ]
-
-
-@pytest.fixture(scope="module")
-def crd(cluster):
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_PATH))
-    cluster.wait_established("crd/dsv4deployments.inference.dsv4.dev")
-    return cluster
-
-
-def dry_run(cluster, obj):
-    return cluster.kubectl(
-        "apply", "--dry-run=server", "-n", "default", "-f", "-", check=False, input=json.dumps(obj)
-    )
 
 
 def model_refusal(spec: dict) -> str | None:
@@ -54,7 +40,7 @@ def test_the_api_server_and_the_model_give_the_same_verdict(crd, case, acknowled
     if acknowledged:
         patch["acknowledgedKnownIssues"] = acknowledged
     obj = merge_patch(load_sample(), {"metadata": {"name": "known"}, "spec": patch})
-    server = dry_run(crd, obj)
+    server = dry_run_in_default(crd, obj)
     model = model_refusal(obj["spec"])
     if case["refused"] and not acknowledged:
         assert server.returncode != 0, f"the API server accepted {patch}"
@@ -72,5 +58,5 @@ SAMPLES = sorted(p.stem for p in SHIPPED_DIR.glob("*.yaml") if p.name != "kustom
 
 @pytest.mark.parametrize("name", SAMPLES)
 def test_the_shipped_samples_are_accepted(crd, name):
-    result = dry_run(crd, shipped_sample(name))
+    result = dry_run_in_default(crd, shipped_sample(name))
     assert result.returncode == 0, result.stderr

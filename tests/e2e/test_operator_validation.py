@@ -1,15 +1,14 @@
 """The real API server refuses invalid DSV4Deployments, naming the field (CRD schema + CEL)."""
 
-import json
 from pathlib import Path
 
 import pytest
 import yaml
 
 from dsv4_engine.probe.stats import minimum_samples
-from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.names import MULTINODE_MAX, SINGLE_NODE_MAX
 from dsv4_operator.api.samples import load_sample, merge_patch
+from tests.e2e.helpers import dry_run_in_default
 
 pytestmark = pytest.mark.e2e
 
@@ -18,21 +17,8 @@ INVALID = yaml.safe_load(
 )
 
 
-@pytest.fixture(scope="module")
-def crd(cluster):
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_PATH))
-    cluster.wait_established("crd/dsv4deployments.inference.dsv4.dev")
-    return cluster
-
-
-def dry_run(cluster, obj):
-    return cluster.kubectl(
-        "apply", "--dry-run=server", "-n", "default", "-f", "-", check=False, input=json.dumps(obj)
-    )
-
-
 def test_the_sample_is_accepted(crd):
-    result = dry_run(crd, load_sample())
+    result = dry_run_in_default(crd, load_sample())
     assert result.returncode == 0, result.stderr
 
 
@@ -40,7 +26,7 @@ def test_the_sample_is_accepted(crd):
 def test_invalid_spec_is_refused_naming_the_field(crd, case):
     name = f"bad-{case['name']}"[:63]
     obj = merge_patch(load_sample(), {"metadata": {"name": name}, "spec": case["patch"]})
-    result = dry_run(crd, obj)
+    result = dry_run_in_default(crd, obj)
     assert result.returncode != 0, f"accepted: {case['patch']}"
     assert case["field"] in result.stderr, result.stderr
 
@@ -64,9 +50,9 @@ def test_the_api_server_and_the_probe_agree_on_the_fewest_requests_that_can_pass
             load_sample(), {"metadata": {"name": "grid"}, "spec": {"canary": settings}}
         )
 
-    assert dry_run(crd, with_requests(least)).returncode == 0
-    assert dry_run(crd, with_requests(None)).returncode == 0  # unset: the minimum
-    refused = dry_run(crd, with_requests(least - 1))
+    assert dry_run_in_default(crd, with_requests(least)).returncode == 0
+    assert dry_run_in_default(crd, with_requests(None)).returncode == 0  # unset: the minimum
+    refused = dry_run_in_default(crd, with_requests(least - 1))
     assert refused.returncode != 0
     assert "spec.canary.requests" in refused.stderr
     assert f"{least - 1} requests can never PASS" in refused.stderr
@@ -78,7 +64,7 @@ def test_a_setting_no_request_count_can_pass_is_refused_even_unset(crd):
         load_sample(),
         {"metadata": {"name": "hopeless"}, "spec": {"canary": {"maxCorruptionRate": 1e-5}}},
     )
-    refused = dry_run(crd, obj)
+    refused = dry_run_in_default(crd, obj)
     assert refused.returncode != 0
     assert "the default requests can never PASS" in refused.stderr
     assert "the minimum is more than 100000" in refused.stderr
@@ -87,7 +73,7 @@ def test_a_setting_no_request_count_can_pass_is_refused_even_unset(crd):
 @pytest.mark.parametrize(("name", "accepted"), [("flash-canary", True), ("flash--canary", False)])
 def test_a_name_with_a_double_hyphen_is_refused(crd, name, accepted):
     """`<name>--canary-…` is the canary slice's: no deployment may be named into it."""
-    result = dry_run(crd, merge_patch(load_sample(), {"metadata": {"name": name}}))
+    result = dry_run_in_default(crd, merge_patch(load_sample(), {"metadata": {"name": name}}))
     assert (result.returncode == 0) is accepted, result.stderr
     if not accepted:
         assert "metadata.name: must not contain '--'" in result.stderr
@@ -113,7 +99,7 @@ MULTINODE = {"decode": {"nodesPerReplica": 2, "tp": 8}}
 def test_a_name_at_its_budget_is_accepted_and_one_past_it_refused(crd, length, spec, refusal):
     """The budget the operator computes (api/names.py) is the API server's."""
     obj = merge_patch(load_sample(), {"metadata": {"name": "n" * length}, "spec": spec})
-    result = dry_run(crd, obj)
+    result = dry_run_in_default(crd, obj)
     assert (result.returncode == 0) is (refusal is None), result.stderr
     if refusal is not None:
         assert refusal in result.stderr
@@ -121,6 +107,6 @@ def test_a_name_at_its_budget_is_accepted_and_one_past_it_refused(crd, length, s
 
 @pytest.mark.parametrize("name", ["1flash", "flash.v2"])  # valid names of a CRD object
 def test_a_name_that_cannot_name_a_service_is_refused(crd, name):
-    result = dry_run(crd, merge_patch(load_sample(), {"metadata": {"name": name}}))
+    result = dry_run_in_default(crd, merge_patch(load_sample(), {"metadata": {"name": name}}))
     assert result.returncode != 0
     assert "metadata.name: must start with a lowercase letter" in result.stderr
