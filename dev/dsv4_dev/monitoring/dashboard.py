@@ -3,12 +3,14 @@
 Every panel target's PromQL, and the same with the dashboard's template variables
 (`$namespace`, `$deployment`) and Grafana's built-in windows (`$__rate_interval`,
 `$__range`) replaced, so that a test can run each one against a Prometheus as Grafana
-would for one deployment.
+would for one deployment; and a panel drawn as a small SVG chart from what Prometheus
+answers its queries (the pictures in docs/dashboard/: Grafana itself is not installed here).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from html import escape
@@ -70,7 +72,7 @@ def legend(target: dict[str, Any], labels: dict[str, str]) -> str:
 
 
 _COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2")
-_WIDTH, _HEIGHT, _LEFT, _TOP, _PLOT_H = 520, 230, 60, 28, 130
+_WIDTH, _LEFT, _TOP, _PLOT_H, _LEGEND = 520, 60, 28, 130, 2  # _LEGEND: names per legend row
 
 
 def _shown(value: float, unit: str | None) -> str:
@@ -86,6 +88,7 @@ def chart(title: str, unit: str | None, series: list[tuple[str, list[tuple[float
     high = max([*(v for _, v in points), low + 1e-9])
     start, span = min(times), (max(times) - min(times)) or 1.0
     width = _WIDTH - _LEFT - 10
+    height = _TOP + _PLOT_H + 24 + 14 * math.ceil(len(series) / _LEGEND)
 
     def xy(t: float, v: float) -> str:
         x = _LEFT + (t - start) / span * width
@@ -93,9 +96,9 @@ def chart(title: str, unit: str | None, series: list[tuple[str, list[tuple[float
         return f"{x:.1f},{y:.1f}"
 
     out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{_HEIGHT}" '
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{height}" '
         'font-family="sans-serif" font-size="11">',
-        f'<rect width="{_WIDTH}" height="{_HEIGHT}" fill="white"/>',
+        f'<rect width="{_WIDTH}" height="{height}" fill="white"/>',
         f'<text x="{_LEFT}" y="16" font-size="13" font-weight="bold">{escape(title)}</text>',
         f'<rect x="{_LEFT}" y="{_TOP}" width="{width}" height="{_PLOT_H}" fill="none" '
         'stroke="#ccc"/>',
@@ -117,7 +120,7 @@ def chart(title: str, unit: str | None, series: list[tuple[str, list[tuple[float
             for run in runs
             if run
         ]
-        row, column = divmod(index, 3)
-        x, y = _LEFT + column * (width // 3), _TOP + _PLOT_H + 30 + row * 14
-        out.append(f'<text x="{x}" y="{y}" fill="{colour}">■ {escape(name[:28])}</text>')
+        row, column = divmod(index, _LEGEND)
+        x, y = _LEFT + column * (width // _LEGEND), _TOP + _PLOT_H + 30 + row * 14
+        out.append(f'<text x="{x}" y="{y}" fill="{colour}">■ {escape(name[:36])}</text>')
     return "\n".join([*out, "</svg>"]) + "\n"
