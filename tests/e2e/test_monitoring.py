@@ -25,7 +25,7 @@ from urllib.parse import quote
 import pytest
 
 from dsv4_dev.cluster.local import LocalCluster
-from dsv4_dev.cluster.monitoring import Monitoring
+from dsv4_dev.cluster.monitoring import Monitoring, _unix
 from dsv4_dev.monitoring import config, dashboard
 from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.samples import shipped_sample
@@ -52,7 +52,8 @@ RACE = {
 # metrics Service in front of it.
 OPERATOR_POD_KINDS = {"Namespace", "ServiceAccount", "Deployment", "Service"}
 VERDICT_TIMEOUT = 600
-CHART_SECONDS = 900  # the charts' time range: the module's rollout, start to end
+CHART_STEP = 2  # seconds between a chart's points: the local scrape interval
+DATA = 'class="data"'  # what a chart draws for each stretch of a series
 # Dashboard queries (panel title, refId) the local cluster cannot answer, and why.
 NOT_SERVED_LOCALLY = {
     ("PD KV transfer latency", "A"): (
@@ -188,7 +189,7 @@ def test_every_dashboard_query_returns_data_for_the_deployment(world):
     }
     assert NOT_SERVED_LOCALLY.keys() <= expanded.keys()
     served = {key: expr for key, expr in expanded.items() if key not in NOT_SERVED_LOCALLY}
-    empty = sorted(served)
+    empty: list[tuple[str, str]] = []
 
     def all_answered() -> bool:
         empty[:] = [key for key, expr in served.items() if not query(monitoring, expr)]
@@ -202,20 +203,18 @@ def test_every_dashboard_query_returns_data_for_the_deployment(world):
         assert not query(monitoring, expanded[key]), f"{key} has data now ({why}): drop it"
 
 
-def test_each_dashboard_panel_draws_the_rollout(world, tmp_path):
-    """Every panel as a small SVG chart of its queries over the module's rollout, into
-    $DSV4_DASHBOARD_SVG when set (how docs/dashboard/ is made), else a temporary folder."""
-    _, monitoring = world
-    folder = Path(os.environ.get("DSV4_DASHBOARD_SVG") or tmp_path)
-    folder.mkdir(parents=True, exist_ok=True)
+def charts(monitoring: Monitoring, start: float) -> dict[str, tuple[str, str]]:
+    """Every panel's title → (file name, SVG chart of its queries), from ``start`` to now
+    in steps of the scrape interval, the last one now."""
     end = float(monitoring.api("/api/v1/query?query=time()")["result"][0])
+    first = end - CHART_STEP * ((end - start) // CHART_STEP)
     variables = {"namespace": NS, "deployment": NAME}
-    skipped = {panel for panel, _ in NOT_SERVED_LOCALLY}
+    drawn = {}
     for panel in dashboard.panels(dashboard.load()):
         series = []
         for target in panel["targets"]:
             promql = quote(dashboard.expand(target["expr"], variables))
-            window = f"start={end - CHART_SECONDS}&end={end}&step=2"
+            window = f"start={first}&end={end}&step={CHART_STEP}"
             found = monitoring.api(f"/api/v1/query_range?query={promql}&{window}")["result"]
             series += [
                 (
@@ -225,7 +224,34 @@ def test_each_dashboard_panel_draws_the_rollout(world, tmp_path):
                 for s in found
             ]
         unit = panel["fieldConfig"]["defaults"].get("unit")
-        svg = dashboard.chart(panel["title"], unit, series)
         slug = re.sub(r"[^a-z0-9]+", "-", panel["title"].lower()).strip("-")
-        (folder / f"{panel['id']:02d}-{slug}.svg").write_text(svg)
-        assert ("<polyline" in svg) is (panel["title"] not in skipped), panel["title"]
+        drawn[panel["title"]] = (
+            f"{panel['id']:02d}-{slug}.svg",
+            dashboard.chart(panel["title"], unit, series, (start, end)),
+        )
+    return drawn
+
+
+def test_each_dashboard_panel_draws_the_rollout(world, tmp_path):
+    """Every panel as a small SVG chart of its queries over the module's rollout, into
+    $DSV4_DASHBOARD_SVG when set (how the docs' pictures are made), else a temporary folder."""
+    _, monitoring = world
+    # The module's rollout: from Prometheus's start (the module's) to now.
+    start = _unix(monitoring.api("/api/v1/status/runtimeinfo")["startTime"])
+    skipped = {panel for panel, _ in NOT_SERVED_LOCALLY}
+    blank: list[str] = []
+
+    def all_drawn() -> dict[str, tuple[str, str]] | None:
+        drawn = charts(monitoring, start)
+        blank[:] = [t for t, (_, svg) in drawn.items() if t not in skipped and DATA not in svg]
+        return None if blank else drawn
+
+    try:
+        drawn = wait_for("every panel drawn with data", all_drawn, 60)
+    except AssertionError as err:
+        raise AssertionError(f"{err}; drawn without data: {blank}") from None
+    folder = Path(os.environ.get("DSV4_DASHBOARD_SVG") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    for title, (name, svg) in drawn.items():
+        (folder / name).write_text(svg)
+        assert (DATA in svg) is (title not in skipped), title

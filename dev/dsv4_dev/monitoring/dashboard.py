@@ -4,7 +4,8 @@ Every panel target's PromQL, and the same with the dashboard's template variable
 (`$namespace`, `$deployment`) and Grafana's built-in windows (`$__rate_interval`,
 `$__range`) replaced, so that a test can run each one against a Prometheus as Grafana
 would for one deployment; and a panel drawn as a small SVG chart from what Prometheus
-answers its queries (the pictures in docs/dashboard/: Grafana itself is not installed here).
+answers its queries (the pictures docs/metrics-and-alerts.md describes: Grafana itself
+is not installed here).
 """
 
 from __future__ import annotations
@@ -79,21 +80,26 @@ def _shown(value: float, unit: str | None) -> str:
     return f"{value:.2%}" if unit == "percentunit" else f"{value:.3g}{' ' + unit if unit else ''}"
 
 
-def chart(title: str, unit: str | None, series: list[tuple[str, list[tuple[float, float]]]]) -> str:
+def chart(
+    title: str,
+    unit: str | None,
+    series: list[tuple[str, list[tuple[float, float]]]],
+    window: tuple[float, float],
+) -> str:
     """A small SVG line chart of one panel: ``series`` are (legend, [(unix time, value)]),
-    NaN values left out; the time axis spans the data."""
-    points = [(t, v) for _, values in series for t, v in values if v == v]  # v == v: not NaN
-    times = [t for t, _ in points] or [0.0, 1.0]
-    low = min([0.0, *(v for _, v in points)])
-    high = max([*(v for _, v in points), low + 1e-9])
-    start, span = min(times), (max(times) - min(times)) or 1.0
+    NaN values left out, over ``window`` (unix start and end, every panel's the same); each
+    stretch of data is a `class="data"` line, or a dot where it is a single sample."""
+    values = [v for _, points in series for _, v in points if v == v]  # v == v: not NaN
+    low = min([0.0, *values])
+    high = max(values, default=low)
+    high = high if high > low else low + 1.0
+    start, end = window
     width = _WIDTH - _LEFT - 10
     height = _TOP + _PLOT_H + 24 + 14 * math.ceil(len(series) / _LEGEND)
 
-    def xy(t: float, v: float) -> str:
-        x = _LEFT + (t - start) / span * width
-        y = _TOP + _PLOT_H - (v - low) / (high - low) * _PLOT_H
-        return f"{x:.1f},{y:.1f}"
+    def xy(t: float, v: float) -> tuple[float, float]:
+        x = _LEFT + (t - start) / (end - start) * width
+        return x, _TOP + _PLOT_H - (v - low) / (high - low) * _PLOT_H
 
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{height}" '
@@ -105,21 +111,28 @@ def chart(title: str, unit: str | None, series: list[tuple[str, list[tuple[float
         f'<text x="{_LEFT - 4}" y="{_TOP + 8}" text-anchor="end">{_shown(high, unit)}</text>',
         f'<text x="{_LEFT - 4}" y="{_TOP + _PLOT_H}" text-anchor="end">{_shown(low, unit)}</text>',
         f'<text x="{_LEFT + width}" y="{_TOP + _PLOT_H + 13}" text-anchor="end">'
-        f"{span / 60:.1f} min</text>",
+        f"{(end - start) / 60:.1f} min</text>",
     ]
-    for index, (name, values) in enumerate(series):
+    for index, (name, points) in enumerate(series):
         colour = _COLOURS[index % len(_COLOURS)]
-        runs: list[list[str]] = [[]]
-        for t, v in values:
+        runs: list[list[tuple[float, float]]] = [[]]
+        for t, v in points:
             if v == v:
                 runs[-1].append(xy(t, v))
             elif runs[-1]:
                 runs.append([])
-        out += [
-            f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{" ".join(run)}"/>'
-            for run in runs
-            if run
-        ]
+        for run in filter(None, runs):
+            if len(run) == 1:
+                ((x, y),) = run
+                out.append(
+                    f'<circle class="data" cx="{x:.1f}" cy="{y:.1f}" r="2" fill="{colour}"/>'
+                )
+            else:
+                line = " ".join(f"{x:.1f},{y:.1f}" for x, y in run)
+                out.append(
+                    f'<polyline class="data" fill="none" stroke="{colour}" stroke-width="1.5" '
+                    f'points="{line}"/>'
+                )
         row, column = divmod(index, _LEGEND)
         x, y = _LEFT + column * (width // _LEGEND), _TOP + _PLOT_H + 30 + row * 14
         out.append(f'<text x="{x}" y="{y}" fill="{colour}">■ {escape(name[:36])}</text>')

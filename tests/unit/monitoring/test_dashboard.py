@@ -165,9 +165,9 @@ def test_a_panel_is_drawn_with_grafanas_legends_and_gaps_where_prometheus_has_na
     assert dashboard.legend(target, {"target": "canary"}) == "rate (canary)"
     assert dashboard.legend({"refId": "B", "legendFormat": "{{pod}}"}, {}) == "B"
     nan = float("nan")
-    svg = dashboard.chart(
-        "Bound <vs> budget", "percentunit", [("bound", [(0, 0.1), (2, 0.15), (4, nan), (6, 0.2)])]
-    )
-    assert svg.count("<polyline") == 2  # the NaN breaks the line
+    bound = [(0, 0.1), (2, 0.15), (4, nan), (6, 0.2)]
+    svg = dashboard.chart("Bound <vs> budget", "percentunit", [("bound", bound)], (0, 10))
+    # The NaN splits the series: a line, then a lone sample as a dot.
+    assert svg.count("<polyline") == 1 and svg.count("<circle") == 1
     assert "20.00%" in svg and "Bound &lt;vs&gt; budget" in svg
-    assert "<polyline" not in dashboard.chart("empty", None, [])
+    assert 'class="data"' not in dashboard.chart("empty", None, [], (0, 10))
