@@ -55,6 +55,12 @@ CORRUPTION_BOUND = Gauge(
     [*_OBJ, "target"],
     registry=REGISTRY,
 )
+CORRUPTION_BUDGET = Gauge(
+    "dsv4_operator_canary_max_corruption_rate",
+    "spec.canary.maxCorruptionRate: the budget a verdict holds the upper bound against.",
+    _OBJ,
+    registry=REGISTRY,
+)
 ROLLBACKS = Counter(
     "dsv4_operator_rollbacks_total",
     "Rollouts rolled back (canary failed, inconclusive or aborted).",
@@ -86,8 +92,11 @@ def record_progress_deadline(namespace: str, name: str, exceeded: bool) -> None:
     PROGRESS_DEADLINE_EXCEEDED.labels(namespace, name).set(1.0 if exceeded else 0.0)
 
 
-def record_phase(namespace: str, name: str, phase: RolloutPhase, since_unix: float) -> None:
-    """The phase of one deployment's rollout, recorded on every pass.  Its verdict and
+def record_phase(
+    namespace: str, name: str, phase: RolloutPhase, since_unix: float, budget: float
+) -> None:
+    """The phase of one deployment's rollout and its corruption budget (``budget``,
+    spec.canary.maxCorruptionRate), recorded on every pass.  Its verdict and
     rollback counters are exported from its first pass on, at 0: a counter whose series
     is born at its first increment shows Prometheus a first sample of 1, an `increase()` of
     0, and `DSV4CanaryFailed` would never fire for a deployment's first FAIL."""
@@ -99,6 +108,7 @@ def record_phase(namespace: str, name: str, phase: RolloutPhase, since_unix: flo
             1.0 if candidate is phase else 0.0
         )
     ROLLOUT_PHASE_SINCE.labels(namespace, name).set(since_unix)
+    CORRUPTION_BUDGET.labels(namespace, name).set(budget)
 
 
 def record_verdict(

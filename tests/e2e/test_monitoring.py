@@ -7,13 +7,16 @@ the metrics Service base installs) and each engine pod the local runtime runs.  
 deployment lives through the module: the flags of the incident's race (HiCache, a bf16
 index-K, `faultInjection.ungatedIndexK`) are promoted by hand without their verdict, the
 production watch finds them corrupt, and `DSV4PostPromotionCorruption` fires; then every
-series the rules use is in the scrape.  (A FAIL firing `DSV4CanaryFailed`, and a PASS
+series the rules use is in the scrape, and every query of the shipped Grafana dashboard
+(manifests/monitoring/dashboards/dsv4.json) returns data for that deployment.  (A FAIL firing `DSV4CanaryFailed`, and a PASS
 firing nothing, are shown by the README tour, tests/e2e/test_readme_tour.py.)
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,8 +25,8 @@ from urllib.parse import quote
 import pytest
 
 from dsv4_dev.cluster.local import LocalCluster
-from dsv4_dev.cluster.monitoring import Monitoring
-from dsv4_dev.monitoring import config
+from dsv4_dev.cluster.monitoring import Monitoring, _unix
+from dsv4_dev.monitoring import config, dashboard
 from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.samples import shipped_sample
 from tests.e2e.helpers import (
@@ -49,6 +52,15 @@ RACE = {
 # metrics Service in front of it.
 OPERATOR_POD_KINDS = {"Namespace", "ServiceAccount", "Deployment", "Service"}
 VERDICT_TIMEOUT = 600
+CHART_STEP = 2  # seconds between a chart's points: the local scrape interval
+DATA = 'class="data"'  # what a chart draws for each stretch of a series
+# Dashboard queries (panel title, refId) the local cluster cannot answer, and why.
+NOT_SERVED_LOCALLY = {
+    ("PD KV transfer latency", "A"): (
+        "sglang:kv_transfer_latency_ms is SGLang's histogram of its PD KV transfers; the "
+        "reference engine does not time its transfers and serves no such series"
+    ),
+}
 
 
 @pytest.fixture(scope="module")
@@ -162,3 +174,84 @@ def test_every_series_an_alert_rule_uses_is_scraped(world):
         for alert, names in config.rule_metrics().items()
     }
     assert not any(missing.values()), f"series no scrape has: {missing}"
+
+
+def test_every_dashboard_query_returns_data_for_the_deployment(world):
+    """After the module's rollout (a canary, a promotion, the production watch's runs)."""
+    _, monitoring = world
+    # The template variables offer this deployment (their label_values read this series).
+    offered = query(monitoring, "dsv4_operator_rollout_phase")
+    assert (NS, NAME) in {(s["metric"]["namespace"], s["metric"]["name"]) for s in offered}
+    variables = {"namespace": NS, "deployment": NAME}
+    expanded = {
+        (q.panel, q.ref): dashboard.expand(q.expr, variables)
+        for q in dashboard.queries(dashboard.load())
+    }
+    assert NOT_SERVED_LOCALLY.keys() <= expanded.keys()
+    served = {key: expr for key, expr in expanded.items() if key not in NOT_SERVED_LOCALLY}
+    empty: list[tuple[str, str]] = []
+
+    def all_answered() -> bool:
+        empty[:] = [key for key, expr in served.items() if not query(monitoring, expr)]
+        return not empty
+
+    try:
+        wait_for("every dashboard query to return data", all_answered, 60)
+    except AssertionError as err:
+        raise AssertionError(f"{err}; no data: {[(k, served[k]) for k in empty]}") from None
+    for key, why in NOT_SERVED_LOCALLY.items():
+        assert not query(monitoring, expanded[key]), f"{key} has data now ({why}): drop it"
+
+
+def charts(monitoring: Monitoring, start: float) -> dict[str, tuple[str, str]]:
+    """Every panel's title → (file name, SVG chart of its queries), from ``start`` to now
+    in steps of the scrape interval, the last one now."""
+    end = float(monitoring.api("/api/v1/query?query=time()")["result"][0])
+    first = end - CHART_STEP * ((end - start) // CHART_STEP)
+    variables = {"namespace": NS, "deployment": NAME}
+    drawn = {}
+    for panel in dashboard.panels(dashboard.load()):
+        series = []
+        for target in panel["targets"]:
+            promql = quote(dashboard.expand(target["expr"], variables))
+            window = f"start={first}&end={end}&step={CHART_STEP}"
+            found = monitoring.api(f"/api/v1/query_range?query={promql}&{window}")["result"]
+            series += [
+                (
+                    dashboard.legend(target, s["metric"]),
+                    [(float(t), float(v)) for t, v in s["values"]],
+                )
+                for s in found
+            ]
+        unit = panel["fieldConfig"]["defaults"].get("unit")
+        slug = re.sub(r"[^a-z0-9]+", "-", panel["title"].lower()).strip("-")
+        drawn[panel["title"]] = (
+            f"{panel['id']:02d}-{slug}.svg",
+            dashboard.chart(panel["title"], unit, series, (start, end)),
+        )
+    return drawn
+
+
+def test_each_dashboard_panel_draws_the_rollout(world, tmp_path):
+    """Every panel as a small SVG chart of its queries over the module's rollout, into
+    $DSV4_DASHBOARD_SVG when set (how the docs' pictures are made), else a temporary folder."""
+    _, monitoring = world
+    # The module's rollout: from Prometheus's start (the module's) to now.
+    start = _unix(monitoring.api("/api/v1/status/runtimeinfo")["startTime"])
+    skipped = {panel for panel, _ in NOT_SERVED_LOCALLY}
+    blank: list[str] = []
+
+    def all_drawn() -> dict[str, tuple[str, str]] | None:
+        drawn = charts(monitoring, start)
+        blank[:] = [t for t, (_, svg) in drawn.items() if t not in skipped and DATA not in svg]
+        return None if blank else drawn
+
+    try:
+        drawn = wait_for("every panel drawn with data", all_drawn, 60)
+    except AssertionError as err:
+        raise AssertionError(f"{err}; drawn without data: {blank}") from None
+    folder = Path(os.environ.get("DSV4_DASHBOARD_SVG") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    for title, (name, svg) in drawn.items():
+        (folder / name).write_text(svg)
+        assert (DATA in svg) is (title not in skipped), title

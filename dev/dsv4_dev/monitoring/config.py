@@ -7,9 +7,9 @@ relabelling that keeps only the targets whose Service or pod labels match the mo
 selector and whose port has the monitor's port name, the monitor's path and honorLabels,
 and the target labels the alert rules are written against (`job` is the Service's name for
 a ServiceMonitor, `<namespace>/<name>` of a PodMonitor; `namespace`, `pod`, `service`,
-`container`, `endpoint`).  A monitor that changes (a label, a port name, a path) changes
-what this Prometheus scrapes, so the live tests fail when the shipped objects drift from
-what the operator renders and serves.
+`container`, `endpoint`, and the pod labels `podTargetLabels` names).  A monitor that
+changes (a label, a port name, a path) changes what this Prometheus scrapes, so the live
+tests fail when the shipped objects drift from what the operator renders and serves.
 
 The discovery itself is served by `discovery` over HTTP SD (Debian's Prometheus has no
 `kubernetes_sd_configs`): the same objects, read from the cluster's API server, with the
@@ -146,6 +146,7 @@ def scrape_configs(
             },
             *job,
             {"target_label": "endpoint", "replacement": endpoint["port"]},
+            *_target_labels(spec),
         ]
         configs.append(
             {
@@ -158,6 +159,20 @@ def scrape_configs(
             }
         )
     return configs
+
+
+def _target_labels(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """A monitor's `podTargetLabels`: each pod label copied onto the target, under its name
+    as a Prometheus label (`app.kubernetes.io/instance` → `app_kubernetes_io_instance`)."""
+    return [
+        {
+            "source_labels": [f"__meta_kubernetes_pod_label_{meta_label(name)}"],
+            "target_label": meta_label(name),
+            "regex": "(.+)",
+            "replacement": "${1}",
+        }
+        for name in spec.get("podTargetLabels", [])
+    ]
 
 
 def _job_kind(monitor: dict[str, Any]) -> str:

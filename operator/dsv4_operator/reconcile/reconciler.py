@@ -571,7 +571,8 @@ class Reconciler:
             return Problem(_reason(err), f"rollout step failed: {err}")
         status = rollout.decision.status
         since = parse_stamp(status.phase_since).timestamp() if status.phase_since else 0.0
-        metrics.record_phase(state.owner.namespace, state.owner.name, status.phase, since)
+        budget = state.spec.canary.max_corruption_rate
+        metrics.record_phase(state.owner.namespace, state.owner.name, status.phase, since, budget)
         return None
 
 

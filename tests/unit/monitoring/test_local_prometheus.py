@@ -61,6 +61,16 @@ def test_each_monitor_endpoint_is_a_scrape_config_with_its_port_path_labels_and_
     assert keep_regex(engines_job, component) == "(prefill|decode);true"
     job = [r for r in engines_job["relabel_configs"] if r.get("target_label") == "job"]
     assert job == [{"target_label": "job", "replacement": "dsv4-system/dsv4-engines"}]
+    # podTargetLabels: the engine's deployment and role on each of its series.
+    copied = {
+        r["target_label"]: r["source_labels"]
+        for r in engines_job["relabel_configs"]
+        if r.get("regex") == "(.+)"
+    }
+    assert copied == {
+        "app_kubernetes_io_instance": ["__meta_kubernetes_pod_label_app_kubernetes_io_instance"],
+        "app_kubernetes_io_component": ["__meta_kubernetes_pod_label_app_kubernetes_io_component"],
+    }
 
 
 def test_a_changed_monitor_changes_the_scrape_config():
@@ -98,7 +108,7 @@ def test_rule_metrics_lists_the_series_of_expressions_and_annotation_queries():
 
 
 def test_every_verdict_counter_is_exported_at_zero_from_a_deployments_first_pass():
-    metrics.record_phase("ns-zero", "fresh", RolloutPhase.IDLE, 0.0)
+    metrics.record_phase("ns-zero", "fresh", RolloutPhase.IDLE, 0.0, 0.005)
     text = generate_latest(metrics.REGISTRY).decode()
     for verdict in RolloutVerdict:
         line = f'dsv4_operator_canary_verdicts_total{{name="fresh",namespace="ns-zero",verdict="{verdict.value}"}} 0.0'
