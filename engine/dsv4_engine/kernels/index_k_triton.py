@@ -11,7 +11,7 @@ drops the carry when float32 -> float8e4nv rounds up into the next binade (124.3
 
 # Triton reads kernel parameter annotations (tl.constexpr marks compile-time constants);
 # tensor and scalar parameters must stay unannotated.
-# ruff: noqa: ANN001, ANN202
+# ruff: noqa: ANN001, ANN201, ANN202
 
 import torch
 import triton
@@ -23,6 +23,9 @@ from dsv4_engine.kernels import index_k_ref, indexer_ref
 
 BLOCK_N = 64  # entries per program of the store, read and score kernels
 SCORE_ROWS = 256  # (token, head) query rows per program of the score kernel
+# Warps of a store or read program: at 4, a block of 64 fp8 keys of 128 dims needs more than
+# the 255 registers a thread has and spills (`kernels.targets` compiles and checks it).
+STORE_READ_WARPS = 8
 MIN_DOT = 16  # tl.dot needs every dimension >= 16 and a power of two
 
 
@@ -73,7 +76,7 @@ def _e4m3_bits(v):
 
 
 @triton.jit
-def _store_kernel(
+def store_kernel(
     keys_ptr, buf_u8, buf_f32, buf_i16, page_ptr, slot_ptr, n, page_bytes, entries,
     D: tl.constexpr, NB: tl.constexpr, IS_FP8: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
@@ -99,7 +102,7 @@ def _store_kernel(
 
 
 @triton.jit
-def _read_kernel(
+def read_kernel(
     buf_u8, buf_f32, buf_bf16, page_ptr, slot_ptr, out_ptr, n, page_bytes, entries,
     D: tl.constexpr, NB: tl.constexpr, IS_FP8: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
@@ -110,7 +113,7 @@ def _read_kernel(
 
 
 @triton.jit
-def _score_kernel(
+def score_kernel(
     buf_u8, buf_f32, buf_bf16, page_ptr, slot_ptr, q_ptr, w_ptr, out_ptr, n, tokens, heads,
     block_t, page_bytes, entries, D: tl.constexpr, NB: tl.constexpr, IS_FP8: tl.constexpr,
     BLOCK_N: tl.constexpr, RP: tl.constexpr, TP: tl.constexpr,
@@ -155,11 +158,11 @@ def _page_slot(
     return page.contiguous(), slot.contiguous()
 
 
-def _dot_size(rows: int) -> int:
+def dot_size(rows: int) -> int:
     return max(MIN_DOT, triton.next_power_of_2(rows))
 
 
-def _format_constants(fmt: IndexKeyFormat) -> dict[str, int | bool]:
+def format_constants(fmt: IndexKeyFormat) -> dict[str, int | bool]:
     """The compile-time description of `fmt` every kernel takes (NB >= 1: tl.arange needs it)."""
     return {
         "D": fmt.head_dim,
@@ -179,9 +182,10 @@ def store_index_k(
         return
     u8, f32, _ = _views(buf)
     n = page.numel()
-    _store_kernel[(triton.cdiv(n, BLOCK_N),)](
+    store_kernel[(triton.cdiv(n, BLOCK_N),)](
         keys.to(torch.float32).contiguous(), u8, f32, u8.view(torch.int16), page, slot, n,
-        buf.shape[1], entries, **_format_constants(fmt), BLOCK_N=BLOCK_N,
+        buf.shape[1], entries, **format_constants(fmt), BLOCK_N=BLOCK_N,
+        num_warps=STORE_READ_WARPS,
     )  # fmt: skip
 
 
@@ -195,9 +199,9 @@ def read_index_k(
     out = torch.empty((n, fmt.head_dim), dtype=torch.float32, device=buf.device)
     if n:
         u8, f32, bf16 = _views(buf)
-        _read_kernel[(triton.cdiv(n, BLOCK_N),)](
+        read_kernel[(triton.cdiv(n, BLOCK_N),)](
             u8, f32, bf16, page, slot, out, n, buf.shape[1], entries,
-            **_format_constants(fmt), BLOCK_N=BLOCK_N,
+            **format_constants(fmt), BLOCK_N=BLOCK_N, num_warps=STORE_READ_WARPS,
         )  # fmt: skip
     return out
 
@@ -222,10 +226,10 @@ def index_scores(
         u8, f32, bf16 = _views(buf)
         block_t = min(tokens, max(1, SCORE_ROWS // heads))
         grid = (triton.cdiv(n, BLOCK_N), triton.cdiv(tokens, block_t))
-        _score_kernel[grid](
+        score_kernel[grid](
             u8, f32, bf16, page, slot, q.to(torch.float32).contiguous(),
             w.to(torch.float32).contiguous(), out, n, tokens, heads, block_t, buf.shape[1],
-            entries, **_format_constants(fmt), BLOCK_N=BLOCK_N,
-            RP=_dot_size(block_t * heads), TP=_dot_size(block_t),
+            entries, **format_constants(fmt), BLOCK_N=BLOCK_N,
+            RP=dot_size(block_t * heads), TP=dot_size(block_t),
         )  # fmt: skip
     return out

@@ -13,7 +13,7 @@ keys decode to the indices (their low halves).  Any row length, any k <= n.
 
 # Triton reads kernel parameter annotations (tl.constexpr marks compile-time constants);
 # tensor and scalar parameters must stay unannotated.
-# ruff: noqa: ANN001, ANN202
+# ruff: noqa: ANN001, ANN201, ANN202
 
 import torch
 import triton
@@ -24,7 +24,7 @@ BLOCK_KEYS = 8192  # keys of one program: rows per program = this / chunk (at le
 
 
 @triton.jit
-def _topk_kernel(
+def topk_kernel(
     in_ptr, out_ptr, rows, n, in_stride, out_stride, k,
     CHUNK: tl.constexpr, BLOCK_R: tl.constexpr, FROM_SCORES: tl.constexpr,
 ):  # fmt: skip
@@ -50,6 +50,14 @@ def _topk_kernel(
         key = tl.where(key == best[:, None], 0, key)
 
 
+def chunking(rows: int, n: int, k: int) -> tuple[int, int]:
+    """(keys per chunk, rows per program) for ``rows`` rows of ``n`` scores and top-``k``:
+    a whole row while it fits `MAX_CHUNK`, else chunks that each keep 2k candidates."""
+    width = triton.next_power_of_2(n)
+    chunk = width if width <= MAX_CHUNK else max(MAX_CHUNK, 2 * triton.next_power_of_2(k))
+    return chunk, min(triton.next_power_of_2(rows), max(1, BLOCK_KEYS // chunk))
+
+
 def topk(scores: torch.Tensor, k: int) -> torch.Tensor:
     """Indices [T, k] of each row's k best scores, best first, ties to the lower index."""
     rows, n = scores.shape
@@ -57,9 +65,7 @@ def topk(scores: torch.Tensor, k: int) -> torch.Tensor:
         raise ValueError(f"top-k: k={k} exceeds the {n} scores of a row")
     if k == 0 or rows == 0:
         return torch.empty((rows, k), dtype=torch.int64, device=scores.device)
-    width = triton.next_power_of_2(n)
-    chunk = width if width <= MAX_CHUNK else max(MAX_CHUNK, 2 * triton.next_power_of_2(k))
-    block_r = min(triton.next_power_of_2(rows), max(1, BLOCK_KEYS // chunk))
+    chunk, block_r = chunking(rows, n, k)
     current = scores.to(torch.float32).contiguous()
     from_scores = True
     while True:
@@ -68,7 +74,7 @@ def topk(scores: torch.Tensor, k: int) -> torch.Tensor:
         # Each chunk keeps k candidates; a chunk shorter than k keeps zero keys past its
         # end, which sort below every real key.
         out = torch.empty((rows, chunks * k), dtype=torch.int64, device=scores.device)
-        _topk_kernel[(chunks, triton.cdiv(rows, block_r))](
+        topk_kernel[(chunks, triton.cdiv(rows, block_r))](
             current, out, rows, current.shape[1], current.stride(0), out.stride(0), k,
             CHUNK=chunk, BLOCK_R=block_r, FROM_SCORES=from_scores,
         )  # fmt: skip

@@ -25,6 +25,16 @@ def _one_torch_thread():
     torch.set_num_threads(saved)
 
 
+def _forget_kernel_modules() -> None:
+    """Make the next import of each kernel module decorate its kernels anew (another test
+    may have imported them compiled for a GPU): out of `sys.modules`, and off the package,
+    whose attribute `from dsv4_engine.kernels import ...` would otherwise hand back."""
+    package = sys.modules["dsv4_engine.kernels"]
+    for name in TRITON_MODULES:
+        sys.modules.pop(name, None)
+        package.__dict__.pop(name.rsplit(".", 1)[1], None)
+
+
 @pytest.fixture(scope="module")
 def triton_backend():
     """The Triton kernels: native on CUDA, else decorated and run under Triton's CPU
@@ -35,13 +45,11 @@ def triton_backend():
         return
     saved = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1"
-    for name in TRITON_MODULES:
-        sys.modules.pop(name, None)
+    _forget_kernel_modules()
     try:
         yield "triton"
     finally:
-        for name in TRITON_MODULES:
-            sys.modules.pop(name, None)
+        _forget_kernel_modules()
         if saved is None:
             del os.environ["TRITON_INTERPRET"]
         else:
