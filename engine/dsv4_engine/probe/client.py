@@ -24,6 +24,10 @@ from typing import Any
 
 import aiohttp
 
+# A router's page of every engine's /metrics (sglang-router 0.3.2 serves it; so does the
+# reference router): where the probe reads the engines' kv-canary violations.
+ENGINE_METRICS_PATH = "/engine_metrics"
+
 
 class TransportError(Exception):
     """No answer to judge: connection refused, timeout, HTTP error or a malformed body."""
@@ -123,9 +127,8 @@ class EngineClient:
         )
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
-    async def _request(self, method: str, path: str, body: Any = None) -> Any:
+    async def _read(self, method: str, path: str, body: Any = None) -> bytes:
         url = self.base_url + path
-        self.meter.enter()
         try:
             async with self.session.request(
                 method, url, json=body, timeout=self._timeout, headers=self._headers
@@ -136,10 +139,17 @@ class EngineClient:
                 if resp.status != 200:
                     text = raw[:200].decode("utf-8", "replace")
                     raise TransportError(f"{method} {path}: HTTP {resp.status}: {text}")
+                return raw
         except TimeoutError:
             raise TransportError(f"{method} {path}: timed out") from None
         except aiohttp.ClientError as err:
             raise TransportError(f"{method} {path}: {type(err).__name__}: {err}") from None
+
+    async def _request(self, method: str, path: str, body: Any = None) -> Any:
+        """A JSON call, counted as a request in flight (`meter`)."""
+        self.meter.enter()
+        try:
+            raw = await self._read(method, path, body)
         finally:
             self.meter.leave()
         if not raw:
@@ -161,6 +171,11 @@ class EngineClient:
         if not isinstance(body, dict):
             raise TransportError("GET /server_info: expected a JSON object")
         return body
+
+    async def engine_metrics(self) -> str:
+        """Every engine's Prometheus page through the router (sglang-router's
+        ``GET /engine_metrics``; not a request in flight)."""
+        return (await self._read("GET", ENGINE_METRICS_PATH)).decode("utf-8", "replace")
 
     async def offload(self, path: str) -> None:
         await self._request("POST", path, {})

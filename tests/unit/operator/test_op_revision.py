@@ -9,6 +9,7 @@ import json
 from typing import Annotated
 
 import pytest
+import yaml
 from pydantic import BaseModel
 
 from dsv4_operator.api import KIND
@@ -398,3 +399,26 @@ def test_a_revision_read_back_from_the_api_server_is_the_same_revision():
     assert '"ratio": 2.0' in text
     stored = json.loads(text.replace(".0,", ",").replace(".0}", "}"))
     assert EngineRevision.model_validate(stored).revision == spec_revision(asked).revision
+
+
+@pytest.mark.parametrize("asked", ["off", "raise"])
+def test_a_canary_runs_kv_canary_in_log_mode_and_its_probe_reads_it_whatever_the_flags_say(asked):
+    """Off, the canary's engines would find nothing; raise would stop them at the first
+    violation before the probe reads it.  So the canary's engine.yaml says log, and its
+    probe Job is told to read the violations; production's flags are what was asked."""
+    world = ready_world()
+    world.api.run_probe_jobs = lambda *a, **k: 0
+    world.patch_spec("flash", {"features": {**HICACHE["features"], "kvCanary": asked}})
+    world.until("probing", lambda: world.phase() == "Probing")
+    engine_yaml = {
+        name: yaml.safe_load(text)
+        for (kind, _, name), obj in world.api.objects.items()
+        if kind == "ConfigMap" and "-engine-" in name
+        for text in obj["data"].values()
+    }
+    canary = {n: c["features"]["kvCanary"] for n, c in engine_yaml.items() if "--canary" in n}
+    assert canary and set(canary.values()) == {"log"}
+    assert spec_revision(spec({"features": {"kvCanary": asked}})).features.kv_canary == asked
+    (job,) = [o for (k, _, _), o in world.api.objects.items() if k == "Job"]
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert "--kv-canary" in container["args"] + container.get("command", [])
