@@ -20,7 +20,7 @@ from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.rollout.controller import canary_settings
 from dsv4_operator.rollout.decide import ManualAction
 from dsv4_operator.rollout.digest import registry_digest
-from dsv4_operator.rollout.slices import REVISION_PATHS, spec_revision
+from dsv4_operator.rollout.slices import REVISION_PATHS, canary_spec, spec_revision
 from tests.unit.operator.harness import FAIL, FP4, HICACHE, NS, PASS, World
 
 # One change of each revision-class field (a spec patch), for the field's path.
@@ -363,6 +363,15 @@ def test_probes_ask_for_a_host_tier_round_trip_only_where_the_revision_has_one()
     assert plain.offload_path is None and not plain.hicache
     hicache = canary_settings(spec({"engine": "reference", **HICACHE}), "http://canary:8000")
     assert hicache.offload_path is not None and hicache.hicache
+
+
+@pytest.mark.parametrize(("mode", "read"), [("off", False), ("log", True), ("raise", True)])
+def test_a_probe_reads_kv_canary_violations_where_the_engines_run_kv_canary(mode, read):
+    """The production watch probes what production runs; a canary always runs log."""
+    probed = spec({"features": {"kvCanary": mode}})
+    assert canary_settings(probed, "http://flash:8000").kv_canary is read
+    canary = canary_spec(probed, spec_revision(probed), probed.canary)
+    assert canary_settings(canary, "http://canary:8000").kv_canary is True
 
 
 def test_a_hicache_pass_without_host_tier_reads_is_not_promoted():
