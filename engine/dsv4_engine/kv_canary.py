@@ -10,8 +10,10 @@ metric, endpoint or /server_info field for it.  So the project counts each such 
 `METRIC` inside the engine process (`dsv4_engine.sglang_plugin.kv_canary`), where SGLang's
 multiprocess Prometheus registry serves it on the engine's /metrics; the reference engine
 serves the same counter for its own integrity check.  A router's ``GET /engine_metrics``
-(sglang-router: every worker's /metrics, each sample labelled ``worker_addr``) brings
-every engine's count to the probe, which compares it before and after its run.
+(every worker's /metrics on one page: sglang-router 0.3.2 serves the route, and so does
+the reference router, labelling each sample ``worker_addr``) brings every engine's count to
+the probe, which compares it before and after its run.  Samples without that label sum
+into one count per launch tag and fail reason: detection does not depend on the label.
 
 Pure: imported by the probe and the operator, without torch or prometheus_client.
 """
@@ -25,7 +27,7 @@ METRIC = "dsv4:kv_canary_violations_total"
 HELP = "kv-canary violations: KV reads whose stored data failed the integrity check."
 # The labels of METRIC: SGLang's launch tag and fail reason(s), as its log line names them.
 LABELS = ("launch_tag", "fail_reason")
-WORKER_LABEL = "worker_addr"  # added by sglang-router's /engine_metrics to every sample
+WORKER_LABEL = "worker_addr"  # the engine a sample is from (the reference router's label)
 
 SGLANG_LOGGER = "sglang.srt.kv_canary.runner.violation_reporter"
 SGLANG_LINE = re.compile(r"kv_canary violation: launch_tag=(\S+) fail_reason=(\S+)")

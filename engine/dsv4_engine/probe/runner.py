@@ -144,8 +144,10 @@ class KvCanaryReading:
 
     @classmethod
     def of(cls, before: Counts | str, after: Counts | str) -> KvCanaryReading:
-        if isinstance(before, str) or isinstance(after, str):
-            return cls(unread=before if isinstance(before, str) else str(after))
+        for read in (before, after):
+            if isinstance(read, str):
+                return cls(unread=read)
+        assert not isinstance(before, str) and not isinstance(after, str)
         return cls(violations=kv_canary.new_violations(before, after))
 
 

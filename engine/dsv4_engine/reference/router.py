@@ -90,8 +90,8 @@ class Router:
         return await self._forward_get(f"{self.decodes[0]}/server_info")
 
     async def _engine_metrics(self, _: web.Request) -> web.Response:
-        """Every worker's /metrics on one page, each sample labelled with its worker
-        (``worker_addr``), as sglang-router's ``GET /engine_metrics`` serves them."""
+        """Every worker's /metrics on one page (the route sglang-router serves), each
+        sample labelled with its worker (``worker_addr``)."""
         pages = []
         for url in [p.url for p in self.prefills] + self.decodes:
             try:
