@@ -36,7 +36,7 @@ _SAMPLE = re.compile(rf"^{re.escape(METRIC)}(?:{{(?P<labels>[^}}]*)}})? (?P<valu
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class Violations:
     """One engine's count of one kind of violation."""
 
