@@ -143,7 +143,7 @@ def test_corrupting_flags_fail_the_default_canary_and_are_rolled_back_sticky(wor
         get_json(cluster, "configmap", done["report"], "-n", NS)["data"]["report.json"]
     )
     assert report["verdict"] == "FAIL"
-    # The canary's engines ran kv-canary in log mode (the flags say off): they caught the
+    # The canary's engines ran kv-canary in log mode (as every canary does): they caught the
     # stale index-K reads themselves, and the report names them.
     assert report["settings"]["kv_canary"] is True and report["kv_canary"]["unread"] is None
     caught = report["kv_canary"]["violations"]
