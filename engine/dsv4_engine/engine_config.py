@@ -217,7 +217,8 @@ class EngineConfig(CamelModel):
         return hicache.enabled and self.role in hicache.roles
 
 
-_CANARY_ARG = {KvCanary.OFF: "none", KvCanary.LOG: "log", KvCanary.RAISE: "raise"}
+# `--kv-canary`, by SGLang's names (the reference engine takes the same flag).
+CANARY_ARG = {KvCanary.OFF: "none", KvCanary.LOG: "log", KvCanary.RAISE: "raise"}
 
 
 def to_sglang_args(
@@ -238,7 +239,7 @@ def to_sglang_args(
         "--tp-size", str(config.tp),
         "--ep-size", str(config.ep),
         "--enable-metrics",
-        "--kv-canary", _CANARY_ARG[config.features.kv_canary],
+        "--kv-canary", CANARY_ARG[config.features.kv_canary],
         "--disaggregation-mode", config.role.value,
         "--disaggregation-transfer-backend", config.disaggregation.transfer_backend.value,
         "--disaggregation-bootstrap-port", str(config.disaggregation.bootstrap_port),

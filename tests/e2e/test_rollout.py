@@ -139,8 +139,16 @@ def test_corrupting_flags_fail_the_default_canary_and_are_rolled_back_sticky(wor
     # needs is a rate above the default budget, proven at the default confidence.
     assert done["rate"] > CanarySpec().max_corruption_rate
     assert done["rejectedRevision"] == done["canaryRevision"]
-    report = get_json(cluster, "configmap", done["report"], "-n", NS)
-    assert json.loads(report["data"]["report.json"])["verdict"] == "FAIL"
+    report = json.loads(
+        get_json(cluster, "configmap", done["report"], "-n", NS)["data"]["report.json"]
+    )
+    assert report["verdict"] == "FAIL"
+    # The canary's engines ran kv-canary in log mode (as every canary does): they caught the
+    # stale index-K reads themselves, and the report names them.
+    assert report["settings"]["kv_canary"] is True and report["kv_canary"]["unread"] is None
+    caught = report["kv_canary"]["violations"]
+    assert {v["launch_tag"] for v in caught} == {"INDEX_K_READ"}, caught
+    assert any(r.startswith("kv-canary violations during the run: ") for r in report["reasons"])
     wait_for("canary deleted", lambda: not canary_exists(cluster), 60)
     assert stable_hashes(cluster) == hashes, "production never ran the rejected flags"
     assert rollout(cluster)["stableRevision"] == stable

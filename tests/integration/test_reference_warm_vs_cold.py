@@ -4,7 +4,9 @@ prefix was pushed to the host tier: the seed incident end to end, through HTTP.
 With the per-layer gate every warm answer equals its cold answer; with the index-K gate
 removed (`DSV4_INJECT_UNGATED_INDEX_K=1`) and bf16 index-K, the indexer reads keys a
 HiCache load has not delivered yet and some answers change.  The engine counts the stale
-reads it observes (`dsv4:index_k_reads_during_load_total`): 0 gated, more ungated.
+reads it observes (`dsv4:index_k_reads_during_load_total`): 0 gated, more ungated.  With
+`--kv-canary log` it counts each of them as a kv-canary violation too (the counter the
+canary's probe reads, `dsv4_engine.kv_canary`): none gated, every stale read ungated.
 
 The same holds with the Triton kernels (under the interpreter without a GPU), on a smaller
 workload since the interpreter is slow.
@@ -18,6 +20,7 @@ import urllib.request
 
 import pytest
 
+from dsv4_engine import kv_canary
 from dsv4_engine.reference.loadgen import shared_prefix_bodies, warm_vs_cold
 
 pytestmark = pytest.mark.slow
@@ -30,7 +33,10 @@ BODIES = shared_prefix_bodies(
 # 1 MB/s (the default is 16, after 30 ms per layer): a load's layer copy outlasts the
 # prefill batch's compute up to the indexer by a wide margin, even on a loaded 2-core
 # machine — here a batch of 64 chunks of the random model, which computes request by request.
-FLAGS = ("--enable-hierarchical-cache", "--hicache-ratio", "2", "--hicache-bandwidth", "1")
+FLAGS = (
+    *("--kv-canary", "log", "--enable-hierarchical-cache", "--hicache-ratio", "2"),
+    *("--hicache-bandwidth", "1"),
+)
 TRITON = {"TRITON_INTERPRET": "1", "DSV4_KERNEL_BACKEND": "triton"}
 TRITON_BODIES = shared_prefix_bodies(
     4, prefixes=2, prefix_words=40, max_tokens=3, seed=0, session_words=10
@@ -48,10 +54,19 @@ def mismatches(url: str, bodies: list[dict] = BODIES) -> int:
     return sum(c.text != w.text for c, w in zip(cold, warm, strict=True))
 
 
-def metric(url: str, name: str) -> float:
+def metrics_page(url: str) -> str:
     with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
-        lines = resp.read().decode().splitlines()
+        return resp.read().decode()
+
+
+def metric(url: str, name: str) -> float:
+    lines = metrics_page(url).splitlines()
     return float(next(ln for ln in lines if ln.startswith(name + "{")).split()[-1])
+
+
+def violations(url: str) -> dict[str, int]:
+    """kv-canary violations by launch tag, as the probe reads them."""
+    return {tag: n for (_, tag, _), n in kv_canary.read(metrics_page(url)).items()}
 
 
 def test_gated_bf16_warm_answers_equal_cold(start_server):
@@ -59,13 +74,16 @@ def test_gated_bf16_warm_answers_equal_cold(start_server):
     assert mismatches(url) == 0
     assert metric(url, "sglang:load_back_tokens_total") > 0
     assert metric(url, "dsv4:index_k_reads_during_load_total") == 0
+    assert violations(url) == {"INDEX_K_READ": 0, "KV_READ": 0}
 
 
 def test_ungated_bf16_warm_answers_differ(start_server):
     url = start_server(*FLAGS, "--index-dtype", "bf16", env={"DSV4_INJECT_UNGATED_INDEX_K": "1"})
     assert mismatches(url) >= 8  # measured: ~50 of 64 at 1 MB/s (fp8: ~40)
-    assert metric(url, "dsv4:index_k_reads_during_load_total") > 0
+    stale = metric(url, "dsv4:index_k_reads_during_load_total")
+    assert stale > 0
     assert metric(url, "dsv4:index_k_gated") == 0
+    assert violations(url) == {"INDEX_K_READ": stale, "KV_READ": 0}
 
 
 @pytest.mark.parametrize("ungated", [False, True], ids=["gated", "ungated"])

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from dsv4_engine.cliutil import CommandError
 from dsv4_engine.engine_config import (
+    CANARY_ARG,
     PLUGINS_ENV,
     UNGATED_INDEX_K_ENV,
     Backend,
@@ -80,6 +81,7 @@ def reference_args(config: EngineConfig) -> list[str]:
         "--served-model-name", config.served_model_name,
         "--reference-model", config.reference_model.value,
         "--index-dtype", config.features.index_dtype.value,
+        "--kv-canary", CANARY_ARG[config.features.kv_canary],
         "--disaggregation-mode", config.role.value,
         "--disaggregation-bootstrap-port", str(config.disaggregation.bootstrap_port),
     ]  # fmt: skip

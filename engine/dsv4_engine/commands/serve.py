@@ -105,6 +105,13 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--disaggregation-bootstrap-port", type=int, default=_DEFAULTS.disaggregation_bootstrap_port
     )
+    p.add_argument(
+        "--kv-canary",
+        choices=("none", "log", "raise"),
+        default=_DEFAULTS.kv_canary,
+        help="SGLang's KV integrity check: log/raise count stale reads into "
+        "dsv4:kv_canary_violations_total on /metrics",
+    )
     p.add_argument("--log-level", default="info")
 
 
@@ -149,6 +156,7 @@ def settings_from_args(args: argparse.Namespace) -> ServeSettings:
                 "--disaggregation-mode", args.disaggregation_mode, DisaggregationMode
             ),
             disaggregation_bootstrap_port=args.disaggregation_bootstrap_port,
+            kv_canary=args.kv_canary,
             **{name: value for name, value in given.items() if value is not None},
         )
     except SettingsError as err:

@@ -33,6 +33,11 @@ HTTP contract the probes assume of the engine (OpenAI-compatible):
   ``"deterministic": true`` (reference engine) or ``enable_deterministic_inference: true``
   at top level or under ``"server_args"`` (SGLang).  Only asked when consistency probes run
   and ``deterministic`` is ``auto``; otherwise they are reported not applicable.
+* ``GET /engine_metrics`` (a router's page of every engine's ``/metrics``, as sglang-router
+  serves it) → Prometheus text; its ``dsv4:kv_canary_violations_total`` samples are the
+  engines' kv-canary violations (`dsv4_engine.kv_canary`).  Only read with ``kv_canary``
+  set, after the warm-up and after the last sample: any growth FAILs the run, a failed
+  read leaves it INCONCLUSIVE.
 
 Admin contract (reference engine; the path is the ``admin_offload_path`` setting, default
 ``/admin/hicache/offload``; SGLang has no equivalent, see `settings`):

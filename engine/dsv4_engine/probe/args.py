@@ -111,6 +111,12 @@ OPTIONS: tuple[Option, ...] = (
         "from OpenAI deltas, judged like the rest)",
     ),
     Option(
+        "kv_canary",
+        "kv-canary",
+        "the engines run SGLang's kv-canary: read their violations through the router's "
+        "GET /engine_metrics before and after the run; any new one FAILs it",
+    ),
+    Option(
         "hicache",
         "hicache",
         "the engine runs HiCache: PASS only if enough samples read a prefix back from its "

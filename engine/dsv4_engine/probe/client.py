@@ -26,6 +26,10 @@ from typing import Any
 
 import aiohttp
 
+# A router's page of every engine's /metrics (sglang-router 0.3.2 serves it; so does the
+# reference router): where the probe reads the engines' kv-canary violations.
+ENGINE_METRICS_PATH = "/engine_metrics"
+
 
 class TransportError(Exception):
     """No answer to judge: connection refused, timeout, HTTP error or a malformed body."""
@@ -127,12 +131,13 @@ class EngineClient:
 
     @contextlib.asynccontextmanager
     async def _exchange(
-        self, method: str, path: str, body: Any
+        self, method: str, path: str, body: Any, counted: bool = True
     ) -> AsyncIterator[aiohttp.ClientResponse]:
-        """One request, in flight (counted by the meter) until its body is read: the
-        response if it is HTTP 200; anything else is a `TransportError` saying what."""
+        """One request until its body is read — ``counted``: as a request in flight, by the
+        meter — the response if it is HTTP 200; anything else is a `TransportError`."""
         url = self.base_url + path
-        self.meter.enter()
+        if counted:
+            self.meter.enter()
         try:
             async with self.session.request(
                 method, url, json=body, timeout=self._timeout, headers=self._headers
@@ -148,9 +153,11 @@ class EngineClient:
         except aiohttp.ClientError as err:
             raise TransportError(f"{method} {path}: {type(err).__name__}: {err}") from None
         finally:
-            self.meter.leave()
+            if counted:
+                self.meter.leave()
 
     async def _request(self, method: str, path: str, body: Any = None) -> Any:
+        """A JSON call, counted as a request in flight (`meter`)."""
         async with self._exchange(method, path, body) as resp:
             raw = await resp.read()
         if not raw:
@@ -172,6 +179,12 @@ class EngineClient:
         if not isinstance(body, dict):
             raise TransportError("GET /server_info: expected a JSON object")
         return body
+
+    async def engine_metrics(self) -> str:
+        """Every engine's Prometheus page through the router (sglang-router's
+        ``GET /engine_metrics``; not a request in flight)."""
+        async with self._exchange("GET", ENGINE_METRICS_PATH, None, counted=False) as resp:
+            return (await resp.read()).decode("utf-8", "replace")
 
     async def offload(self, path: str) -> None:
         await self._request("POST", path, {})

@@ -7,13 +7,14 @@ JSON alone, so a report saved by the canary can be re-rendered later.  The schem
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from importlib import resources
 from typing import Any
 
 from dsv4_engine.probe.outcome import Outcome
 from dsv4_engine.probe.probes import EXCERPT_CHARS
-from dsv4_engine.probe.runner import ProbeResult
+from dsv4_engine.probe.runner import KvCanaryReading, ProbeResult
 from dsv4_engine.probe.stats import fail_boundary_lower, percents, upper_bound
 from dsv4_engine.probe.verdict import exercised_needed
 
@@ -137,6 +138,16 @@ def build_report(result: ProbeResult) -> dict[str, Any]:
         },
         "latency": _latency(latencies),
         "series": _series(tally.failure_flags, s.confidence),
+        "kv_canary": _kv_canary(result.kv_canary),
+    }
+
+
+def _kv_canary(reading: KvCanaryReading | None) -> dict[str, Any] | None:
+    if reading is None:
+        return None
+    return {
+        "violations": [dataclasses.asdict(v) for v in reading.violations],
+        "unread": reading.unread,
     }
 
 
@@ -170,6 +181,7 @@ def summary_table(report: dict[str, Any]) -> str:
             "{}  threshold {}".format(*percents(report["upper_bound"], report["threshold"])),
         ),
         ("concurrency", f"peak {conc['peak']}, mean {conc['mean']:.1f}, target {conc['target']}"),
+        ("kv-canary", _kv_canary_row(report.get("kv_canary"))),
     ]
     if lat["count"]:
         rows.append(
@@ -184,6 +196,15 @@ def summary_table(report: dict[str, Any]) -> str:
     lines = [f"{k.ljust(width)}  {v}" for k, v in rows]
     lines += [f"- {reason}" for reason in report["reasons"]]
     return "\n".join(lines + _example_lines(report["examples"]))
+
+
+def _kv_canary_row(kv: dict[str, Any] | None) -> str:
+    if kv is None:
+        return "not read (not asked for: the engines run no kv-canary)"
+    if kv["unread"] is not None:
+        return f"not read: {kv['unread']}"
+    found = sum(v["count"] for v in kv["violations"])
+    return f"{found} violations during the run" + (" (each FAILs it)" if found else "")
 
 
 def _host_tier_rule(report: dict[str, Any]) -> str:

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 
 import aiohttp
 
+from dsv4_engine import kv_canary
 from dsv4_engine.engine_config import Backend, ReferenceModelKind
 from dsv4_engine.probe.client import EndpointMissing, EngineClient, TransportError
 from dsv4_engine.probe.outcome import Outcome
@@ -101,6 +102,8 @@ class ProbeResult:
     started_at: datetime
     finished_at: datetime
     duration_s: float
+    kv_canary: KvCanaryReading | None = None
+    """The engines' kv-canary violations during the run; None: not asked for."""
 
     @property
     def judged(self) -> int:
@@ -128,6 +131,34 @@ class ProbeResult:
         return self.verdict.exit_code
 
 
+Counts = dict[tuple[str, str, str], int]
+
+
+@dataclass(frozen=True)
+class KvCanaryReading:
+    """What the engines' kv-canary counted between the probe's two reads of it."""
+
+    violations: tuple[kv_canary.Violations, ...] = ()
+    unread: str | None = None
+    """Why a read failed (then nothing is known about violations)."""
+
+    @classmethod
+    def of(cls, before: Counts | str, after: Counts | str) -> KvCanaryReading:
+        for read in (before, after):
+            if isinstance(read, str):
+                return cls(unread=read)
+        assert not isinstance(before, str) and not isinstance(after, str)
+        return cls(violations=kv_canary.new_violations(before, after))
+
+
+async def _violation_counts(client: EngineClient) -> Counts | str:
+    """The engines' kv-canary counts through the router, or why they could not be read."""
+    try:
+        return kv_canary.read(await client.engine_metrics())
+    except TransportError as err:
+        return str(err)
+
+
 ProgressFn = Callable[[Tally], None]
 
 
@@ -144,6 +175,7 @@ async def run_probes(settings: ProbeSettings, progress: ProgressFn | None = None
             settings.api_key,
         )
         model = await _warm_up(client, settings)
+        before = await _violation_counts(client) if settings.kv_canary else None
         probe_set = settings.probe_set(await _reference_model(client, settings))
         not_applicable, host_round_trip = await _preflight(client, settings, probe_set)
         applicable = tuple(p for p in probe_set if p not in not_applicable)
@@ -153,6 +185,7 @@ async def run_probes(settings: ProbeSettings, progress: ProgressFn | None = None
         if applicable:
             await _drive(ctx, applicable, tally, progress)
         meter = client.meter
+        kv = None if before is None else KvCanaryReading.of(before, await _violation_counts(client))
     evidence = Evidence(
         judged=tally.judged,
         corrupt=tally.corrupt,
@@ -165,6 +198,8 @@ async def run_probes(settings: ProbeSettings, progress: ProgressFn | None = None
         applicable_probes=len(applicable),
         hicache=settings.hicache,
         exercised=tally.exercised,
+        kv_canary=kv.violations if kv else (),
+        kv_canary_unread=kv.unread if kv else None,
     )
     verdict, reasons = decide(evidence)
     return ProbeResult(
@@ -180,6 +215,7 @@ async def run_probes(settings: ProbeSettings, progress: ProgressFn | None = None
         started_at=started_at,
         finished_at=datetime.now(UTC),
         duration_s=time.monotonic() - t0,
+        kv_canary=kv,
     )
 
 

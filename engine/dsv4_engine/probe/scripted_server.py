@@ -25,6 +25,8 @@ from typing import Any
 
 from aiohttp import web
 
+from dsv4_engine import kv_canary
+from dsv4_engine.probe.client import ENGINE_METRICS_PATH
 from dsv4_engine.probe.dsml import EOS, DsmlFormat
 from dsv4_engine.probe.dsml_format import render_dsml
 
@@ -51,6 +53,10 @@ class ScriptedCompletionServer:
     server_info: dict[str, Any] | None = None
     """GET /server_info body; None: {"deterministic": <deterministic>}."""
     model: str = "scripted-model"
+    kv_canary_violation_at: int | None = None
+    """The chat request, by arrival, while which the engine's kv-canary counts a violation
+    (`kv_canary.METRIC` on the router's GET /engine_metrics); None: it never does."""
+    engine_metrics_endpoint: bool = True
     in_flight: int = 0
     max_in_flight: int = 0
     chat_requests: int = 0
@@ -68,6 +74,8 @@ class ScriptedCompletionServer:
         app.router.add_post("/v1/chat/completions", self._chat)
         if self.offload_endpoint:
             app.router.add_post("/admin/hicache/offload", self._offload)
+        if self.engine_metrics_endpoint:
+            app.router.add_get(ENGINE_METRICS_PATH, self._engine_metrics)
         return app
 
     async def start(self, port: int = 0) -> str:
@@ -89,6 +97,12 @@ class ScriptedCompletionServer:
 
     async def _server_info(self, _: web.Request) -> web.Response:
         return web.json_response(self.server_info or {"deterministic": self.deterministic})
+
+    async def _engine_metrics(self, _: web.Request) -> web.Response:
+        at = self.kv_canary_violation_at
+        count = int(at is not None and self.chat_requests >= at)
+        labels = 'worker_addr="scripted",launch_tag="HEAD_K_FULL",fail_reason="verify_chain_hash"'
+        return web.Response(text=f"{kv_canary.METRIC}{{{labels}}} {count}\n")
 
     async def _offload(self, _: web.Request) -> web.Response:
         self.offloads += 1

@@ -145,6 +145,9 @@ class ProbeSettings(BaseModel):
     hicache: bool = False
     """The engine under test runs HiCache: a PASS then needs enough samples that read a
     prefix back from its host tier (`verdict.unexercised`)."""
+    kv_canary: bool = False
+    """The engines run SGLang's kv-canary: their violations are read through the router
+    before and after the run (`dsv4_engine.kv_canary`), and any new one FAILs it."""
     stream_share: float = Field(default=0.25, ge=0, le=1)
     """The share of tool-call echo samples whose judged request streams (users call both
     ways, and a streamed tool call is assembled from deltas by another code path of the

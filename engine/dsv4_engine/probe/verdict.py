@@ -6,7 +6,8 @@ runs HiCache, enough samples that really read a prefix back from the host tier
 (`unexercised`): a run that never took the changed path proves nothing about it.  The bounds count
 failures: corrupt answers and requests that got no answer alike (a user of the canary gets
 neither).  FAIL needs only evidence of failures (the sequential rule in `stats`): a run that
-shows them fails even if it was otherwise too small.
+shows them fails even if it was otherwise too small.  So does a kv-canary violation the
+engines counted during the run: the engine itself saw its KV garbled.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from dsv4_engine.kv_canary import Violations
 from dsv4_engine.probe.stats import minimum_samples, percents, samples_to_pass, upper_bound
 
 # The corruption rate a changed path must be caught at among the samples that exercised it:
@@ -49,6 +51,10 @@ class Evidence:
     """The engine runs HiCache: a PASS needs exercised samples (`unexercised`)."""
     exercised: int = 0
     """Judged samples whose answer read a prefix back from the host tier."""
+    kv_canary: tuple[Violations, ...] = ()
+    """kv-canary violations the engines counted during the run: each one FAILs it."""
+    kv_canary_unread: str | None = None
+    """Why the engines' kv-canary violations, asked for, could not be read (no PASS)."""
 
 
 def exercised_needed(confidence: float) -> int:
@@ -81,12 +87,20 @@ def decide(ev: Evidence) -> tuple[Verdict, tuple[str, ...]]:
     bound = upper_bound(failed, ev.judged, ev.confidence)
     shown, budget = percents(bound, ev.threshold)
     counted = f"{failed}/{ev.judged} failed: {ev.corrupt} corrupt, {ev.transport_errors} requests without an answer"
-    if ev.fail_at is not None:
-        return Verdict.FAIL, (
-            f"failures above {ev.threshold:.3%} at {ev.confidence:.0%} confidence after "
-            f"{ev.fail_at} judged samples ({counted})",
-        )
+    if ev.fail_at is not None or ev.kv_canary:
+        failures = []
+        if ev.fail_at is not None:
+            failures.append(
+                f"failures above {ev.threshold:.3%} at {ev.confidence:.0%} confidence after "
+                f"{ev.fail_at} judged samples ({counted})"
+            )
+        if ev.kv_canary:
+            found = "; ".join(v.describe() for v in ev.kv_canary)
+            failures.append(f"kv-canary violations during the run: {found}")
+        return Verdict.FAIL, tuple(failures)
     reasons = []
+    if ev.kv_canary_unread is not None:
+        reasons.append(f"kv-canary violations not read: {ev.kv_canary_unread}")
     if ev.applicable_probes == 0:
         reasons.append("no probe of the set applies to this engine")
     if ev.peak_concurrency < ev.target_concurrency:

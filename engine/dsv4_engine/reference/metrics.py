@@ -6,6 +6,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dsv4_engine import kv_canary
+
+# The reference engine's kv-canary check: each page carries the generation of the HiCache
+# load that filled it, and a read that finds its load not landed yet read stale data (the
+# pool counts it: `DevicePool.stale_reads`).  Its launch tags name the buffer read.
+STALE_READ = "load_not_landed"
+
 
 @dataclass
 class EngineStats:
@@ -46,7 +53,10 @@ def render(
     gate_blocked: int,
     gated: bool,
     stale_index_k_reads: int,
+    kv_canary_violations: dict[str, int] | None = None,
 ) -> str:
+    """The page; ``kv_canary_violations`` (by launch tag; None: kv-canary off) as SGLang's
+    are counted for the probe (`dsv4_engine.kv_canary`)."""
     label = f'{{model_name="{model}"}}'
     used = 1 - stats.free_pages / total_pages if total_pages else 0.0
     rows = [
@@ -86,4 +96,11 @@ def render(
     out = []
     for name, kind, doc, value in rows:
         out += [f"# HELP {name} {doc}", f"# TYPE {name} {kind}", f"{name}{label} {value}"]
+    if kv_canary_violations is not None:
+        out += [f"# HELP {kv_canary.METRIC} {kv_canary.HELP}", f"# TYPE {kv_canary.METRIC} counter"]
+        out += [
+            f'{kv_canary.METRIC}{{model_name="{model}",launch_tag="{tag}",'
+            f'fail_reason="{STALE_READ}"}} {count}'
+            for tag, count in kv_canary_violations.items()
+        ]
     return "\n".join(out) + "\n"

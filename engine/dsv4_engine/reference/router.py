@@ -8,13 +8,17 @@ tier live there.
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp import web
 
+from dsv4_engine.kv_canary import WORKER_LABEL
+
 PROXY_TIMEOUT_S = 600.0
+_SAMPLE = re.compile(r"([^#{\s][^{\s]*)(?:\{(.*)\})? (.*)")  # name, labels, value
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,7 @@ class Router:
         app.router.add_get("/health", self._health)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/server_info", self._server_info)
+        app.router.add_get("/engine_metrics", self._engine_metrics)
         app.router.add_post("/v1/chat/completions", self._generate)
         app.router.add_post("/v1/completions", self._generate)
         app.router.add_post("/admin/hicache/offload", self._offload)
@@ -83,6 +88,20 @@ class Router:
 
     async def _server_info(self, _: web.Request) -> web.Response:
         return await self._forward_get(f"{self.decodes[0]}/server_info")
+
+    async def _engine_metrics(self, _: web.Request) -> web.Response:
+        """Every worker's /metrics on one page (the route sglang-router serves), each
+        sample labelled with its worker (``worker_addr``)."""
+        pages = []
+        for url in [p.url for p in self.prefills] + self.decodes:
+            try:
+                async with self.http.get(f"{url}/metrics") as resp:
+                    if resp.status != 200:
+                        return web.Response(status=502, text=f"{url}/metrics: HTTP {resp.status}")
+                    pages.append(_labelled(await resp.text(), url))
+            except aiohttp.ClientError as err:
+                return web.Response(status=502, text=f"{url}/metrics: {err}")
+        return web.Response(text="".join(pages), content_type="text/plain", charset="utf-8")
 
     async def _forward_get(self, url: str) -> web.Response:
         async with self.http.get(url) as resp:
@@ -134,3 +153,16 @@ class Router:
                 await resp.write(data)
             await resp.write_eof()
             return resp
+
+
+def _labelled(page: str, worker: str) -> str:
+    """``page``'s samples with the label ``worker_addr="<worker>"`` added."""
+    label = f'{WORKER_LABEL}="{worker}"'
+    out = []
+    for line in page.splitlines():
+        sample = _SAMPLE.match(line)
+        if sample is not None:
+            name, labels, rest = sample.groups()
+            line = f"{name}{{{labels + ',' if labels else ''}{label}}} {rest}"
+        out.append(line + "\n")
+    return "".join(out)

@@ -125,6 +125,11 @@ class ReferenceServer:
             pool.gate.blocked,
             not pool.ungated_index_k,
             pool.stale_reads(BufferKind.INDEX_K),
+            None
+            if self.settings.kv_canary == "none"
+            else {
+                f"{k.name}_READ": pool.stale_reads(k) for k in (BufferKind.INDEX_K, BufferKind.KV)
+            },
         )
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 

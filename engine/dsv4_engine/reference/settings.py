@@ -63,6 +63,10 @@ class ServeSettings:
     random_seed: int = 0  # seeds the reference weights
     disaggregation_mode: DisaggregationMode = DisaggregationMode.NULL
     disaggregation_bootstrap_port: int = 8998
+    # SGLang's --kv-canary: none | log | raise.  On (log or raise), /metrics counts the
+    # reads the pool's own check caught reading a load not landed yet (`metrics.STALE_READ`);
+    # raise counts them too but does not stop the engine as SGLang does.
+    kv_canary: str = "none"
 
     def __post_init__(self) -> None:
         if self.tp != 1:

@@ -21,6 +21,9 @@ raised while the pools are sized stops the engine before any memory is allocated
 
 The plugin does not gate reads: SGLang 0.5.23's DeepSeek-V4 pool getters wait for their
 layer's HiCache load themselves; ``gate_check`` proves it for the pinned SGLang.
+
+It also counts SGLang's kv-canary violations (logged, never counted by SGLang) into a
+Prometheus counter on the engine's /metrics (``kv_canary``), where the canary's probe reads it.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from dsv4_engine.configurator.errors import ConfigError
 from dsv4_engine.engine_config import INDEX_DTYPE_ENV as ENV_INDEX_DTYPE
 from dsv4_engine.features import IndexDtype
 from dsv4_engine.index_k import sglang_index_dtype_error
+from dsv4_engine.sglang_plugin import kv_canary
 
 _CONFIGURATORS = "sglang.srt.model_executor.pool_configurator"
 DSA_TARGET = f"{_CONFIGURATORS}.DefaultPoolConfigurator._compute_dsa_indexer_cell_size"
@@ -64,3 +68,4 @@ def register() -> None:
 
     for target in (DSA_TARGET, DSV4_TARGET):
         HookRegistry.register(target, refuse_unstored_index_dtype, HookType.AROUND)
+    kv_canary.install()

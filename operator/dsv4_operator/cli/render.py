@@ -33,7 +33,7 @@ from dsv4_operator.rollout.controller import canary_report, canary_settings, clu
 from dsv4_operator.rollout.decide import Observed, decide, first_status
 from dsv4_operator.rollout.probe_job import attempt_objects
 from dsv4_operator.rollout.reports import report_skeleton
-from dsv4_operator.rollout.slices import REVISION_PATHS, canary_url, spec_revision
+from dsv4_operator.rollout.slices import REVISION_PATHS, canary_spec, canary_url, spec_revision
 
 # Stands for the uid the API server gives the DSV4Deployment (and a probe report).
 UID = "00000000-0000-0000-0000-000000000000"
@@ -158,7 +158,12 @@ def _probe_attempt(
     report = report_skeleton(owner, ref)
     url = cluster_service_url(owner.namespace, *canary_url(owner))
     applied = merge_patch(report, {"metadata": {"uid": UID}})  # as the API returns it
-    return [report, *attempt_objects(owner, applied, ref.target, canary_settings(spec, url), image)]
+    assert status.canary is not None
+    tested = canary_spec(spec, status.canary, spec.canary)  # what the canary runs
+    return [
+        report,
+        *attempt_objects(owner, applied, ref.target, canary_settings(tested, url), image),
+    ]
 
 
 def _canary_flags(

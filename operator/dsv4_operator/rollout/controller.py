@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from dsv4_engine.features import KvCanary
 from dsv4_engine.probe import ProbeSettings
 from dsv4_operator.api import KIND
 from dsv4_operator.api.rollout import (
@@ -43,7 +44,13 @@ from dsv4_operator.rollout.reports import (
     stale_canary_reports,
     untrusted,
 )
-from dsv4_operator.rollout.slices import canary_owner, canary_url, spec_revision, with_revision
+from dsv4_operator.rollout.slices import (
+    canary_owner,
+    canary_spec,
+    canary_url,
+    spec_revision,
+    with_revision,
+)
 
 log = logging.getLogger("dsv4_operator.rollout")
 
@@ -226,7 +233,7 @@ class RolloutController:
                 service, port = canary_url(owner)
                 url = self._probe_url(owner.namespace, service, port)
                 assert status.canary is not None
-                tested = with_revision(state.spec, status.canary)  # probes fit what runs
+                tested = canary_spec(state.spec, status.canary, state.spec.canary)  # what runs
                 self.executor.start(owner, ref, canary_settings(tested, url))
                 self._prune_reports(state)
             elif effect is Effect.STOP_PROBE and before is not None:
@@ -294,7 +301,8 @@ def probes_hicache(revision: EngineRevision) -> bool:
 def canary_settings(spec: DSV4DeploymentSpec, url: str) -> ProbeSettings:
     """What a probe attempt runs with: `spec.canary`, against ``url``, for the engines
     ``spec`` renders.  Without HiCache there is no host tier to push prefixes to, so the
-    probes ask for no offload (the engine serves no offload endpoint then)."""
+    probes ask for no offload (the engine serves no offload endpoint then).  Engines that
+    run kv-canary (a canary always does: `slices.canary_spec`) have their violations read."""
     canary: CanarySpec = spec.canary
     hicache = probes_hicache(spec_revision(spec))
     return ProbeSettings(
@@ -308,4 +316,5 @@ def canary_settings(spec: DSV4DeploymentSpec, url: str) -> ProbeSettings:
         max_corruption_rate=canary.max_corruption_rate,
         confidence=canary.confidence,
         max_duration_s=float(canary.probe_timeout_seconds),
+        kv_canary=spec.features.kv_canary is not KvCanary.OFF,
     )

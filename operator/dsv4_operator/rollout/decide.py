@@ -81,6 +81,9 @@ class ProbeOutcome:
     # Samples that read a prefix back from the host tier (None: the report does not say, as
     # one filed before it was counted; `reports.distrust_pass` then counts none).
     exercised: int | None = None
+    # kv-canary violations the engines counted during the run (None: not read, as by a
+    # probe filed before it read them; `reports.distrust_pass` then trusts no PASS).
+    kv_canary_violations: int | None = None
 
     @property
     def corrupt(self) -> int:

@@ -63,6 +63,7 @@ class Evidence:
             message="; ".join(result.reasons),
             threshold=result.settings.max_corruption_rate,
             exercised=result.tally.exercised,
+            kv_canary_violations=_violations(result),
         )
         outcomes = Counter(sample.outcome.value for sample in result.tally.samples)
         return cls(build_report(result), outcome, dict(outcomes))
@@ -83,6 +84,14 @@ class Evidence:
         body = {"verdict": "INCONCLUSIVE", "reasons": [message], "base_url": base_url}
         outcome = ProbeOutcome(RolloutVerdict.INCONCLUSIVE, None, None, 0, report, message)
         return cls(body, outcome, requests or {})
+
+
+def _violations(result: ProbeResult) -> int | None:
+    """The kv-canary violations a run counted; None when it did not read them."""
+    kv = result.kv_canary
+    if kv is None or kv.unread is not None:
+        return None
+    return sum(v.count for v in kv.violations)
 
 
 # Canary reports kept per DSV4Deployment: the evidence of the latest rollouts, bounded.
@@ -195,6 +204,7 @@ def report_filing(evidence: Evidence) -> dict[str, Any]:
                     "threshold": outcome.threshold,
                     "samples": outcome.samples,
                     "exercised": outcome.exercised,
+                    "kv_canary_violations": outcome.kv_canary_violations,
                     "message": outcome.message,
                     "requests": evidence.requests,
                 }
@@ -226,6 +236,7 @@ def outcome_from_config_map(config_map: dict[str, Any]) -> ProbeOutcome | None:
             message=raw.get("message", ""),
             threshold=raw.get("threshold"),  # absent in reports filed before it was recorded
             exercised=raw.get("exercised"),  # absent in reports filed before it was counted
+            kv_canary_violations=raw.get("kv_canary_violations"),  # ... before it was read
         )
     except (KeyError, TypeError, ValueError):
         return None
@@ -270,8 +281,9 @@ def distrust_pass(
     require now, its corruption count keeps the exact upper bound below the threshold, with
     ``hicache`` (the revision probed runs it) enough of its samples read a prefix back from
     the host tier — the probe's own rule, `verdict.unexercised`, with a report that does
-    not say counting none — and (``completed`` not None: a probe Job) the probe run itself
-    ended with exit 0."""
+    not say counting none — its engines' kv-canary (every canary runs it:
+    `slices.canary_spec`) was read and counted no violation, and (``completed`` not None: a
+    probe Job) the probe run itself ended with exit 0."""
     managers = data_managers(config_map)
     if managers != {PROBE_MANAGER}:
         found = ", ".join(sorted(managers)) or "nobody"
@@ -288,6 +300,10 @@ def distrust_pass(
     exercised = outcome.exercised or 0
     if (why := unexercised(hicache, exercised, outcome.samples, confidence)) is not None:
         return why
+    if outcome.kv_canary_violations is None:
+        return "it does not show the canary engines' kv-canary violations read"
+    if outcome.kv_canary_violations:
+        return f"its engines counted {outcome.kv_canary_violations} kv-canary violations"
     if completed is False:
         return "its probe Job did not complete with exit code 0"
     return None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dsv4_engine.features import Role
+from dsv4_engine.features import KvCanary, Role
 from dsv4_operator.api.names import CANARY_SUFFIX
 from dsv4_operator.api.rollout import CanarySpec, EngineRevision, RolloutStatus
 from dsv4_operator.api.rolls import Rolls, classes, overlay, project
@@ -53,9 +53,15 @@ def canary_owner(owner: Owner) -> Owner:
 def canary_spec(
     spec: DSV4DeploymentSpec, flags: EngineRevision, canary: CanarySpec
 ) -> DSV4DeploymentSpec:
+    """The canary's deployment: ``flags`` at the canary's replica counts, and SGLang's
+    kv-canary in log mode whatever ``flags`` say, so every violation its engines find is
+    logged and counted for the probe (`dsv4_engine.kv_canary`) while they keep serving:
+    off it finds nothing, and raise would stop the engine before the probe could read it."""
     flagged = with_revision(spec, flags)
+    features = flagged.features.model_copy(update={"kv_canary": KvCanary.LOG})
     return flagged.model_copy(
         update={
+            "features": features,
             "prefill": flagged.prefill.model_copy(update={"replicas": canary.prefill_replicas}),
             "decode": flagged.decode.model_copy(update={"replicas": canary.decode_replicas}),
             "router": flagged.router.model_copy(update={"replicas": 1}),

@@ -34,13 +34,15 @@ from tests.unit.operator.memory_api import Crashed, MemoryApi
 NS = "serving"
 T0 = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
 # A PASS as a probe files it: 598 clean samples, each of which read its prefix back from the
-# host tier (as on the reference engine, whose probes push every prompt there first).
+# host tier (as on the reference engine, whose probes push every prompt there first), and
+# no kv-canary violation counted by the canary's engines.
 PASS = {
     "verdict": "PASS",
     "rate": 0.0,
     "bound": 0.004997,
     "samples": 598,
     "exercised": 598,
+    "kv_canary_violations": 0,
     "message": "",
 }
 FAIL = {"verdict": "FAIL", "rate": 0.15, "bound": 0.31, "samples": 26, "message": "4/26 corrupt"}

@@ -9,6 +9,7 @@ import json
 from typing import Annotated
 
 import pytest
+import yaml
 from pydantic import BaseModel
 
 from dsv4_operator.api import KIND
@@ -19,7 +20,7 @@ from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.rollout.controller import canary_settings
 from dsv4_operator.rollout.decide import ManualAction
 from dsv4_operator.rollout.digest import registry_digest
-from dsv4_operator.rollout.slices import REVISION_PATHS, spec_revision
+from dsv4_operator.rollout.slices import REVISION_PATHS, canary_spec, spec_revision
 from tests.unit.operator.harness import FAIL, FP4, HICACHE, NS, PASS, World
 
 # One change of each revision-class field (a spec patch), for the field's path.
@@ -364,6 +365,15 @@ def test_probes_ask_for_a_host_tier_round_trip_only_where_the_revision_has_one()
     assert hicache.offload_path is not None and hicache.hicache
 
 
+@pytest.mark.parametrize(("mode", "read"), [("off", False), ("log", True), ("raise", True)])
+def test_a_probe_reads_kv_canary_violations_where_the_engines_run_kv_canary(mode, read):
+    """The production watch probes what production runs; a canary always runs log."""
+    probed = spec({"features": {"kvCanary": mode}})
+    assert canary_settings(probed, "http://flash:8000").kv_canary is read
+    canary = canary_spec(probed, spec_revision(probed), probed.canary)
+    assert canary_settings(canary, "http://canary:8000").kv_canary is True
+
+
 def test_a_hicache_pass_without_host_tier_reads_is_not_promoted():
     """A probe filed PASS for a HiCache revision, but none of its 598 samples read a prefix
     back from the host tier: the operator's re-check refuses it (the probe's own rule),
@@ -398,3 +408,26 @@ def test_a_revision_read_back_from_the_api_server_is_the_same_revision():
     assert '"ratio": 2.0' in text
     stored = json.loads(text.replace(".0,", ",").replace(".0}", "}"))
     assert EngineRevision.model_validate(stored).revision == spec_revision(asked).revision
+
+
+@pytest.mark.parametrize("asked", ["off", "raise"])
+def test_a_canary_runs_kv_canary_in_log_mode_and_its_probe_reads_it_whatever_the_flags_say(asked):
+    """Off, the canary's engines would find nothing; raise would stop them at the first
+    violation before the probe reads it.  So the canary's engine.yaml says log, and its
+    probe Job is told to read the violations; production's flags are what was asked."""
+    world = ready_world()
+    world.api.run_probe_jobs = lambda *a, **k: 0
+    world.patch_spec("flash", {"features": {**HICACHE["features"], "kvCanary": asked}})
+    world.until("probing", lambda: world.phase() == "Probing")
+    engine_yaml = {
+        name: yaml.safe_load(text)
+        for (kind, _, name), obj in world.api.objects.items()
+        if kind == "ConfigMap" and "-engine-" in name
+        for text in obj["data"].values()
+    }
+    canary = {n: c["features"]["kvCanary"] for n, c in engine_yaml.items() if "--canary" in n}
+    assert canary and set(canary.values()) == {"log"}
+    assert spec_revision(spec({"features": {"kvCanary": asked}})).features.kv_canary == asked
+    (job,) = [o for (k, _, _), o in world.api.objects.items() if k == "Job"]
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert "--kv-canary" in container["args"] + container.get("command", [])

@@ -821,3 +821,26 @@ def test_status_wiped_mid_paired_promotion_resumes_only_with_a_pass_report(repor
         assert rebuilt["phase"] == "RolledBack" and rebuilt["retiring"] == "green"
         world.until("the green slot gone", lambda: replicas(world, "flash-decode-green") is None)
         assert replicas(world, "flash-decode") == 2 and world.rollout()["slot"] == "blue"
+
+
+def test_a_kv_canary_violation_in_production_makes_the_watch_degrade_the_deployment():
+    """Production runs kv-canary (the sample: log), so each watch run is told to read its
+    violations; one counted during a run FAILs it, which sets Degraded (StableCorruption)
+    naming the violation."""
+    world = ready_world()
+    found = "kv-canary violations during the run: 2 x launch_tag=HEAD_K_FULL fail_reason=verify_chain_hash on http://10.0.0.7:30000"
+    world.verdict = lambda job: {
+        "verdict": "FAIL",
+        "rate": 0.0,
+        "bound": 0.058,
+        "samples": 50,
+        "message": found,
+    }
+    world.patch_spec("flash", {"rollout": {"stableProbeIntervalSeconds": 60}})
+    world.until(
+        "a watch run", lambda: (world.rollout().get("stableProbe") or {}).get("verdict"), seconds=30
+    )
+    assert world.rollout()["stableProbe"]["verdict"] == "Corrupt"
+    (degraded,) = [c for c in world.obj()["status"]["conditions"] if c["type"] == "Degraded"]
+    assert degraded["status"] == "True" and degraded["reason"] == "StableCorruption"
+    assert found in degraded["message"]

@@ -512,3 +512,54 @@ async def test_a_share_of_samples_streams_and_streamed_corruption_is_caught(serv
     assert row.endswith(f"{len(streamed)} / {result.judged - len(streamed)}")
     whole = await run_probes(_settings(url, requests=50, stream_share=0.0, seed=1))
     assert whole.tally.streamed == 0
+
+
+@pytest.mark.asyncio
+async def test_a_kv_canary_violation_during_the_run_fails_it_and_is_named(serve):
+    """Every answer is clean; the engine's own kv-canary counted one violation while the
+    samples ran (read through GET /engine_metrics before and after): FAIL, naming it."""
+    _, url = await serve(kv_canary_violation_at=10)
+    result = await run_probes(_settings(url, requests=600, kv_canary=True))
+    assert result.corrupt == 0 and result.tally.fail_at is None
+    assert result.verdict is Verdict.FAIL
+    (reason,) = result.reasons
+    assert reason == (
+        "kv-canary violations during the run: 1 x launch_tag=HEAD_K_FULL "
+        "fail_reason=verify_chain_hash on scripted"
+    )
+    report = build_report(result)
+    jsonschema.Draft202012Validator(report_schema()).validate(report)
+    assert report["kv_canary"] == {
+        "violations": [
+            {
+                "worker": "scripted",
+                "launch_tag": "HEAD_K_FULL",
+                "fail_reason": "verify_chain_hash",
+                "count": 1,
+            }
+        ],
+        "unread": None,
+    }
+    (row,) = [line for line in summary_table(report).splitlines() if line.startswith("kv-canary ")]
+    assert row.split(maxsplit=1)[1] == "1 violations during the run (each FAILs it)"
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("kv_canary", [True, False])
+async def test_no_kv_canary_violation_changes_nothing(serve, kv_canary):
+    """A violation counted before the run (at the warm-up) is not the run's; a probe not
+    asked to read kv-canary never reads it."""
+    _, url = await serve(kv_canary_violation_at=1)
+    result = await run_probes(_settings(url, requests=600, kv_canary=kv_canary))
+    assert result.verdict is Verdict.PASS, result.reasons
+    report = build_report(result)
+    jsonschema.Draft202012Validator(report_schema()).validate(report)
+    assert report["kv_canary"] == ({"violations": [], "unread": None} if kv_canary else None)
+
+
+@pytest.mark.asyncio
+async def test_kv_canary_violations_that_cannot_be_read_leave_the_run_inconclusive(serve):
+    _, url = await serve(engine_metrics_endpoint=False)
+    result = await run_probes(_settings(url, requests=600, kv_canary=True))
+    assert result.verdict is Verdict.INCONCLUSIVE
+    assert result.reasons == ("kv-canary violations not read: GET /engine_metrics: HTTP 404",)

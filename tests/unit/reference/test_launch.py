@@ -9,12 +9,13 @@ import pytest
 
 from dsv4_engine.cliutil import CommandError
 from dsv4_engine.commands import launch, serve
-from dsv4_engine.engine_config import EngineConfig, dump_engine_yaml, to_sglang_args
+from dsv4_engine.engine_config import CANARY_ARG, EngineConfig, dump_engine_yaml, to_sglang_args
 from dsv4_engine.features import (
     EngineFeatures,
     FaultInjection,
     HiCacheFeature,
     IndexDtype,
+    KvCanary,
     Role,
 )
 
@@ -42,6 +43,14 @@ def test_reference_command_parses_into_the_intended_serve_settings():
     assert settings.enable_hierarchical_cache and settings.hicache_ratio == 3.0
     assert settings.disaggregation_mode.value == "decode"
     assert settings.reference_model.value == "random"
+
+
+@pytest.mark.parametrize("mode", list(KvCanary))
+def test_kv_canary_reaches_the_reference_engine_by_sglangs_flag(mode):
+    argv, _ = launch.command(config(backend="reference", features=EngineFeatures(kv_canary=mode)))
+    parser = argparse.ArgumentParser()
+    serve.add_serve_arguments(parser)
+    assert serve.settings_from_args(parser.parse_args(argv[4:])).kv_canary == CANARY_ARG[mode]
 
 
 def test_the_reference_model_and_the_aimed_fault_reach_the_reference_engine():

@@ -18,7 +18,7 @@ MIRRORED = {
     "--enable-hierarchical-cache", "--enable-hicache", "--hicache-ratio", "--hicache-size",
     "--hicache-write-policy", "--hicache-mem-layout", "--max-running-requests",
     "--max-total-tokens", "--context-length", "--random-seed", "--disaggregation-mode",
-    "--disaggregation-bootstrap-port", "--log-level",
+    "--disaggregation-bootstrap-port", "--log-level", "--kv-canary",
 }  # fmt: skip
 
 
@@ -46,6 +46,8 @@ def test_every_shared_flag_has_sglangs_default(sglang_parser, serve_parser):
         mine = serve_parser.get_default(ours[flag].dest)
         sglang = sglang_parser.get_default(theirs[flag].dest)
         assert mine == sglang, f"{flag}: serve defaults to {mine!r}, SGLang to {sglang!r}"
+        if ours[flag].choices is not None:
+            assert list(ours[flag].choices) == list(theirs[flag].choices), flag
 
 
 def resolved(sglang_parser: argparse.ArgumentParser, hook, field: str, *argv: str):

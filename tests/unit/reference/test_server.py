@@ -8,6 +8,7 @@ import json
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from dsv4_engine import kv_canary
 from dsv4_engine.probe.client import joined
 from dsv4_engine.reference.engine import Engine, Request
 from dsv4_engine.reference.server import ReferenceServer
@@ -179,3 +180,20 @@ def test_a_streamed_answer_ends_with_sglext_in_a_chunk_of_its_own_as_sglang_stre
         assert reply["choices"][0]["finish_reason"] == finish[-1]["choices"][0]["finish_reason"]
 
     with_client(ServeSettings(), scenario)
+
+
+@pytest.mark.parametrize("mode", ["none", "log"])
+def test_kv_canary_violations_are_served_only_with_kv_canary_on(mode):
+    """Off (SGLang's `--kv-canary none`), /metrics has no kv-canary counter at all; on, it
+    counts the pool's stale reads by buffer (here none: every read is gated)."""
+
+    async def scenario(client: TestClient) -> None:
+        await client.post("/v1/chat/completions", json=CHAT)
+        counts = kv_canary.read(await (await client.get("/metrics")).text())
+        expected = {} if mode == "none" else {
+            ("", "INDEX_K_READ", "load_not_landed"): 0,
+            ("", "KV_READ", "load_not_landed"): 0,
+        }  # fmt: skip
+        assert counts == expected
+
+    with_client(ServeSettings(kv_canary=mode), scenario)

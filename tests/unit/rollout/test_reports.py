@@ -5,6 +5,10 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import pytest
+
+from dsv4_engine.probe import ProbeName, ProbeSettings, run_probes
+from dsv4_engine.probe.scripted_server import ScriptedCompletionServer
 from dsv4_operator.api.rollout import CanarySpec, RolloutVerdict
 from dsv4_operator.kube.selectors import label_match
 from dsv4_operator.render.meta import LABEL_MANAGED_BY, MANAGED_BY, Owner, instance_selector
@@ -95,7 +99,9 @@ def _managed(config_map: dict, data_manager: str) -> dict:
     return {**config_map, "metadata": {**config_map["metadata"], "managedFields": fields}}
 
 
-PASSED = ProbeOutcome(RolloutVerdict.PASS, 0.0, 0.00499, 598, NAME, exercised=0)
+PASSED = ProbeOutcome(
+    RolloutVerdict.PASS, 0.0, 0.00499, 598, NAME, exercised=0, kv_canary_violations=0
+)
 
 
 def test_a_pass_is_trusted_only_when_the_report_holds_up():
@@ -137,6 +143,23 @@ def test_a_hicache_pass_is_trusted_only_with_enough_host_tier_reads():
     assert why(replace(PASSED, exercised=24), hicache=True) is None
 
 
+def test_a_pass_is_trusted_only_when_the_canary_engines_kv_canary_was_read_clean():
+    """Every canary runs kv-canary (`slices.canary_spec`): a PASS whose report does not show
+    it read (one filed before the probe read it, or a read that failed), or shows a
+    violation, promotes nothing."""
+    good = _managed(report_config_map(OWNER, REF, FAILED), PROBE_MANAGER)
+
+    def why(violations: int | None) -> str | None:
+        outcome = replace(PASSED, kv_canary_violations=violations)
+        return distrust_pass(good, outcome, 598, 0.005, 0.95, True, hicache=False)
+
+    assert why(0) is None
+    assert why(None) == "it does not show the canary engines' kv-canary violations read"
+    assert why(2) == "its engines counted 2 kv-canary violations"
+    counted = replace(FAILED, outcome=replace(FAILED.outcome, kv_canary_violations=3))
+    assert outcome_from_config_map(report_config_map(OWNER, REF, counted)).kv_canary_violations == 3
+
+
 def test_the_exercised_count_reads_back_from_a_filed_report():
     counted = replace(FAILED, outcome=replace(FAILED.outcome, exercised=17))
     assert outcome_from_config_map(report_config_map(OWNER, REF, counted)).exercised == 17
@@ -163,3 +186,24 @@ def test_a_report_read_for_recovery_is_re_checked_against_its_revisions_hicache(
     without = FiledReport.of(filed, CanarySpec(), lambda revision: False)
     assert without.outcome is not None and without.outcome.verdict is RolloutVerdict.PASS
     assert FiledReport.of(filed).outcome.verdict is RolloutVerdict.PASS, "as filed, unchecked"
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("server", "read", "filed"),
+    [({}, True, 0), ({"kv_canary_violation_at": 10}, True, 1), ({}, False, None)],
+    ids=["clean", "violation", "not-read"],
+)
+async def test_a_probe_files_the_kv_canary_violations_it_read(server, read, filed):
+    """What the re-check reads is what the probe counted: 0 or more, None when not read."""
+    scripted = ScriptedCompletionServer(**server)
+    url = await scripted.start()
+    try:
+        settings = ProbeSettings(
+            base_url=url, probes=(ProbeName.TOOLCALL_ECHO,), requests=50, kv_canary=read
+        )
+        result = await run_probes(settings)
+    finally:
+        await scripted.stop()
+    config_map = report_config_map(OWNER, REF, Evidence.of(NAME, result))
+    assert outcome_from_config_map(config_map).kv_canary_violations == filed
