@@ -20,19 +20,36 @@ from typing import Any
 
 import pytest
 import yaml
+from kubernetes import config
 
 from dsv4_dev.cluster.local import LocalCluster
 from dsv4_operator.api.samples import SHIPPED_DIR, merge_patch
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.cli.main import main as dsv4ctl
+from dsv4_operator.kube.client import Kube
 from dsv4_operator.render import render_all
-from dsv4_operator.render.meta import LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY, Owner
+from dsv4_operator.render.meta import (
+    LABEL_INSTANCE,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    Owner,
+    metadata,
+)
+from dsv4_operator.rollout.probe_job import probe_account, probe_identity
+from dsv4_operator.rollout.reports import (
+    PROBE_MANAGER,
+    Evidence,
+    ReportRef,
+    report_filing,
+    report_skeleton,
+)
 from tests.e2e import escapes
-from tests.e2e.escapes import ACCOUNTS_FENCE, ESCAPES, FENCE, refused
+from tests.e2e.escapes import ACCOUNTS_FENCE, BINDS_ONLY, ESCAPES, FENCE, PROBE_FENCE, refused
 from tests.e2e.helpers import (
     MANIFESTS,
     OPERATOR_SA,
     Installed,
+    account_kubeconfig,
     as_account,
     as_list,
     get_json,
@@ -49,7 +66,6 @@ NS = "dsv4-serving"
 SAMPLE = SHIPPED_DIR / "flash-b200-1p1d.yaml"
 WRITES = ("create", "update", "patch", "delete", "deletecollection")
 MANAGED = {LABEL_MANAGED_BY: MANAGED_BY}
-INSTANCE = {**MANAGED, LABEL_INSTANCE: "flash"}  # an object of the flash sample's
 
 
 @pytest.fixture(scope="module")
@@ -184,30 +200,11 @@ def configmap(name: str, labels: dict[str, str]) -> str:
     return json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta})
 
 
-def binding(name: str, role: str, account: str) -> str:
-    return json.dumps(
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": name, "namespace": NS, "labels": INSTANCE},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": role,
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": NS}],
-        }
-    )
-
-
 def test_the_admission_fence_refuses_the_operators_token_outside_it(cluster, installed):
     token = installed.kubeconfig
 
-    def refused_text(text: str) -> str:
-        return refused(token, json.loads(text))
-
     # RBAC lets the token create ConfigMaps here: the fence still wants its label.
-    assert FENCE in refused_text(configmap("stranger", {}))
+    assert FENCE in refused(token, json.loads(configmap("stranger", {})))
     allowed = as_account(token, "create", "-f", "-", input=configmap("ours", MANAGED))
     assert allowed.returncode == 0, allowed.stderr  # the fence is not a wall
     # Someone else's object: not changed, not relabelled into the fence, not deleted.
@@ -234,12 +231,24 @@ def test_the_admission_fence_refuses_the_operators_token_outside_it(cluster, ins
     own = escapes.workload(NS, "own", pod={"serviceAccountName": "flash-router"})
     ok = as_account(token, "create", "-f", "-", input=json.dumps(own))
     assert ok.returncode == 0, ok.stderr
-    # RoleBindings: only its own accounts, and of the ClusterRoles only dsv4-router.
-    assert FENCE in refused_text(binding("b1", "dsv4-router", "builder"))
-    good = as_account(
-        token, "create", "-f", "-", input=binding("b2", "dsv4-router", "flash-router")
-    )
-    assert good.returncode == 0, good.stderr
+    # RoleBindings: each shipped ClusterRole to its own kind of account of the instance.
+    router = {"kind": "ClusterRole", "name": "dsv4-router"}
+    assert BINDS_ONLY in refused(token, escapes.role_binding(NS, "b1", router, "builder"))
+    for name, role, account in (
+        ("b2", "dsv4-router", "flash-router"),
+        ("b3", "dsv4-probe", "flash-probe"),
+    ):
+        ref = {"kind": "ClusterRole", "name": role}
+        good = escapes.role_binding(NS, name, ref, account)
+        created = as_account(token, "create", "-f", "-", input=json.dumps(good))
+        assert created.returncode == 0, created.stderr
+
+
+@pytest.mark.parametrize("account", ["flash-router", "flash-probe"])
+def test_the_operator_hands_its_rights_to_no_one(cluster, installed, account):
+    """The reported escalation (docs/install.md, "Security review"): no Role written, no
+    Role or foreign ClusterRole bound to an account it runs pods as; no spec written."""
+    escapes.refuses_the_hand_off(cluster.kubectl, installed.kubeconfig, NS, account)
 
 
 @pytest.mark.parametrize("escape", sorted(ESCAPES))
@@ -323,3 +332,53 @@ def test_a_host_path_outside_the_allow_list_is_refused_with_a_condition(cluster,
     assert "spec.model.hostPath: /etc is not under" in condition["message"]
     children = get_json(cluster, "all", "-n", NS, "-l", "app.kubernetes.io/instance=hostpath")
     assert children["items"] == []
+
+
+def test_a_probe_fills_in_only_an_unfiled_report_of_its_own_deployment(
+    cluster, installed, tmp_path
+):
+    """dsv4-probe lets a probe account patch the ConfigMaps of its namespace (RBAC cannot
+    name a report before it exists); the probe fence narrows that back to what `dsv4ctl
+    probe` files: the verdict of a report of its own deployment that holds none yet.  The
+    operator's token makes the probe identity and the reports, as in Job mode."""
+    operator = Kube(config.new_client_from_config(config_file=str(installed.kubeconfig)))
+    uid = get_json(cluster, "dsv4", "flash", "-n", NS)["metadata"]["uid"]
+    flash, other = Owner("flash", NS, uid), Owner("other", NS, uid)
+    for obj in probe_identity(flash):
+        operator.apply(obj)
+    ref = ReportRef("canary", "fence", attempt=1)
+    own, theirs = (operator.apply(report_skeleton(o, ref)) for o in (flash, other))
+    engine = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata(flash, "x", "decode")}
+    operator.apply(engine)
+    probe = account_kubeconfig(cluster, NS, probe_account(flash), tmp_path / "probe.yaml")
+
+    def file(target: dict[str, Any], labels: dict[str, str] | None = None):
+        """What the probe applies, as its field manager, into ``target``."""
+        name = target["metadata"]["name"]
+        filing = report_filing(Evidence.inconclusive(name, "http://x", "the fence test"))
+        filing["metadata"].update(name=name, namespace=NS, labels=labels or {})
+        body = json.dumps({"apiVersion": "v1", "kind": "ConfigMap", **filing})
+        return as_account(
+            probe, "apply", "--server-side", "--force-conflicts",
+            f"--field-manager={PROBE_MANAGER}", "-f", "-", input=body,
+        )  # fmt: skip
+
+    for target, labels, why in (
+        (theirs, None, "is not a rollout report of DSV4Deployment flash"),
+        (engine, None, "is not a rollout report of DSV4Deployment flash"),
+        (own, {LABEL_INSTANCE: "other"}, "a probe writes only the report's data"),
+    ):
+        result = file(target, labels)
+        assert result.returncode != 0, (target["metadata"]["name"], result.stdout)
+        assert PROBE_FENCE in result.stderr and why in result.stderr, result.stderr
+    filed = file(own)
+    assert filed.returncode == 0, filed.stderr
+    again = file(own)
+    assert again.returncode != 0 and "a filed verdict stands" in again.stderr, again.stderr
+    # Nothing created or deleted (RBAC: dsv4-probe has neither verb).
+    for args in (
+        ("delete", "configmap", own["metadata"]["name"]),
+        ("create", "configmap", "probe-made"),
+    ):
+        result = as_account(probe, *args, "-n", NS)
+        assert result.returncode != 0 and "forbidden" in result.stderr.lower(), result.stderr
