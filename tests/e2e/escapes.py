@@ -232,8 +232,9 @@ def refuses_the_hand_off(
 ) -> None:
     """The reported RBAC escalation, step by step, with the operator's token: write a Role
     of rights it holds, or bind one (made by someone else: ``kubectl``, the admin's), or a
-    ClusterRole other than the one an account of its own is for, to ``account`` (one of its
-    own, `<instance>-router` or `-probe`): RBAC refuses the first, the fence the others.
+    ClusterRole other than the one an account of its own is for, to ``account`` (one it
+    made, `<instance>-router` or `-probe`, so that only rule 6 stands in the way): RBAC
+    refuses the first, the fence the others.
     And it cannot take over a DSV4Deployment's spec (no write on the resource at all)."""
     role = {
         "apiVersion": "rbac.authorization.k8s.io/v1",

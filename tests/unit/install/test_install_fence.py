@@ -55,6 +55,7 @@ def test_both_policies_read_the_same_pod_templates_of_the_same_account():
         ("apps", "statefulsets"),
         ("batch", "jobs"),
         ("leaderworkerset.x-k8s.io", "leaderworkersets"),
+        ("rbac.authorization.k8s.io", "rolebindings"),  # whom rule 6 binds
     }
 
 
