@@ -13,6 +13,9 @@ what only development needs, none of which the image carries:
   as Jobs, as in a cluster: the local runtime runs each probe pod's command and reports its
   exit (`dsv4_dev.localrun.probes`), so the probe image is only a name
   (`--probe-image` defaults to `LOCAL_PROBE_IMAGE`);
+  the ClusterRoles the install ships for the operator to bind (dsv4-router, dsv4-probe:
+  a probe files its report with dsv4-probe's rights) are applied at start, as the install
+  would (`install_shipped_cluster_roles`);
 * `--probe-mode local`: canary probes run inside this process instead of as Jobs — a
   development shortcut (no Job, no probe pod, no probe ServiceAccount), only with
   `--local-endpoints`;
@@ -34,6 +37,7 @@ import urllib.request
 from collections.abc import Sequence
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 import urllib3
 import yaml
@@ -42,15 +46,21 @@ from aiohttp import web
 from dsv4_dev.localrun import endpoints
 from dsv4_operator import runtime
 from dsv4_operator.kube.client import Kube
+from dsv4_operator.render.router import ROUTER_CLUSTER_ROLE
 from dsv4_operator.rollout.controller import ServiceUrl, Serving
 from dsv4_operator.rollout.executor import LocalProbeExecutor
+from dsv4_operator.rollout.probe_job import PROBE_CLUSTER_ROLE
 
 log = logging.getLogger("dsv4_dev.operator")
 # The probe Jobs' image on the local cluster: nothing pulls it (the local runtime runs the
 # Job's command from its venv), so it names what the operator image would be.
 LOCAL_PROBE_IMAGE = "dsv4-operator:local"
+BASE = Path(__file__).resolve().parents[2] / "manifests" / "base"
 # The Service the shipped ServiceMonitor scrapes the operator through.
-METRICS_SERVICE = Path(__file__).resolve().parents[2] / "manifests" / "base" / "service.yaml"
+METRICS_SERVICE = BASE / "service.yaml"
+# The ClusterRoles the install ships for the operator to bind, and where.
+SHIPPED_CLUSTER_ROLES = (ROUTER_CLUSTER_ROLE, PROBE_CLUSTER_ROLE)
+RBAC = BASE / "rbac.yaml"
 
 
 class ProbeMode(Enum):
@@ -156,10 +166,33 @@ def publish_stand_in(health_port: int) -> None:
     log.info("published as %s", endpoints.label(key))
 
 
+def install_shipped_cluster_roles(api: Any = None) -> None:
+    """Apply the ClusterRoles the operator binds its routers' and probes' accounts to, as
+    the install ships them (a local cluster has no install); ``api``: a kubernetes
+    ApiClient (None: the default configuration).  With its own client: the writes `Kube`
+    counts are the operator's."""
+    from kubernetes import client
+
+    rbac = client.RbacAuthorizationV1Api(api)
+    for doc in yaml.safe_load_all(RBAC.read_text()):
+        if (
+            doc
+            and doc["kind"] == "ClusterRole"
+            and doc["metadata"]["name"] in SHIPPED_CLUSTER_ROLES
+        ):
+            try:
+                rbac.create_cluster_role(doc)
+            except client.ApiException as err:
+                if err.status != 409:
+                    raise
+                rbac.replace_cluster_role(doc["metadata"]["name"], doc)
+
+
 def dev_wiring(kube: Kube, args: argparse.Namespace) -> runtime.Wiring:
     if args.crash_after_writes is not None:
         crash_after(kube, args.crash_after_writes)
     if args.probe_mode == ProbeMode.JOB.value:
+        install_shipped_cluster_roles()
         wiring = runtime.job_wiring(kube, args)
     else:
         wiring = runtime.Wiring(

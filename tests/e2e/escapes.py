@@ -26,6 +26,7 @@ from tests.e2e.helpers import as_account
 
 FENCE = "ValidatingAdmissionPolicy 'dsv4-operator-fence'"
 ACCOUNTS_FENCE = "ValidatingAdmissionPolicy 'dsv4-operator-fence-accounts'"
+PROBE_FENCE = "ValidatingAdmissionPolicy 'dsv4-probe-fence'"
 INSTANCE = "flash"
 SERVED = "inference.dsv4.dev/served"  # "true" on every namespace the operator serves
 SERVED_ONLY = f"the operator writes only in namespaces labelled {SERVED}=true"
@@ -203,6 +204,61 @@ ESCAPES: dict[str, tuple[Callable[[str], dict[str, Any]], str]] = {
         "select only its own pods",
     ),
 }
+
+
+def role_binding(
+    namespace: str, name: str, role_ref: dict[str, str], account: str
+) -> dict[str, Any]:
+    """A RoleBinding labelled as the operator's, of ``role_ref`` to ``account``."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": meta(namespace, name),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", **role_ref},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+    }
+
+
+# A grant the operator's token holds itself, so RBAC's escalation check lets it through:
+# what the reported hand-off gives `<x>-router` (patch any workload, whatever its labels).
+HAND_OFF_RULES = [
+    {"apiGroups": ["apps"], "resources": ["deployments", "statefulsets"], "verbs": ["patch"]}
+]
+BINDS_ONLY = "the operator binds only the ClusterRole dsv4-router to <instance>-router"
+
+
+def refuses_the_hand_off(
+    kubectl: Callable[..., Any], kubeconfig: Path, namespace: str, account: str
+) -> None:
+    """The reported RBAC escalation, step by step, with the operator's token: write a Role
+    of rights it holds, or bind one (made by someone else: ``kubectl``, the admin's), or a
+    ClusterRole other than the one an account of its own is for, to ``account`` (one it
+    made, `<instance>-router` or `-probe`, so that only rule 6 stands in the way): RBAC
+    refuses the first, the fence the others.
+    And it cannot take over a DSV4Deployment's spec (no write on the resource at all)."""
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": meta(namespace, "hand-off"),
+        "rules": HAND_OFF_RULES,
+    }
+    message = refused(kubeconfig, role)
+    assert 'cannot create resource "roles"' in message, message
+    kubectl("apply", "-f", "-", input=json.dumps(role))
+    other = "dsv4-probe" if account.endswith("-router") else "dsv4-router"
+    for role_ref in (
+        {"kind": "Role", "name": "hand-off"},
+        {"kind": "ClusterRole", "name": other},  # the other account's grant
+    ):
+        message = refused(kubeconfig, role_binding(namespace, "hand-off", role_ref, account))
+        assert FENCE in message and BINDS_ONLY in message, (role_ref, message)
+    for change in (
+        ("patch", "dsv4deployments", INSTANCE, "--type=merge", "-p", '{"spec": {"engine": "x"}}'),
+        ("annotate", "dsv4deployments", INSTANCE, "inference.dsv4.dev/rollout-action=abort/t/r"),
+    ):
+        result = as_account(kubeconfig, *change, "-n", namespace)
+        assert result.returncode != 0, result.stdout
+        assert 'cannot patch resource "dsv4deployments"' in result.stderr, result.stderr
 
 
 def refused(kubeconfig: Path, obj: dict[str, Any]) -> str:

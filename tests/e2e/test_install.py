@@ -29,9 +29,16 @@ from dsv4_operator.kube.client import Kube
 from dsv4_operator.reconcile import watches
 from dsv4_operator.render.meta import Owner
 from dsv4_operator.rollout.job_executor import JobProbeExecutor
-from dsv4_operator.rollout.probe_job import probe_account
+from dsv4_operator.rollout.probe_job import PROBE_CLUSTER_ROLE, probe_account
 from dsv4_operator.rollout.reports import ReportRef
-from tests.e2e.escapes import FENCE, SERVED, SERVED_ONLY, refused, root_on_the_host
+from tests.e2e.escapes import (
+    FENCE,
+    SERVED,
+    SERVED_ONLY,
+    refused,
+    refuses_the_hand_off,
+    root_on_the_host,
+)
 from tests.e2e.helpers import (
     MANIFESTS,
     OPERATOR_NS,
@@ -209,6 +216,15 @@ def test_the_operator_reconciles_a_sample_with_only_its_own_rbac(installed):
         ("patch", "rolebindings"),  # binds dsv4-router: only a holder of its rules may
     ]:
         assert needed in verbs, f"{needed} not among the operator's requests: {sorted(verbs)}"
+    # Of the resource itself only the status is written (a control is not removed).
+    spec_writes = [
+        e["requestURI"]
+        for e in ours
+        if e["verb"] in ("create", "update", "patch", "delete")
+        and (ref := e.get("objectRef") or {}).get("resource") == "dsv4deployments"
+        and not ref.get("subresource")
+    ]
+    assert spec_writes == []
     text = log.read_text()
     assert "403" not in text and "Forbidden" not in text, text[-3000:]
 
@@ -228,8 +244,8 @@ def test_the_operator_reconciles_a_sample_with_only_its_own_rbac(installed):
 
 def test_the_operators_rbac_lets_it_run_probe_jobs(installed):
     """What Job mode does on a canary's first probe, done with the operator's own token:
-    its ClusterRole must allow the probe identity (a Role granting ConfigMap access, which
-    RBAC allows only to a holder of that access), the report and the Job."""
+    its ClusterRole must allow the probe identity (a RoleBinding of the shipped dsv4-probe,
+    which RBAC allows only to a holder of its ConfigMap access), the report and the Job."""
     cluster, *_, kubeconfig = installed
     kube = Kube(config.new_client_from_config(config_file=str(kubeconfig)))
     flash = get_json(cluster, "dsv4", "flash", "-n", SAMPLE_NS)["metadata"]
@@ -252,9 +268,9 @@ def test_the_operators_rbac_lets_it_run_probe_jobs(installed):
     assert executor.running(owner, report)
     job = get_json(cluster, "job", report, "-n", SAMPLE_NS)
     assert job["spec"]["template"]["spec"]["serviceAccountName"] == probe_account(owner)
-    role = get_json(cluster, "role", report, "-n", SAMPLE_NS)
-    assert role["rules"][0]["resources"] == ["configmaps"]
-    assert role["rules"][0]["resourceNames"] == [report]
+    binding = get_json(cluster, "rolebinding", probe_account(owner), "-n", SAMPLE_NS)
+    assert binding["roleRef"]["name"] == PROBE_CLUSTER_ROLE
+    assert [s["name"] for s in binding["subjects"]] == [probe_account(owner)]
     result = cluster.kubectl(
         "auth", "can-i", "delete", "jobs", "-n", SAMPLE_NS, f"--as={OPERATOR_SA}", check=False
     )
@@ -275,8 +291,8 @@ def test_the_fence_lets_the_operator_write_what_it_renders_for_every_shipped_sam
     installed, tmp_path
 ):
     """Every object `dsv4ctl render` shows for each shipped sample, applied with the
-    operator's token as the operator applies it (server side; a dry run, but for the probe
-    Roles its RoleBindings need to exist): the fence refuses none of them.  A hostPath model
+    operator's token as the operator applies it (server side, a dry run): the fence refuses
+    none of them.  A hostPath model
     passes only once the fence's settings allow its directory, and the same settings are
     what the operator's Deployment reads (tests/unit/install/test_install_fence.py)."""
     cluster, *_, kubeconfig = installed
@@ -289,40 +305,17 @@ def test_the_fence_lets_the_operator_write_what_it_renders_for_every_shipped_sam
         patch = json.dumps({"data": {"allowedModelHostPaths": paths}})
         cluster.kubectl("patch", *settings, "--type", "merge", "-p", patch)
 
-    def apply(objects: list[dict[str, Any]], *dry: str) -> subprocess.CompletedProcess[str]:
-        return as_account(
-            kubeconfig, "apply", "--server-side", *dry, "-f", "-", input=as_list(objects)
-        )
-
     def dry_run(objects: list[dict[str, Any]]) -> subprocess.CompletedProcess[str]:
-        """(A Role just created reaches RBAC's check of its binding a moment later: until
-        then the binding's dry run answers NotFound.)"""
-
-        def answered() -> subprocess.CompletedProcess[str] | None:
-            result = apply(objects, "--dry-run=server")
-            return None if "NotFound" in result.stderr else result
-
-        return wait_for("the probe Role seen by RBAC", answered, timeout=30)
+        return as_account(
+            kubeconfig, "apply", "--server-side", "--dry-run=server", "-f", "-",
+            input=as_list(objects),
+        )  # fmt: skip
 
     try:
         host_path_samples = []
         for sample in SAMPLES:
             objects = rendered(sample, namespace)
-            # Made for real, without the owner (a stand-in the garbage collector would
-            # remove them for): RBAC checks a binding against the Role it names.
-            roles = apply(
-                [
-                    {
-                        **o,
-                        "metadata": {
-                            k: v for k, v in o["metadata"].items() if k != "ownerReferences"
-                        },
-                    }
-                    for o in objects
-                    if o["kind"] == "Role"
-                ]
-            )
-            assert roles.returncode == 0, roles.stderr
+            assert not [o for o in objects if o["kind"] == "Role"]  # it writes no RBAC rules
             result = dry_run(objects)
             if "hostPath" in json.dumps(yaml.safe_load(sample.read_text())["spec"]["model"]):
                 assert FENCE in result.stderr and "volume(s) model" in result.stderr
@@ -361,6 +354,14 @@ def test_the_cluster_wide_token_writes_nothing_outside_the_served_namespaces(ins
         assert SERVED_ONLY in message
 
 
+@pytest.mark.parametrize("account", ["flash-router", "flash-probe"])
+def test_the_cluster_wide_token_hands_its_rights_to_no_one(installed, account):
+    """The reported escalation (docs/install.md, "Security review"): no Role written, no
+    Role or foreign ClusterRole bound to an account it runs pods as; no spec written."""
+    cluster, *_, kubeconfig = installed
+    refuses_the_hand_off(cluster.kubectl, kubeconfig, SAMPLE_NS, account)
+
+
 @pytest.mark.parametrize(
     "verb, resource",
     [
@@ -369,6 +370,9 @@ def test_the_cluster_wide_token_writes_nothing_outside_the_served_namespaces(ins
         ("create", "pods"),
         ("delete", "dsv4deployments.inference.dsv4.dev"),
         ("update", "clusterroles"),
+        ("create", "roles"),
+        ("patch", "dsv4deployments.inference.dsv4.dev"),
+        ("update", "dsv4deployments.inference.dsv4.dev"),
         ("create", "leases.coordination.k8s.io"),  # in another namespace than its own
     ],
 )

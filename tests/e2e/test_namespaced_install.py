@@ -20,19 +20,36 @@ from typing import Any
 
 import pytest
 import yaml
+from kubernetes import config
 
 from dsv4_dev.cluster.local import LocalCluster
 from dsv4_operator.api.samples import SHIPPED_DIR, merge_patch
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.cli.main import main as dsv4ctl
+from dsv4_operator.kube.client import Kube
 from dsv4_operator.render import render_all
-from dsv4_operator.render.meta import LABEL_INSTANCE, LABEL_MANAGED_BY, MANAGED_BY, Owner
+from dsv4_operator.render.meta import (
+    LABEL_INSTANCE,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    Owner,
+    metadata,
+)
+from dsv4_operator.rollout.probe_job import PROBE_CLUSTER_ROLE, probe_account, probe_identity
+from dsv4_operator.rollout.reports import (
+    PROBE_MANAGER,
+    Evidence,
+    ReportRef,
+    report_filing,
+    report_skeleton,
+)
 from tests.e2e import escapes
-from tests.e2e.escapes import ACCOUNTS_FENCE, ESCAPES, FENCE, refused
+from tests.e2e.escapes import ACCOUNTS_FENCE, BINDS_ONLY, ESCAPES, FENCE, PROBE_FENCE, refused
 from tests.e2e.helpers import (
     MANIFESTS,
     OPERATOR_SA,
     Installed,
+    account_kubeconfig,
     as_account,
     as_list,
     get_json,
@@ -49,7 +66,6 @@ NS = "dsv4-serving"
 SAMPLE = SHIPPED_DIR / "flash-b200-1p1d.yaml"
 WRITES = ("create", "update", "patch", "delete", "deletecollection")
 MANAGED = {LABEL_MANAGED_BY: MANAGED_BY}
-INSTANCE = {**MANAGED, LABEL_INSTANCE: "flash"}  # an object of the flash sample's
 
 
 @pytest.fixture(scope="module")
@@ -184,30 +200,11 @@ def configmap(name: str, labels: dict[str, str]) -> str:
     return json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta})
 
 
-def binding(name: str, role: str, account: str) -> str:
-    return json.dumps(
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": name, "namespace": NS, "labels": INSTANCE},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": role,
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": NS}],
-        }
-    )
-
-
 def test_the_admission_fence_refuses_the_operators_token_outside_it(cluster, installed):
     token = installed.kubeconfig
 
-    def refused_text(text: str) -> str:
-        return refused(token, json.loads(text))
-
     # RBAC lets the token create ConfigMaps here: the fence still wants its label.
-    assert FENCE in refused_text(configmap("stranger", {}))
+    assert FENCE in refused(token, json.loads(configmap("stranger", {})))
     allowed = as_account(token, "create", "-f", "-", input=configmap("ours", MANAGED))
     assert allowed.returncode == 0, allowed.stderr  # the fence is not a wall
     # Someone else's object: not changed, not relabelled into the fence, not deleted.
@@ -223,8 +220,11 @@ def test_the_admission_fence_refuses_the_operators_token_outside_it(cluster, ins
     cluster.kubectl("create", "serviceaccount", "builder", "-n", NS)
     mounted = escapes.workload(NS)  # the default account, its token mounted
     del mounted["spec"]["template"]["spec"]["automountServiceAccountToken"]
+    # Both policies refuse `builder` (not the instance's account; not labelled as the
+    # operator's): the API server names the one it happened to evaluate first.
+    message = refused(token, escapes.workload(NS, pod={"serviceAccountName": "builder"}))
+    assert FENCE in message or ACCOUNTS_FENCE in message, message
     for escape in (
-        escapes.workload(NS, pod={"serviceAccountName": "builder"}),
         escapes.workload(
             NS, pod={"serviceAccountName": "default", "automountServiceAccountToken": True}
         ),
@@ -234,12 +234,14 @@ def test_the_admission_fence_refuses_the_operators_token_outside_it(cluster, ins
     own = escapes.workload(NS, "own", pod={"serviceAccountName": "flash-router"})
     ok = as_account(token, "create", "-f", "-", input=json.dumps(own))
     assert ok.returncode == 0, ok.stderr
-    # RoleBindings: only its own accounts, and of the ClusterRoles only dsv4-router.
-    assert FENCE in refused_text(binding("b1", "dsv4-router", "builder"))
-    good = as_account(
-        token, "create", "-f", "-", input=binding("b2", "dsv4-router", "flash-router")
-    )
-    assert good.returncode == 0, good.stderr
+    # RoleBindings: a shipped ClusterRole to its own kind of account of the instance, one
+    # the operator made (`builder` is neither: either policy may be the one named).
+    router = {"kind": "ClusterRole", "name": "dsv4-router"}
+    message = refused(token, escapes.role_binding(NS, "b1", router, "builder"))
+    assert BINDS_ONLY in message or ACCOUNTS_FENCE in message, message
+    good = escapes.role_binding(NS, "b2", router, "flash-router")
+    created = as_account(token, "create", "-f", "-", input=json.dumps(good))
+    assert created.returncode == 0, created.stderr
 
 
 @pytest.mark.parametrize("escape", sorted(ESCAPES))
@@ -323,3 +325,74 @@ def test_a_host_path_outside_the_allow_list_is_refused_with_a_condition(cluster,
     assert "spec.model.hostPath: /etc is not under" in condition["message"]
     children = get_json(cluster, "all", "-n", NS, "-l", "app.kubernetes.io/instance=hostpath")
     assert children["items"] == []
+
+
+def test_a_probe_fills_in_only_an_unfiled_report_of_its_own_deployment(
+    cluster, installed, tmp_path
+):
+    """dsv4-probe lets a probe account patch the ConfigMaps of its namespace (RBAC cannot
+    name a report before it exists); the probe fence narrows that back to what `dsv4ctl
+    probe` files: the verdict of a report of its own deployment that holds none yet.  The
+    operator's token makes the probe identity and the reports, as in Job mode."""
+    operator = Kube(config.new_client_from_config(config_file=str(installed.kubeconfig)))
+    uid = get_json(cluster, "dsv4", "flash", "-n", NS)["metadata"]["uid"]
+    flash, other = Owner("flash", NS, uid), Owner("other", NS, uid)
+    # An account of that name someone else made (the admin; the Pod Security test's too):
+    # the operator may not bind it.  Once that one is gone, it makes its own and binds it.
+    account = {"apiVersion": "v1", "kind": "ServiceAccount"}
+    account["metadata"] = {"name": probe_account(flash), "namespace": NS}
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(account))
+    ref = {"kind": "ClusterRole", "name": PROBE_CLUSTER_ROLE}
+    unmade = escapes.role_binding(NS, probe_account(flash), ref, probe_account(flash))
+    message = refused(installed.kubeconfig, unmade)
+    assert ACCOUNTS_FENCE in message and "it would bind ServiceAccount flash-probe" in message
+    cluster.kubectl("delete", "serviceaccount", probe_account(flash), "-n", NS)
+    for obj in probe_identity(flash):
+        operator.apply(obj)
+    attempt = ReportRef("canary", "fence", attempt=1)
+    own = operator.apply(report_skeleton(flash, attempt))
+    theirs = report_skeleton(other, attempt)
+    del theirs["metadata"]["ownerReferences"]  # no DSV4Deployment `other`: the GC's otherwise
+    operator.apply(theirs)
+    engine = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata(flash, "x", "decode")}
+    operator.apply(engine)
+    probe = account_kubeconfig(cluster, NS, probe_account(flash), tmp_path / "probe.yaml")
+
+    def file(target: dict[str, Any], labels: dict[str, str] | None = None):
+        """What the probe applies, as its field manager, into ``target``."""
+        name = target["metadata"]["name"]
+        filing = report_filing(Evidence.inconclusive(name, "http://x", "the fence test"))
+        filing["metadata"].update(name=name, namespace=NS, labels=labels or {})
+        body = json.dumps({"apiVersion": "v1", "kind": "ConfigMap", **filing})
+        return as_account(
+            probe, "apply", "--server-side", "--force-conflicts",
+            f"--field-manager={PROBE_MANAGER}", "-f", "-", input=body,
+        )  # fmt: skip
+
+    for target, labels, why in (
+        (theirs, None, "is not a rollout report of DSV4Deployment flash"),
+        (engine, None, "is not a rollout report of DSV4Deployment flash"),
+        (own, {LABEL_INSTANCE: "other"}, "a probe writes only the report's data"),
+    ):
+        result = file(target, labels)
+        assert result.returncode != 0, (target["metadata"]["name"], result.stdout)
+        assert PROBE_FENCE in result.stderr and why in result.stderr, result.stderr
+    filed = file(own)
+    assert filed.returncode == 0, filed.stderr
+    again = file(own)
+    assert again.returncode != 0 and "a filed verdict stands" in again.stderr, again.stderr
+    # Nothing created or deleted (RBAC: dsv4-probe has neither verb).
+    for args in (
+        ("delete", "configmap", own["metadata"]["name"]),
+        ("create", "configmap", "probe-made"),
+    ):
+        result = as_account(probe, *args, "-n", NS)
+        assert result.returncode != 0 and "forbidden" in result.stderr.lower(), result.stderr
+
+
+@pytest.mark.parametrize("account", ["flash-router", "flash-probe"])
+def test_the_operator_hands_its_rights_to_no_one(cluster, installed, account):
+    """The reported escalation (docs/install.md, "Security review"): no Role written, no
+    Role or foreign ClusterRole bound to an account it runs pods as; no spec written.  (Last
+    in the module: both accounts are the operator's by now.)"""
+    escapes.refuses_the_hand_off(cluster.kubectl, installed.kubeconfig, NS, account)

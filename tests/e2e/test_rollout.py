@@ -29,6 +29,8 @@ from dsv4_dev.cluster.local import LocalCluster
 from dsv4_engine.probe.verdict import exercised_needed
 from dsv4_operator.api.rollout import CanarySpec
 from dsv4_operator.api.samples import shipped_sample
+from dsv4_operator.rollout import manual
+from dsv4_operator.rollout.decide import ManualAction
 from tests.e2e.helpers import (
     EngineCounterWatch,
     RouterLoad,
@@ -265,8 +267,13 @@ def test_clean_flags_pass_the_default_canary_and_promote_once_across_an_operator
     wait_for("the Promoted Event", lambda: events(cluster, "Promoted"), 30)
     assert len(events(cluster, "Promoted")) == 1
     wait_for("canary deleted after promotion", lambda: not canary_exists(cluster), 120)
-    annotations = get_json(cluster, "dsv4", NAME, "-n", NS)["metadata"].get("annotations") or {}
-    assert "inference.dsv4.dev/rollout-action" not in annotations, "the retry acted once"
+    # The retry acted once, across the restart, and stays where dsv4ctl wrote it (the
+    # operator writes the status only): its token is the handled one.
+    obj = get_json(cluster, "dsv4", NAME, "-n", NS)
+    control = manual.parse(obj["metadata"].get("annotations"))
+    assert control is not None and control.action is ManualAction.RETRY
+    assert obj["status"]["rollout"]["handledAction"] == control.token
+    assert len(events(cluster, "RetryRequested")) == 1, "the retry acted once"
 
 
 def test_the_promoted_deployment_is_watched_and_a_watch_is_no_proof(world):

@@ -353,7 +353,9 @@ class RolloutStatus(StatusModel):
     handled_action: str | None = Field(
         default=None,
         description="Token of the last rollout-action annotation acted on or refused: a "
-        "control acts once, then the operator removes the annotation.",
+        "control acts once; the annotation stays (the operator never writes the resource) "
+        "until the next `dsv4ctl rollout` overwrites it, and a control with this token is "
+        "never acted on again.",
     )
     stable_probe: StableProbeStatus | None = Field(
         default=None, description="The latest production watch run."

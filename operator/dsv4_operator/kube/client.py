@@ -320,12 +320,6 @@ class Kube:
             query=[("fieldManager", manager), ("force", "true")],
         )
 
-    def patch_json(self, kind: str, namespace: str, name: str, ops: list[dict[str, Any]]) -> Any:
-        """A JSON patch (RFC 6902): `test` operations make it conditional (422 if not met)."""
-        return self.request(
-            "PATCH", path(kind, namespace, name), ops, content_type="application/json-patch+json"
-        )
-
     def patch_merge(self, kind: str, namespace: str, name: str, changes: dict[str, Any]) -> Any:
         """A JSON merge patch (RFC 7386): the given fields replaced, the rest left alone."""
         return self.request(

@@ -30,7 +30,6 @@ CHILD_KINDS = (
     "Service",
     "PodDisruptionBudget",
     "ServiceAccount",
-    "Role",  # none rendered now: watched so the router Roles of earlier versions are pruned
     "RoleBinding",
     "Deployment",
     "NetworkPolicy",

@@ -1,4 +1,5 @@
-"""A workload's own identity: a ServiceAccount bound to just the rules it needs."""
+"""A workload's own identity: a ServiceAccount bound, in its namespace only, to a ClusterRole
+the install ships (the operator writes no RBAC rules)."""
 
 from __future__ import annotations
 
@@ -28,24 +29,6 @@ def service_account(owner: Owner, name: str, component: str) -> dict[str, Any]:
         "kind": "ServiceAccount",
         "metadata": metadata(owner, name, component),
     }
-
-
-def identity(
-    owner: Owner, name: str, component: str, rules: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
-    """ServiceAccount, Role and RoleBinding, all called ``name``, in ``owner``'s namespace."""
-    role = {
-        "apiVersion": RBAC_API,
-        "kind": "Role",
-        "metadata": metadata(owner, name, component),
-        "rules": rules,
-    }
-    ref = {"kind": "Role", "name": name}
-    return [
-        service_account(owner, name, component),
-        role,
-        _binding(owner, name, component, name, ref),
-    ]
 
 
 def cluster_role_identity(

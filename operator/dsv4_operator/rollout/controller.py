@@ -17,7 +17,6 @@ from typing import Any, Protocol
 
 from dsv4_engine.features import KvCanary
 from dsv4_engine.probe import ProbeSettings
-from dsv4_operator.api import KIND
 from dsv4_operator.api.rollout import (
     CanarySpec,
     EngineRevision,
@@ -27,7 +26,6 @@ from dsv4_operator.api.rollout import (
 )
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.kube.cache import Reader
-from dsv4_operator.kube.client import ApiError
 from dsv4_operator.render.meta import LABEL_INSTANCE, Owner
 from dsv4_operator.render.router import ROUTER_PORT, router_name
 from dsv4_operator.rollout import manual
@@ -242,8 +240,6 @@ class RolloutController:
                     self.executor.stop(owner, ref.name(owner))
             elif effect is Effect.START_STABLE_PROBE:
                 self._watch(state, before, status)
-            elif effect is Effect.CONSUME_ACTION:
-                self._consume_action(state)
 
     def _watch(self, state: PassView, before: RolloutStatus | None, status: RolloutStatus) -> None:
         """A production watch run.  Only the latest report is kept: what the previous one
@@ -268,17 +264,6 @@ class RolloutController:
             }
         )
         self.executor.start(owner, ref, settings)
-
-    def _consume_action(self, state: PassView) -> None:
-        """Remove the control just handled — unless someone wrote a new one meanwhile."""
-        raw = (state.obj["metadata"].get("annotations") or {}).get(manual.ANNOTATION)
-        if raw is None:
-            return
-        try:
-            self.kube.patch_json(KIND, state.owner.namespace, state.owner.name, manual.removal(raw))
-        except ApiError as err:
-            if err.status != 422:  # 422: the test failed, a newer control is there
-                raise
 
     def _prune_reports(self, state: PassView) -> None:
         owner = state.owner

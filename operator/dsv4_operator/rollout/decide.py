@@ -4,7 +4,7 @@ observed, decide the next status and the effects the reconciler must carry out.
 Pure: no clock, no API.  Every transition is recorded in the returned status, which the
 reconciler writes (with a resourceVersion precondition) *before* it acts on the effects or
 re-renders the children, and every effect is idempotent (start the probe of attempt N, stop
-it, remove a handled annotation), so a pass interrupted anywhere is safely redone.  The
+it, start a watch run), so a pass interrupted anywhere is safely redone.  The
 stable workloads are rendered from `status.rollout` (see `role_flags`), never from the spec
 directly, and the canary slice exists exactly while `canary_wanted` says so: that is what
 keeps untested flags out of production.
@@ -46,7 +46,6 @@ class Effect(StrEnum):
     # canary that is going away.
     STOP_PROBE = "StopProbe"
     START_STABLE_PROBE = "StartStableProbe"  # a production watch run
-    CONSUME_ACTION = "ConsumeAction"  # remove the rollout-action annotation just handled
 
 
 class ManualAction(StrEnum):
@@ -143,7 +142,7 @@ def first_status(
         return Decision(status, events=tuple(events))
     status = status.model_copy(update={"handled_action": retry.token})
     events.append(("Normal", "RetryRequested", f"retrying rejected flags {retry.revision}"))
-    return Decision(status, (Effect.CONSUME_ACTION,), tuple(events), retried=retry.revision)
+    return Decision(status, events=tuple(events), retried=retry.revision)
 
 
 def decide(
@@ -160,7 +159,7 @@ def decide(
     never probe together."""
     step = _Step(status, observed, stamp(observed.now), pairs, offset)
     step.release_retired_slot()
-    handled = step.manual_control(desired)
+    step.manual_control(desired)
     phase = step.status.phase  # after a control acted (an abort ends the canary phases)
     if phase in (RolloutPhase.IDLE, RolloutPhase.ROLLED_BACK):
         step.maybe_start(desired)
@@ -176,8 +175,6 @@ def decide(
         and observed.probe is None
     ):
         step.effects.append(Effect.STOP_PROBE)
-    if handled:
-        step.effects.append(Effect.CONSUME_ACTION)
     return Decision(step.status, tuple(step.effects), tuple(step.events), step.retried)
 
 
@@ -202,19 +199,19 @@ class _Step:
         self.status = self.status.model_copy(update=changes)
 
     # -- manual controls ----------------------------------------------------------------
-    def manual_control(self, desired: EngineRevision) -> bool:
-        """Act on a control once; True when the annotation is to be removed (acted on or
-        refused).  A control for other flags than the rollout in progress is refused."""
+    def manual_control(self, desired: EngineRevision) -> None:
+        """Act on a control once: its token, acted on or refused, goes into handledAction,
+        and a control with that token is never looked at again (the annotation stays; the
+        operator does not write the resource).  A control for other flags than the rollout
+        in progress is refused."""
         manual = self.observed.manual
-        if manual is None:
-            return False
-        if manual.token == self.status.handled_action:
-            return True  # acted on before the annotation could be removed
+        if manual is None or manual.token == self.status.handled_action:
+            return
         self.update(handled_action=manual.token)
         refused = self._refusal(manual, desired)
         if refused is not None:
             self.events.append(("Warning", "RolloutActionIgnored", f"{manual.action}: {refused}"))
-            return True
+            return
         if manual.action is ManualAction.RETRY:
             self.events.append(
                 ("Normal", "RetryRequested", f"retrying rejected flags {manual.revision}")
@@ -227,7 +224,6 @@ class _Step:
         else:
             self.update(verdict=RolloutVerdict.MANUAL_PROMOTE)
             self.start_promotion("promoted by a person without a canary verdict")
-        return True
 
     def _refusal(self, manual: Manual, desired: EngineRevision) -> str | None:
         status = self.status

@@ -2,20 +2,19 @@
 
 ``inference.dsv4.dev/rollout-action: "<promote|abort|retry>/<token>/<revision>"``: the token
 (a timestamp from `dsv4ctl rollout …`) makes a control act once — the operator records it in
-`status.rollout.handledAction` and then removes the annotation — and the revision binds it to
-the flags it was meant for (the canary's, or the rejected ones for a retry), so a control
-that outlives its rollout is refused instead of acting on the next one.
+`status.rollout.handledAction` and never acts on that token again; it does not write the
+resource, so the annotation stays until the next `dsv4ctl rollout` overwrites it — and the
+revision binds it to the flags it was meant for (the canary's, or the rejected ones for a
+retry), so a control that outlives its rollout is refused instead of acting on the next one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from dsv4_operator.rollout.decide import Manual, ManualAction
 
 ANNOTATION = "inference.dsv4.dev/rollout-action"
-_POINTER = "/metadata/annotations/" + ANNOTATION.replace("~", "~0").replace("/", "~1")
 
 
 def encode(action: ManualAction, token: str, revision: str) -> str:
@@ -36,9 +35,3 @@ def parse(annotations: Mapping[str, str] | None) -> Manual | None:
         known = ", ".join(a.value for a in ManualAction)
         return Manual(ManualAction.ABORT, raw, error=f"unknown action {action!r} (one of {known})")
     return Manual(kind, token.strip() or raw, revision.strip() or None)
-
-
-def removal(raw: str) -> list[dict[str, Any]]:
-    """JSON patch removing the annotation only if it still holds ``raw``: a control written
-    meanwhile is left for the next pass."""
-    return [{"op": "test", "path": _POINTER, "value": raw}, {"op": "remove", "path": _POINTER}]

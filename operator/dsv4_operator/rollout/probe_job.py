@@ -17,7 +17,7 @@ from dsv4_engine.probe.args import probe_args
 from dsv4_engine.probe.exitcodes import VERDICT_NOT_FILED
 from dsv4_engine.probe.verdict import Verdict
 from dsv4_operator.render.meta import PROBE_COMPONENT, Owner, metadata
-from dsv4_operator.render.rbac import identity
+from dsv4_operator.render.rbac import cluster_role_identity
 from dsv4_operator.render.security import container_security, pod_security
 from dsv4_operator.rollout.reports import LABEL_TARGET
 
@@ -37,6 +37,14 @@ RETRIES = 2
 # Finished Jobs stay a day for `kubectl logs`; the report ConfigMap (their owner) stays as
 # long as the rollout references it and takes its Job with it when deleted.
 TTL_S = 86400
+# Shipped by the install (manifests/base/rbac.yaml), bound to each deployment's probe
+# account in its namespace: a probe reads its attempt's report and files its verdict into
+# it (`dsv4ctl probe --report-configmap`: a get, then a server-side apply of the verdict).
+# Which reports, and which of their fields, the fence decides (fence.yaml,
+# dsv4-probe-fence): only an unfiled report of its own deployment, only its data and verdict
+# annotations; it creates and deletes none.
+PROBE_CLUSTER_ROLE = "dsv4-probe"
+PROBE_RULES = [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch"]}]
 
 
 class JobState(Enum):
@@ -50,26 +58,12 @@ def probe_account(owner: Owner) -> str:
     return f"{owner.name}-probe"
 
 
-def probe_identity(owner: Owner, report: dict[str, Any]) -> list[dict[str, Any]]:
-    """What the probe pod of one attempt may do: read and fill in that attempt's report
-    ConfigMap, nothing else.  The ServiceAccount is the deployment's; the Role (resourceNames:
-    just this report) and its RoleBinding belong to the report, so they go with it."""
-    name = report["metadata"]["name"]
+def probe_identity(owner: Owner) -> list[dict[str, Any]]:
+    """The deployment's probe account, bound in its namespace to the shipped
+    `PROBE_CLUSTER_ROLE` (the operator writes no rules of its own), both named
+    `probe_account` and going with the deployment."""
     account = probe_account(owner)
-    rules = [
-        {
-            "apiGroups": [""],
-            "resources": ["configmaps"],
-            "resourceNames": [name],
-            "verbs": ["get", "patch"],
-        }
-    ]
-    objects = identity(owner, account, COMPONENT, rules)
-    grant = job_name(name)
-    for obj in objects[1:]:  # the Role and its RoleBinding
-        obj["metadata"].update(name=grant, ownerReferences=_owned_by(report))
-    objects[2]["roleRef"]["name"] = grant
-    return objects
+    return cluster_role_identity(owner, account, account, COMPONENT, PROBE_CLUSTER_ROLE)
 
 
 def _owned_by(report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -162,9 +156,9 @@ def probe_job(
 def attempt_objects(
     owner: Owner, report: dict[str, Any], target: str, settings: ProbeSettings, image: str
 ) -> list[dict[str, Any]]:
-    """What one attempt adds next to its report ``report`` (applied first: they are owned
-    by it): the probe identity, then the Job."""
-    return [*probe_identity(owner, report), probe_job(owner, report, target, settings, image)]
+    """What one attempt adds next to its report ``report`` (applied first: the Job is owned
+    by it): the probe identity (the same for every attempt), then the Job."""
+    return [*probe_identity(owner), probe_job(owner, report, target, settings, image)]
 
 
 def job_state(job: dict[str, Any] | None) -> tuple[JobState, str]:

@@ -175,7 +175,9 @@ def report_skeleton(owner: Owner, ref: ReportRef) -> dict[str, Any]:
     """The report ConfigMap before its probe has run: owned by the resource, no data yet.
 
     A probe Job fills it in (`report_filing`); the operator creates it first so that the
-    Job needs no say over ownership and may patch only this one ConfigMap.  Target,
+    Job needs no say over ownership and creates nothing: the probe fence (fence.yaml,
+    dsv4-probe-fence) lets a probe patch only a report like this one, of its own
+    deployment, while it holds no verdict.  Target,
     revision and attempt ride along so a lost `status.rollout` can be rebuilt from reports.
     """
     meta = metadata(owner, ref.name(owner), COMPONENT)

@@ -92,7 +92,7 @@ def test_render_probe_job_prints_the_first_attempt(tmp_path, capsys):
     # The report, the probe's identity and its Job: everything but the canary slice.
     attempt = {k: o for k, o in applied(world, since).items() if "--canary" not in k[1]}
     assert {kind for kind, _ in attempt} == {
-        "ConfigMap", "ServiceAccount", "Role", "RoleBinding", "Job"
+        "ConfigMap", "ServiceAccount", "RoleBinding", "Job"
     }  # fmt: skip
     file = str(sample_file(tmp_path))
     argv = [file, "--canary", "indexDtype=fp4", "--probe-job", "--probe-image", "operator:test"]

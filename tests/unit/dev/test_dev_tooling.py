@@ -98,13 +98,22 @@ async def test_the_local_executor_is_made_on_the_running_loop():
     assert isinstance(local.executor(lambda owner: None, Cache([])), LocalProbeExecutor)
 
 
-def test_job_mode_on_the_local_cluster_probes_by_cluster_dns():
+@pytest.fixture
+def applied_roles(monkeypatch) -> list[None]:
+    """Job mode applies the install's shipped ClusterRoles at start: recorded (no cluster)."""
+    calls: list[None] = []
+    monkeypatch.setattr(dev_operator, "install_shipped_cluster_roles", lambda: calls.append(None))
+    return calls
+
+
+def test_job_mode_on_the_local_cluster_probes_by_cluster_dns(applied_roles):
     _, jobs = wiring("--local-endpoints")
     assert isinstance(jobs.executor(lambda owner: None, Cache([])), JobProbeExecutor)
     assert jobs.probe_url("ns", "svc", 8000) == "http://svc.ns.svc:8000"
+    assert applied_roles == [None]  # dsv4-probe: what a probe files its report with
 
 
-def test_crash_injection_counts_writes_only(monkeypatch):
+def test_crash_injection_counts_writes_only(monkeypatch, applied_roles):
     exits = []
     monkeypatch.setattr(dev_operator.os, "_exit", exits.append)
     kube, _ = wiring("--local-endpoints", "--crash-after-writes", "1")

@@ -31,7 +31,7 @@ from dsv4_operator.reconcile.watches import CHILD_KINDS, WATCHES
 from dsv4_operator.render import render_all
 from dsv4_operator.render.meta import Owner
 from dsv4_operator.render.router import ROUTER_CLUSTER_ROLE, ROUTER_RULES
-from dsv4_operator.rollout.probe_job import probe_identity
+from dsv4_operator.rollout.probe_job import PROBE_CLUSTER_ROLE, PROBE_RULES, probe_identity
 
 PACKAGE = Path(inspect.getfile(kube_module)).parents[1]
 # Not run by the installed operator: the CLI uses the user's own credentials.  (The local
@@ -55,14 +55,13 @@ KUBE_VERBS: dict[str, tuple[str, ...]] = {
     "create": ("create",),
     "replace": ("update",),
     "delete": ("delete",),
-    "patch_json": ("patch",),
     "patch_merge": ("patch",),
 }
 # `kube.request(...)` is the raw door: a call to it cannot be mapped to a permission here.
 RAW = "request"
 SENDERS = ("request", "_send")  # the private methods that put a request on the wire
 # Methods whose first argument is a kind (the others take an object).
-BY_KIND = ("get", "list", "snapshot", "watch", "delete", "patch_json", "patch_merge")
+BY_KIND = ("get", "list", "snapshot", "watch", "delete", "patch_merge")
 
 
 class UnresolvedAccess(AssertionError):
@@ -122,22 +121,16 @@ def rendered_kinds() -> set[str]:
 
 
 # The ClusterRoles the install ships for the operator to bind, by name: their rules.
-SHIPPED_CLUSTER_ROLES = {ROUTER_CLUSTER_ROLE: ROUTER_RULES}
+SHIPPED_CLUSTER_ROLES = {ROUTER_CLUSTER_ROLE: ROUTER_RULES, PROBE_CLUSTER_ROLE: PROBE_RULES}
 
 
 def rendered_role_rules() -> list[dict[str, Any]]:
-    """Rules the operator grants: of the Roles it creates (the probe Jobs') and of the
-    shipped ClusterRoles its RoleBindings bind (the router's); it must hold them itself."""
+    """Rules the operator grants: of the shipped ClusterRoles its RoleBindings bind (the
+    routers' and the probes'); it must hold them itself.  It creates no Role."""
     owner = Owner(name="x", namespace="ns", uid="00000000-0000-0000-0000-000000000000")
-    report = {"metadata": {"name": "x-canary-0123456789-1", "uid": "u"}}
-    objects = [*rendered_objects(), *probe_identity(owner, report)]
-    bound = {
-        o["roleRef"]["name"]
-        for o in objects
-        if o["kind"] == "RoleBinding" and o["roleRef"]["kind"] == "ClusterRole"
-    }
-    shipped = [r for name in sorted(bound) for r in SHIPPED_CLUSTER_ROLES[name]]
-    return [r for o in objects if o["kind"] == "Role" for r in o["rules"]] + shipped
+    objects = [*rendered_objects(), *probe_identity(owner)]
+    bound = {o["roleRef"]["name"] for o in objects if o["kind"] == "RoleBinding"}
+    return [r for name in sorted(bound) for r in SHIPPED_CLUSTER_ROLES[name]]
 
 
 class _Resolver:
@@ -234,7 +227,7 @@ class _Resolver:
                 if isinstance(key, ast.Constant) and key.value == "kind":
                     return set(self.names(value))
         if isinstance(node, (ast.List, ast.Tuple)) and node.elts:
-            # A helper returning several objects (e.g. a ServiceAccount, Role, RoleBinding).
+            # A helper returning several objects (e.g. a ServiceAccount and its RoleBinding).
             return set().union(*(self.object_kinds(element) for element in node.elts))
         if isinstance(node, ast.Starred):  # `[*helper(...), obj]`: what the helper returns
             return self.object_kinds(node.value)
@@ -432,7 +425,8 @@ def kopf_scanning() -> Iterator[Access]:
 
 
 def escalation() -> Iterator[Access]:
-    """What the operator grants (router Roles), it must hold: RBAC escalation prevention."""
+    """What the operator grants (the shipped ClusterRoles it binds), it must hold: RBAC
+    escalation prevention."""
     for rule in rendered_role_rules():
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:

@@ -4,7 +4,9 @@ What the fence refuses is shown against the real API server (tests/e2e/test_inst
 tests/e2e/test_namespaced_install.py); here, what must agree for that to hold: the two
 policies read the same pod templates, the operator takes its allowed model paths from the
 ConfigMap the fence reads, and the accounts policy's params are exactly the
-ServiceAccounts the operator did not label as its own.
+ServiceAccounts the operator did not label as its own; the probe fence names the labels,
+keys and annotations the code writes, and its params are the accounts the operator makes
+for probes.
 """
 
 from __future__ import annotations
@@ -12,13 +14,24 @@ from __future__ import annotations
 import pytest
 
 from dsv4_operator.api import host_paths
-from dsv4_operator.render.meta import LABEL_MANAGED_BY, MANAGED_BY
+from dsv4_operator.render.meta import (
+    LABEL_COMPONENT,
+    LABEL_INSTANCE,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    REPORT_COMPONENT,
+    Owner,
+)
+from dsv4_operator.render.router import router_shared
+from dsv4_operator.rollout import reports
+from dsv4_operator.rollout.probe_job import PROBE_CLUSTER_ROLE, probe_identity
 from dsv4_operator.runtime import parse_args
 from tests.unit.install.test_install_namespaced import OPERATOR_NS, SERVING_NS, load, one
 
 FENCE = load("base", "fence.yaml")
 POLICY = one(FENCE, "ValidatingAdmissionPolicy", "dsv4-operator-fence")
 ACCOUNTS = one(FENCE, "ValidatingAdmissionPolicy", "dsv4-operator-fence-accounts")
+PROBES = one(FENCE, "ValidatingAdmissionPolicy", "dsv4-probe-fence")
 SETTINGS = one(FENCE, "ConfigMap", "dsv4-operator-settings")
 
 
@@ -42,6 +55,7 @@ def test_both_policies_read_the_same_pod_templates_of_the_same_account():
         ("apps", "statefulsets"),
         ("batch", "jobs"),
         ("leaderworkerset.x-k8s.io", "leaderworkersets"),
+        ("rbac.authorization.k8s.io", "rolebindings"),  # whom rule 6 binds
     }
 
 
@@ -89,3 +103,33 @@ def test_the_namespaced_install_labels_its_namespace_served():
     namespace = one(load("namespaced", "serving.yaml"), "Namespace")
     assert namespace["metadata"]["name"] == SERVING_NS
     assert namespace["metadata"]["labels"][served] == "true"
+
+
+def test_the_probe_fence_names_what_the_code_writes_and_takes_the_probe_accounts():
+    text = str(PROBES["spec"])
+    filing = reports.report_filing(
+        reports.Evidence.inconclusive("r", "http://x", "why")
+    )  # what a probe applies
+    assert f"['{LABEL_COMPONENT}'] == '{REPORT_COMPONENT}'" in text
+    assert f"['{LABEL_INSTANCE}']" in text and f"['{LABEL_MANAGED_BY}'] == '{MANAGED_BY}'" in text
+    assert f"'{reports.OUTCOME_KEY}' in oldObject.data" in text  # a filed verdict stands
+    assert set(filing) == {"metadata", "data"} and set(filing["metadata"]) == {"annotations"}
+    for key in filing["metadata"]["annotations"]:
+        assert f"'{key}'" in variable(PROBES, "verdictAnnotations")
+    binding = one(FENCE, "ValidatingAdmissionPolicyBinding", "dsv4-probe-fence")
+    ref = binding["spec"]["paramRef"]
+    assert "namespace" not in ref  # the request's own namespace
+    account, role_binding = probe_identity(Owner("flash", "ns", "uid"))
+    labels = account["metadata"]["labels"]
+    assert ref["selector"]["matchLabels"].items() <= labels.items()
+    assert role_binding["roleRef"]["name"] == PROBE_CLUSTER_ROLE
+
+
+def test_rule_6_pairs_each_shipped_cluster_role_with_the_account_the_code_binds_it_to():
+    owner = Owner("flash", "ns", "uid")
+    bound = variable(POLICY, "boundAccount")
+    for identity in (probe_identity(owner), router_shared(owner)):
+        (binding,) = [o for o in identity if o["kind"] == "RoleBinding"]
+        (subject,) = binding["subjects"]
+        suffix = subject["name"].removeprefix(f"{owner.name}")
+        assert f"'{binding['roleRef']['name']}': variables.instance + '{suffix}'" in bound

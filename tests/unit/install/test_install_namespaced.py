@@ -25,7 +25,7 @@ CLUSTER_SCOPED = {r.plural for r in RESOURCES.values() if not r.namespaced} | {
     "customresourcedefinitions"
 }
 # Writes the fence leaves alone, each for its reason: the user's own DSV4Deployment (the
-# operator removes a handled rollout-action annotation and writes the status), its Events
+# operator reads it and writes its status only), its Events
 # (no labels to check), its Lease (in its own namespace, by name).
 UNFENCED = {"dsv4deployments", "dsv4deployments/status", "events", "leases"}
 WRITES = {"create", "patch", "update", "delete"}

@@ -2,8 +2,8 @@
 
 The needed access is read from the code (tests/unit/install/rbac_from_code.py): every
 `kube.<method>(...)` call, the watches kopf opens, kopf's CRD scanning, and the rules of
-the Roles the operator itself creates (which the API server lets it grant only if it
-holds them).  The end-to-end install test proves the same set is enough on a real API
+the shipped ClusterRoles it binds (which the API server lets it grant only if it holds
+them).  The end-to-end install test proves the same set is enough on a real API
 server (no 403 in the audit log).
 """
 
@@ -16,10 +16,12 @@ import pytest
 import yaml
 
 from dsv4_operator.render.router import ROUTER_CLUSTER_ROLE, ROUTER_RULES
+from dsv4_operator.rollout.probe_job import PROBE_CLUSTER_ROLE, PROBE_RULES
 from dsv4_operator.runtime import parse_args
 from tests.unit.install import rbac_from_code as code
 
 ROOT = Path(__file__).resolve().parents[3]
+WRITES = ("create", "update", "patch", "delete")
 BASE = ROOT / "manifests" / "base"
 
 
@@ -104,17 +106,25 @@ def test_the_derivation_sees_the_calls_it_claims_to(rbac):
         code.Access("cluster", "", "pods", "watch"),  # the router's ClusterRole, bound
         code.Access("namespace", "coordination.k8s.io", "leases", "update"),
         code.Access("cluster", "apps", "statefulsets", "watch"),  # others' names, from the cache
-        # The handled rollout-action annotation is removed: the one write to the resource
-        # itself (a JSON patch testing the value first), besides its status.
-        code.Access("cluster", "inference.dsv4.dev", "dsv4deployments", "patch"),
+        code.Access("cluster", "", "configmaps", "patch"),  # dsv4-probe, bound (and reports)
+        code.Access("cluster", "rbac.authorization.k8s.io", "rolebindings", "create"),
     ]:
         assert access in needed, access
+    # Never written: the resource itself (controls are remembered in its status), Roles.
+    for access in [
+        *(code.Access("cluster", "inference.dsv4.dev", "dsv4deployments", v) for v in WRITES),
+        *(code.Access("cluster", "rbac.authorization.k8s.io", "roles", v) for v in WRITES),
+    ]:
+        assert access not in needed, access
 
 
-def test_the_router_cluster_role_is_the_one_the_code_binds(rbac):
-    shipped = one(rbac, "ClusterRole", ROUTER_CLUSTER_ROLE)
-    assert shipped["rules"] == ROUTER_RULES
-    assert code.SHIPPED_CLUSTER_ROLES == {ROUTER_CLUSTER_ROLE: ROUTER_RULES}
+def test_the_shipped_cluster_roles_are_the_ones_the_code_binds(rbac):
+    assert code.SHIPPED_CLUSTER_ROLES == {
+        ROUTER_CLUSTER_ROLE: ROUTER_RULES,
+        PROBE_CLUSTER_ROLE: PROBE_RULES,
+    }
+    for name, rules in code.SHIPPED_CLUSTER_ROLES.items():
+        assert one(rbac, "ClusterRole", name)["rules"] == rules
 
 
 def test_an_unresolvable_call_names_its_file_and_line():

@@ -1,7 +1,7 @@
 """An in-memory stand-in for the Kubernetes API, for exhaustive crash-point unit tests.
 
 It answers the `Kube` methods the operator uses (get, list, apply, create, replace, delete,
-patch_json, patch_merge) with the semantics the reconcile relies on: resourceVersions and their
+patch_merge) with the semantics the reconcile relies on: resourceVersions and their
 preconditions (409), `generation` bumps on spec changes only, the status subresource,
 create-only 409s, garbage collection through owner references, the field manager that owns
 a ConfigMap's data, label selectors.  It can make the operator "die" right before its N-th
@@ -32,7 +32,7 @@ from dsv4_operator.kube.selectors import field_match, label_match
 from dsv4_operator.rollout.reports import OUTCOME_KEY, PROBE_MANAGER
 
 Key = tuple[str, str | None, str]  # (kind, namespace, name)
-WRITES = ("apply", "create", "replace", "delete", "patch_json", "patch_merge")
+WRITES = ("apply", "create", "replace", "delete", "patch_merge")
 
 
 class Crashed(BaseException):
@@ -202,23 +202,6 @@ class MemoryApi:
         current.update(copy.deepcopy(changes))
         self._bump(current)
         self.log.append(Write("patch_merge", key, copy.deepcopy(changes)))
-        return copy.deepcopy(current)
-
-    def patch_json(self, kind: str, namespace: str, name: str, ops: list[dict[str, Any]]) -> Any:
-        key = (kind, namespace, name)
-        self._write("patch_json", key)
-        current = self.objects.get(key)
-        if current is None:
-            raise ApiError(404, f"{key} not found")
-        annotations = current["metadata"].setdefault("annotations", {})
-        for op in ops:
-            annotation = op["path"].removeprefix("/metadata/annotations/").replace("~1", "/")
-            if op["op"] == "test" and annotations.get(annotation) != op["value"]:
-                raise ApiError(422, f"test of {op['path']} failed")
-            if op["op"] == "remove":
-                annotations.pop(annotation, None)
-        self._bump(current)
-        self.log.append(Write("patch_json", key, {"ops": ops}))
         return copy.deepcopy(current)
 
     # -- what a user does (not the operator: never counted as its writes) ----------------

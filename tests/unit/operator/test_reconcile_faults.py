@@ -196,7 +196,7 @@ def test_a_crash_before_any_write_of_a_failing_rollout_never_promotes_it(crash_a
     assert world.phase() == "RolledBack" and not world.children("flash--canary")
 
 
-def test_a_control_acts_once_and_is_removed():
+def test_a_control_acts_once_and_is_never_acted_on_again():
     world = ready_world()
     world.verdict = lambda job: FAIL
     world.patch_spec("flash", FP4)
@@ -206,8 +206,18 @@ def test_a_control_acts_once_and_is_removed():
     world.control(ManualAction.RETRY, rejected, "t1")
     world.until("retried", lambda: world.phase() == "Idle" and world.rollout()["verdict"] == "PASS")
     assert world.rollout()["handledAction"] == "t1"
-    assert manual.ANNOTATION not in (world.obj()["metadata"].get("annotations") or {})
+    # The operator wrote the resource's status only: the control stays as the person wrote it.
+    annotations = world.obj()["metadata"]["annotations"]
+    assert annotations[manual.ANNOTATION] == manual.encode(ManualAction.RETRY, "t1", rejected)
+    assert not [w for w in world.api.log if w.key == (KIND, NS, "flash") and w.verb != "status"]
+    # Read on every later pass, through another rollout and its rollback, it never acts
+    # again, nor is it judged again (the flags it names are stable now: it would be refused).
+    world.verdict = lambda job: FAIL
+    world.patch_spec("flash", {"features": {"indexDtype": "fp8", "kvCanary": "off"}})
+    world.until("rolled back again", lambda: world.phase() == "RolledBack")
+    assert world.rollout()["handledAction"] == "t1"
     assert len(world.events("RetryRequested")) == 1
+    assert not world.events("RolloutActionIgnored")
 
 
 def test_a_leftover_promote_does_not_promote_the_next_rollout():
@@ -225,8 +235,12 @@ def test_a_leftover_promote_does_not_promote_the_next_rollout():
     second = world.rollout()
     assert second["canaryRevision"] != first
     assert second["verdict"] == "FAIL", "the leftover promote never acted on the new rollout"
-    assert world.events("RolloutActionIgnored")
-    assert manual.ANNOTATION not in (world.obj()["metadata"].get("annotations") or {})
+    # Refused once, on the pass that first read it, and never judged again since, though
+    # it stays on the resource (the operator does not write it).
+    (ignored,) = world.events("RolloutActionIgnored")
+    assert ignored.get("count", 1) == 1
+    assert second["handledAction"] == "t-late"
+    assert manual.ANNOTATION in world.obj()["metadata"]["annotations"]
 
 
 def test_status_wiped_mid_rollout_never_lets_untested_flags_into_production():

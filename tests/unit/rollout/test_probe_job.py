@@ -16,6 +16,7 @@ from dsv4_operator.render.meta import LABEL_MANAGED_BY, MANAGED_BY, Owner, insta
 from dsv4_operator.rollout.probe_job import (
     CONTAINER,
     MAX_NAME,
+    PROBE_CLUSTER_ROLE,
     JobState,
     job_name,
     job_state,
@@ -120,27 +121,23 @@ def test_a_verdict_ends_the_job_and_only_a_crash_is_retried():
     assert spec["backoffLimit"] >= 1
 
 
-def test_the_probe_identity_may_only_read_and_fill_in_its_own_report():
-    sa, role, binding = probe_identity(OWNER, REPORT)
-    assert [o["kind"] for o in (sa, role, binding)] == ["ServiceAccount", "Role", "RoleBinding"]
-    report = REPORT["metadata"]["name"]
-    assert role["rules"] == [
-        {
-            "apiGroups": [""],
-            "resources": ["configmaps"],
-            "resourceNames": [report],
-            "verbs": ["get", "patch"],
-        }
+def test_the_probe_identity_binds_the_shipped_probe_cluster_role_and_writes_no_rules():
+    sa, binding = probe_identity(OWNER)
+    assert [o["kind"] for o in (sa, binding)] == ["ServiceAccount", "RoleBinding"]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": PROBE_CLUSTER_ROLE,
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": probe_account(OWNER), "namespace": OWNER.namespace}
     ]
-    assert binding["subjects"][0]["name"] == sa["metadata"]["name"] == probe_account(OWNER)
-    assert binding["roleRef"]["name"] == role["metadata"]["name"] == job_name(report)
-    # The account is the deployment's; the grant goes with its report.
-    assert sa["metadata"]["ownerReferences"][0]["uid"] == OWNER.uid
-    for grant in (role, binding):
-        (owner,) = grant["metadata"]["ownerReferences"]
-        assert (owner["kind"], owner["uid"]) == ("ConfigMap", REPORT["metadata"]["uid"])
+    assert sa["metadata"]["name"] == binding["metadata"]["name"] == probe_account(OWNER)
+    # Both are the deployment's, the same for every attempt, and no child of the pass.
     children = label_match(instance_selector(OWNER))
-    for obj in (sa, role, binding):
+    for obj in (sa, binding):
+        (owner,) = obj["metadata"]["ownerReferences"]
+        assert owner["uid"] == OWNER.uid
         assert obj["metadata"]["labels"][LABEL_MANAGED_BY] == MANAGED_BY
         assert not children(obj["metadata"]["labels"])
 
