@@ -33,7 +33,6 @@ from dsv4_operator.render.meta import (
     LABEL_MANAGED_BY,
     MANAGED_BY,
     Owner,
-    metadata,
 )
 from dsv4_operator.rollout.probe_job import PROBE_CLUSTER_ROLE, probe_account, probe_identity
 from dsv4_operator.rollout.reports import (
@@ -354,8 +353,12 @@ def test_a_probe_fills_in_only_an_unfiled_report_of_its_own_deployment(
     theirs = report_skeleton(other, attempt)
     del theirs["metadata"]["ownerReferences"]  # no DSV4Deployment `other`: the GC's otherwise
     operator.apply(theirs)
-    engine = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata(flash, "x", "decode")}
-    operator.apply(engine)
+    # A ConfigMap of the namespace that is no report: a tenant's own (one labelled as
+    # flash's would be pruned by the running operator under the probe's hands, and flash's
+    # engine ConfigMaps are immutable, refused before admission).
+    engine = {"apiVersion": "v1", "kind": "ConfigMap"}
+    engine["metadata"] = {"name": "tenant-settings", "namespace": NS}
+    cluster.kubectl("apply", "-f", "-", input=json.dumps({**engine, "data": {"k": "v"}}))
     probe = account_kubeconfig(cluster, NS, probe_account(flash), tmp_path / "probe.yaml")
 
     def file(target: dict[str, Any], labels: dict[str, str] | None = None):
