@@ -111,6 +111,15 @@ def record_phase(
     CORRUPTION_BUDGET.labels(namespace, name).set(budget)
 
 
+def record_decision(namespace: str, name: str, verdict: RolloutVerdict) -> None:
+    """A canary verdict the rollout reached and recorded in the status: from a probe run,
+    a canary that never became Ready, or a person's promote or abort.  Every verdict but
+    a PASS or a person's promote rolls the canary back."""
+    CANARY_VERDICTS.labels(namespace, name, verdict.value).inc()
+    if verdict not in (RolloutVerdict.PASS, RolloutVerdict.MANUAL_PROMOTE):
+        ROLLBACKS.labels(namespace, name).inc()
+
+
 def record_verdict(
     namespace: str,
     name: str,
@@ -120,12 +129,10 @@ def record_verdict(
     bound: float | None,
     outcomes: dict[str, int],
 ) -> None:
-    """One finished probe run; ``target`` is ``canary`` or ``stable``."""
-    if target == "canary":
-        CANARY_VERDICTS.labels(namespace, name, verdict.value).inc()
-        if verdict not in (RolloutVerdict.PASS, RolloutVerdict.MANUAL_PROMOTE):
-            ROLLBACKS.labels(namespace, name).inc()
-    else:
+    """One finished probe run's evidence; ``target`` is ``canary`` or ``stable``.  A
+    canary run's verdict is counted by :func:`record_decision`, once the rollout has
+    acted on it (a run the rollout no longer waits for decides nothing)."""
+    if target == "stable":
         STABLE_CORRUPTION.labels(namespace, name).set(
             1.0 if verdict is RolloutVerdict.FAIL else 0.0
         )

@@ -277,6 +277,8 @@ class Reconciler:
         )
         metrics.record_progress_deadline(owner.namespace, owner.name, exceeded)
         version = self._write_status(obj, owner, previous, status)
+        if rollout is not None and rollout.decision.verdict is not None:
+            metrics.record_decision(owner.namespace, owner.name, rollout.decision.verdict)
         failure = None
         if state is not None:
             failure = self._write_children(owner, actions)

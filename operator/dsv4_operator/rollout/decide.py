@@ -113,6 +113,9 @@ class Decision:
     effects: tuple[Effect, ...] = ()
     events: tuple[tuple[str, str, str], ...] = field(default=())  # (type, reason, message)
     retried: str | None = None  # a rejected revision a person asked to try again
+    # The verdict this decision reached, whatever reached it (a probe, a deadline, a
+    # person): what the verdict metrics count, once, when the status recording it is written.
+    verdict: RolloutVerdict | None = None
 
 
 IN_PROGRESS = (RolloutPhase.CANARY_STARTING, RolloutPhase.PROBING, RolloutPhase.PROMOTING)
@@ -175,7 +178,9 @@ def decide(
         and observed.probe is None
     ):
         step.effects.append(Effect.STOP_PROBE)
-    return Decision(step.status, tuple(step.effects), tuple(step.events), step.retried)
+    return Decision(
+        step.status, tuple(step.effects), tuple(step.events), step.retried, step.decided
+    )
 
 
 class _Step:
@@ -192,10 +197,16 @@ class _Step:
         self.effects: list[Effect] = []
         self.events: list[tuple[str, str, str]] = []
         self.retried: str | None = None
+        # The last verdict set: a PASS refused at pinning ends INCONCLUSIVE, and a canary
+        # started after an abort in the same decision does not erase the abort.
+        self.decided: RolloutVerdict | None = None
 
     def update(self, **changes: object) -> None:
         if "phase" in changes and changes["phase"] != self.status.phase:
             changes.setdefault("phase_since", self.now)
+        verdict = changes.get("verdict")
+        if isinstance(verdict, RolloutVerdict):
+            self.decided = verdict
         self.status = self.status.model_copy(update=changes)
 
     # -- manual controls ----------------------------------------------------------------

@@ -312,6 +312,14 @@ def test_abort_and_manual_promote_act_on_their_own_rollout():
     promoted = step(BF16_HICACHE, probing(), manual=control(ManualAction.PROMOTE))
     assert promoted.status.phase is RolloutPhase.PROMOTING
     assert promoted.status.verdict is RolloutVerdict.MANUAL_PROMOTE
+    # The decision carries the verdict it reached (what the verdict counter counts) ...
+    assert (aborted.verdict, promoted.verdict) == (
+        RolloutVerdict.ABORTED,
+        RolloutVerdict.MANUAL_PROMOTE,
+    )
+    # ... and a decision that reached none, even one reading a decided status, carries none.
+    assert step(BF16_HICACHE, aborted.status).verdict is None
+    assert step(BF16_HICACHE, probing()).verdict is None
 
 
 def test_a_leftover_control_never_acts_on_a_later_rollout():
