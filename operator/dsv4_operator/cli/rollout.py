@@ -8,6 +8,7 @@ report is the ConfigMap that status.rollout.report names.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import time
 from typing import Any
@@ -16,6 +17,7 @@ from dsv4_engine.cliutil import CommandError
 from dsv4_engine.probe.stats import percents
 from dsv4_operator.api import KIND
 from dsv4_operator.api.rollout import CanarySpec
+from dsv4_operator.cli.dashboard import ENV, dashboard_url, grafana_base
 from dsv4_operator.cli.kubeapi import connect
 from dsv4_operator.kube.client import path
 from dsv4_operator.rollout.decide import ManualAction
@@ -41,6 +43,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         sub.add_argument("name", help="the DSV4Deployment")
         sub.add_argument("-n", "--namespace", default="default")
         sub.add_argument("--kubeconfig", default=None, help="default: $KUBECONFIG")
+        if name in ("status", "report"):
+            sub.add_argument(
+                "--grafana-url",
+                default=None,
+                help=f"Grafana's URL, to print a link to the deployment's dashboard around "
+                f"the rollout (default: ${ENV}; none: no link)",
+            )
         if name == "status":
             sub.add_argument("--output", choices=("table", "json"), default="table")
         if name == "report":
@@ -59,14 +68,19 @@ def run(args: argparse.Namespace) -> int:
     if obj is None:
         raise CommandError(f"DSV4Deployment {args.namespace}/{args.name} not found", exit_code=1)
     rollout = (obj.get("status") or {}).get("rollout")
+    if args.action in ("status", "report"):
+        base = grafana_base(args.grafana_url)
+        link = base and dashboard_url(
+            base, args.namespace, args.name, rollout or {}, dt.datetime.now(dt.UTC)
+        )
     if args.action == "status":
         canary = (obj.get("spec") or {}).get("canary") or {}
         budget = canary.get(
             "maxCorruptionRate", CanarySpec.model_fields["max_corruption_rate"].default
         )
-        return _status(rollout, args.output, float(budget))
+        return _status(rollout, args.output, float(budget), link)
     if args.action == "report":
-        return _report(kube, args.namespace, rollout, args.output)
+        return _report(kube, args.namespace, rollout, args.output, link)
     action = ManualAction(args.action)
     revision = target_revision(action, rollout or {})
     value = encode(action, str(time.time_ns()), revision)
@@ -96,7 +110,7 @@ def target_revision(action: ManualAction, rollout: dict[str, Any]) -> str:
     return str(rollout["canaryRevision"])
 
 
-def _status(rollout: dict[str, Any] | None, output: str, budget: float) -> int:
+def _status(rollout: dict[str, Any] | None, output: str, budget: float, link: str | None) -> int:
     if output == "json":
         print(json.dumps(rollout or {}, indent=2))
         return 0
@@ -117,6 +131,7 @@ def _status(rollout: dict[str, Any] | None, output: str, budget: float) -> int:
         ("rejected revision", rollout.get("rejectedRevision")),
         ("production watch", _watch(rollout.get("stableProbe"))),
         ("message", rollout.get("message")),
+        ("dashboard", link),
     ]
     for label, value in rows:
         if value not in (None, ""):
@@ -124,7 +139,11 @@ def _status(rollout: dict[str, Any] | None, output: str, budget: float) -> int:
     return 0
 
 
-def _report(kube: Any, namespace: str, rollout: dict[str, Any] | None, output: str) -> int:
+def _report(
+    kube: Any, namespace: str, rollout: dict[str, Any] | None, output: str, link: str | None
+) -> int:
+    """The report the rollout names, as a table (with the dashboard ``link``, if any), its
+    JSON, or the HTML page; the JSON is the report exactly as filed."""
     rollout = rollout or {}
     name = rollout.get("report")
     if not name and rollout.get("verdict"):
@@ -136,6 +155,7 @@ def _report(kube: Any, namespace: str, rollout: dict[str, Any] | None, output: s
             print(json.dumps(decided, indent=2))
         else:
             print(f"verdict  {decided['verdict']} (no probe ran)\nwhy      {decided['why']}")
+            _print_link(link)
         return 0
     if not name:
         raise CommandError("no canary report yet: the rollout has not reached a verdict", 1)
@@ -161,7 +181,13 @@ def _report(kube: Any, namespace: str, rollout: dict[str, Any] | None, output: s
         print(
             f"\nJSON: kubectl get configmap {name} -n {namespace} -o jsonpath='{{.data.report\\.json}}'"
         )
+        _print_link(link)
     return 0
+
+
+def _print_link(link: str | None) -> None:
+    if link:
+        print(f"dashboard: {link}")
 
 
 def _table(report: dict[str, Any]) -> str:

@@ -1,7 +1,9 @@
 """`dsv4ctl rollout promote|abort|retry`: the request the operator acts on; `report`'s HTML page."""
 
 import asyncio
+import datetime as dt
 import json
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
@@ -134,3 +136,72 @@ def test_status_shows_the_bound_beside_the_budget_in_digits_that_tell_them_apart
     assert main(["rollout", "status", "flash", "-n", "serving"]) == 0
     shown = "0.4997%" if budget == "0.5000%" else "0.500%"
     assert f"upper bound        {shown} (budget {budget})" in capsys.readouterr().out
+
+
+DECIDED = {
+    "phase": "RolledBack",
+    "verdict": "FAIL",
+    "verdictReason": "garbled tool calls",
+    "startedAt": "2026-12-01T10:00:00Z",
+    "phaseSince": "2026-12-01T10:01:30Z",
+}
+
+
+def link_of(out: str) -> dict[str, list[str]]:
+    """The query of the one `dashboard` line of ``out``, after checking where it points."""
+    (line,) = [line for line in out.splitlines() if line.startswith("dashboard")]
+    url = urlsplit(line.split()[-1])
+    assert (url.scheme, url.netloc, url.path) == ("https", "grafana.example", "/g/d/dsv4-operator")
+    return parse_qs(url.query)
+
+
+def millis(stamp: str) -> int:
+    return int(dt.datetime.fromisoformat(stamp).timestamp() * 1000)
+
+
+@pytest.mark.parametrize("action", ["status", "report"])
+def test_with_grafana_configured_the_rollout_links_its_dashboard_around_the_verdict(
+    action, monkeypatch, capsys
+):
+    monkeypatch.setenv("DSV4_GRAFANA_URL", "https://grafana.example/g/")
+    monkeypatch.setattr(rollout_cli, "connect", lambda _: PatchRecordingKube(DECIDED))
+    assert main(["rollout", action, "flash", "-n", "serving"]) == 0
+    query = link_of(capsys.readouterr().out)
+    assert query["var-namespace"] == ["serving"] and query["var-deployment"] == ["flash"]
+    # Five minutes before the canary started, ten after the verdict.
+    assert query["from"] == [str(millis("2026-12-01T09:55:00+00:00"))]
+    assert query["to"] == [str(millis("2026-12-01T10:11:30+00:00"))]
+
+
+def test_a_rollout_still_running_is_linked_up_to_now_and_the_option_wins_over_the_env(
+    monkeypatch, capsys
+):
+    monkeypatch.setenv("DSV4_GRAFANA_URL", "https://elsewhere.example")
+    running = {**PROBING, "startedAt": "2026-12-01T10:00:00Z", "phaseSince": "2026-12-01T10:00:40Z"}
+    monkeypatch.setattr(rollout_cli, "connect", lambda _: PatchRecordingKube(running))
+    args = [
+        "rollout",
+        "status",
+        "flash",
+        "-n",
+        "serving",
+        "--grafana-url",
+        "https://grafana.example/g",
+    ]
+    assert main(args) == 0
+    assert link_of(capsys.readouterr().out)["to"] == ["now"]
+
+
+def test_without_grafana_configured_no_link_is_printed(monkeypatch, capsys):
+    monkeypatch.delenv("DSV4_GRAFANA_URL", raising=False)
+    monkeypatch.setattr(rollout_cli, "connect", lambda _: PatchRecordingKube(DECIDED))
+    assert main(["rollout", "report", "flash"]) == 0
+    assert "dashboard" not in capsys.readouterr().out
+
+
+def test_a_grafana_url_that_is_not_one_is_refused_naming_the_option(monkeypatch, capsys):
+    monkeypatch.setattr(rollout_cli, "connect", lambda _: PatchRecordingKube(DECIDED))
+    assert main(["rollout", "report", "flash", "--grafana-url", "grafana:3000"]) == 2
+    err = capsys.readouterr().err
+    assert "--grafana-url (or $DSV4_GRAFANA_URL)" in err and "'grafana:3000'" in err
+    assert "Traceback" not in err

@@ -22,6 +22,7 @@ from dsv4_dev.monitoring import dashboard
 from dsv4_dev.monitoring.config import MONITORING, metric_names
 from dsv4_engine.reference.metrics import EngineStats, render
 from dsv4_operator import metrics
+from dsv4_operator.cli import dashboard as cli_dashboard
 from tests.unit.operator.harness import NS, World
 
 VARIABLES = {"namespace": "serving", "deployment": "flash"}
@@ -65,6 +66,13 @@ def test_every_panel_queries_prometheus_through_the_datasource_variable(shipped)
         assert panel["description"], panel["title"]
     ids = [p["id"] for p in shipped["panels"]]
     assert len(set(ids)) == len(ids)
+
+
+def test_the_link_dsv4ctl_prints_opens_this_dashboard_on_one_deployment(shipped):
+    """`dsv4ctl rollout report|status` link to it by uid, with its two variables set."""
+    assert shipped["uid"] == cli_dashboard.DASHBOARD_UID
+    names = {v["name"] for v in shipped["templating"]["list"]}
+    assert {cli_dashboard.NAMESPACE_VARIABLE, cli_dashboard.DEPLOYMENT_VARIABLE} <= names
 
 
 def test_the_variables_pick_a_namespace_then_one_of_its_deployments(shipped):
