@@ -112,6 +112,14 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
         help="SGLang's KV integrity check: log/raise count stale reads into "
         "dsv4:kv_canary_violations_total on /metrics",
     )
+    p.add_argument(
+        "--benign-nondeterminism",
+        type=float,
+        default=_DEFAULTS.benign_nondeterminism,
+        help="share of prefix-cache hits whose first token flips to the runner-up, as "
+        "healthy non-deterministic engines do (random model only; /server_info then says "
+        "deterministic: false)",
+    )
     p.add_argument("--log-level", default="info")
 
 
@@ -157,6 +165,7 @@ def settings_from_args(args: argparse.Namespace) -> ServeSettings:
             ),
             disaggregation_bootstrap_port=args.disaggregation_bootstrap_port,
             kv_canary=args.kv_canary,
+            benign_nondeterminism=args.benign_nondeterminism,
             **{name: value for name, value in given.items() if value is not None},
         )
     except SettingsError as err:

@@ -105,6 +105,17 @@ OPTIONS: tuple[Option, ...] = (
     Option("seed", "seed"),
     Option("deterministic", "deterministic"),
     Option(
+        "baseline_url",
+        "baseline-url",
+        "the stable side's URL: on an engine that is not deterministic, the consistency "
+        "probes run on both and the canary's divergence is judged against the stable's",
+    ),
+    Option(
+        "max_divergence_excess",
+        "max-divergence-excess",
+        "how far the canary's warm-vs-cold divergence rate may exceed the baseline's",
+    ),
+    Option(
         "stream_share",
         "stream-share",
         "share of tool-call samples whose judged request streams (tool calls assembled "

@@ -22,6 +22,9 @@ class Outcome(StrEnum):
     # Probe-only outcomes: the validator never returns these.
     CACHE_MISMATCH = "CACHE_MISMATCH"
     """A greedy answer changed after its prefix went through the host tier."""
+    DIVERGED = "DIVERGED"
+    """A warm answer changed on an engine that is not deterministic: not corruption by
+    itself; the canary's rate of these is judged against the stable's (differential)."""
     TRANSPORT_ERROR = "TRANSPORT_ERROR"
     """No answer to judge (connection, timeout, HTTP error, a body that is no chat answer):
     not corruption, but a failed request, and the probe's bounds count it as a failure."""
@@ -38,7 +41,9 @@ class Outcome(StrEnum):
         return self.is_corruption or self is Outcome.TRANSPORT_ERROR
 
 
-_NOT_CORRUPTION = frozenset({Outcome.VALID, Outcome.TRANSPORT_ERROR, Outcome.NOT_APPLICABLE})
+_NOT_CORRUPTION = frozenset(
+    {Outcome.VALID, Outcome.DIVERGED, Outcome.TRANSPORT_ERROR, Outcome.NOT_APPLICABLE}
+)
 
 VALIDATOR_OUTCOMES: tuple[Outcome, ...] = (
     Outcome.VALID,

@@ -9,6 +9,7 @@ loads happen under load, where the seed's race lived.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 from dataclasses import dataclass, field
@@ -48,6 +49,11 @@ class Sample:
     """Prompt tokens the engine read back from its host tier for the judged answers."""
     streamed: bool = False
     """The judged answer was streamed (`ProbeSettings.stream_share`)."""
+    differential: bool = False
+    """A consistency sample run on the canary and the baseline alike (`Baseline`): its
+    outcome is VALID or DIVERGED, judged against the baseline's rate, not alone."""
+    baseline_diverged: bool | None = None
+    """The baseline's warm answer differed from its cold one; None: no baseline answer."""
 
     @property
     def exercised(self) -> bool:
@@ -64,6 +70,18 @@ class Checked:
     answer: ChatAnswer
     expected: str
     host_tokens: int
+    differential: bool = False
+    baseline_diverged: bool | None = None
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The stable side a differential consistency sample also asks (`baseline_url`)."""
+
+    client: EngineClient
+    model: str
+    offload_path: str | None
+    """Its host-tier push, when it serves one (a stable without HiCache does not)."""
 
 
 @dataclass
@@ -74,6 +92,9 @@ class ProbeContext:
     host_round_trip: bool = False
     """True when the engine pushes cached prefixes to its host tier on request (the
     reference engine): each echo request is then answered while its prefix loads back."""
+    baseline: Baseline | None = None
+    """Set when the engine is not deterministic and a baseline answers: consistency is
+    then differential."""
     _prefixes: dict[int, str] = field(default_factory=dict)
 
     def shared_prefix(self, index: int) -> str:
@@ -125,6 +146,8 @@ async def run_sample(probe: ProbeName, index: int, ctx: ProbeContext) -> Sample:
         checked.expected[:EXCERPT_CHARS],
         checked.host_tokens,
         checked.answer.streamed,
+        checked.differential,
+        checked.baseline_diverged,
     )
 
 
@@ -198,15 +221,50 @@ async def _consistency(
     question = f"Request {index}: continue the text. {filler(rng, 24)}"
     messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
     body = ctx.body(messages, ctx.settings.consistency_tokens, tools=False)
-    cold = await ctx.client.chat(body)
-    if (path := ctx.settings.offload_path) is not None:
-        await ctx.client.offload(path)
-    warm = await ctx.client.chat(body)
+    if ctx.baseline is None:
+        cold, warm = await _cold_then_warm(ctx.client, body, ctx.settings.offload_path)
+        host = cold.host_tokens + warm.host_tokens
+        if cold.comparable == warm.comparable:
+            return Checked(VALID, warm, excerpt(cold), host)
+        mismatch = Judgement(Outcome.CACHE_MISMATCH, _first_difference(cold, warm))
+        return Checked(mismatch, warm, excerpt(cold), host)
+    return await _differential(ctx, ctx.baseline, body)
+
+
+async def _cold_then_warm(
+    client: EngineClient, body: dict[str, Any], offload_path: str | None
+) -> tuple[ChatAnswer, ChatAnswer]:
+    """The same greedy request twice: the second finds its prefix cached (pushed to the
+    host tier in between, where the engine can be asked to)."""
+    cold = await client.chat(body)
+    if offload_path is not None:
+        await client.offload(offload_path)
+    return cold, await client.chat(body)
+
+
+async def _differential(ctx: ProbeContext, baseline: Baseline, body: dict[str, Any]) -> Checked:
+    """Cold and warm on the canary and, at the same time, on the baseline.  A canary
+    request that fails is the canary's failure (a TransportError, as anywhere); one of the
+    baseline's only leaves this sample out of the baseline's rate."""
+    ours, theirs = await asyncio.gather(
+        _cold_then_warm(ctx.client, body, ctx.settings.offload_path),
+        _cold_then_warm(baseline.client, {**body, "model": baseline.model}, baseline.offload_path),
+        return_exceptions=True,
+    )
+    if isinstance(ours, BaseException):
+        raise ours
+    if isinstance(theirs, TransportError):
+        baseline_diverged = None
+    elif isinstance(theirs, BaseException):
+        raise theirs
+    else:
+        baseline_diverged = theirs[0].comparable != theirs[1].comparable
+    cold, warm = ours
     host = cold.host_tokens + warm.host_tokens
-    if cold.comparable == warm.comparable:
-        return Checked(VALID, warm, excerpt(cold), host)
-    mismatch = Judgement(Outcome.CACHE_MISMATCH, _first_difference(cold, warm))
-    return Checked(mismatch, warm, excerpt(cold), host)
+    judgement = VALID
+    if cold.comparable != warm.comparable:
+        judgement = Judgement(Outcome.DIVERGED, _first_difference(cold, warm))
+    return Checked(judgement, warm, excerpt(cold), host, True, baseline_diverged)
 
 
 def _first_difference(cold: ChatAnswer, warm: ChatAnswer) -> str:

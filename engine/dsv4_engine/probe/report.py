@@ -14,13 +14,14 @@ from typing import Any
 
 from dsv4_engine.probe.outcome import Outcome
 from dsv4_engine.probe.probes import EXCERPT_CHARS
-from dsv4_engine.probe.runner import KvCanaryReading, ProbeResult
+from dsv4_engine.probe.runner import DifferentialTally, KvCanaryReading, ProbeResult
 from dsv4_engine.probe.stats import fail_boundary_lower, percents, upper_bound
 from dsv4_engine.probe.verdict import exercised_needed
 
 # 2: failed requests count as failures (`samples.failed`); 3: `samples.exercised`, with
-# `settings.hicache` saying whether the verdict asked for it; 4: `samples.streamed`
-REPORT_SCHEMA_VERSION = 4
+# `settings.hicache` saying whether the verdict asked for it; 4: `samples.streamed`;
+# 5: `differential` and the DIVERGED outcome
+REPORT_SCHEMA_VERSION = 5
 EXAMPLES_PER_CLASS = 3
 SERIES_POINTS = 400
 LATENCY_BINS = 30
@@ -139,6 +140,33 @@ def build_report(result: ProbeResult) -> dict[str, Any]:
         "latency": _latency(latencies),
         "series": _series(tally.failure_flags, s.confidence),
         "kv_canary": _kv_canary(result.kv_canary),
+        "differential": _differential(tally.differential, s.max_divergence_excess, s.confidence),
+    }
+
+
+def _differential(
+    tally: DifferentialTally | None, margin: float, confidence: float
+) -> dict[str, Any] | None:
+    if tally is None:
+        return None
+    lower, upper = tally.evidence(margin).bounds(confidence)
+    return {
+        "baseline_url": tally.baseline_url,
+        "margin": margin,
+        "canary": _side(tally.n_canary, tally.canary, tally.canary_errors),
+        "stable": _side(tally.n_stable, tally.stable, tally.stable_errors),
+        "excess_lower": lower,
+        "excess_upper": upper,
+        "fail_at": tally.fail_at,
+    }
+
+
+def _side(samples: int, diverged: int, errors: int) -> dict[str, Any]:
+    return {
+        "samples": samples,
+        "diverged": diverged,
+        "errors": errors,
+        "rate": diverged / samples if samples else 0.0,
     }
 
 
@@ -183,6 +211,8 @@ def summary_table(report: dict[str, Any]) -> str:
         ("concurrency", f"peak {conc['peak']}, mean {conc['mean']:.1f}, target {conc['target']}"),
         ("kv-canary", _kv_canary_row(report.get("kv_canary"))),
     ]
+    if (diff := report.get("differential")) is not None:
+        rows.append(("differential", _differential_row(diff, report["confidence"])))
     if lat["count"]:
         rows.append(
             (
@@ -196,6 +226,15 @@ def summary_table(report: dict[str, Any]) -> str:
     lines = [f"{k.ljust(width)}  {v}" for k, v in rows]
     lines += [f"- {reason}" for reason in report["reasons"]]
     return "\n".join(lines + _example_lines(report["examples"]))
+
+
+def _differential_row(diff: dict[str, Any], confidence: float) -> str:
+    c, s = diff["canary"], diff["stable"]
+    return (
+        f"warm != cold: canary {c['diverged']}/{c['samples']} ({c['rate']:.1%}), stable "
+        f"{s['diverged']}/{s['samples']} ({s['rate']:.1%}); excess {diff['excess_lower']:+.1%} "
+        f"to {diff['excess_upper']:+.1%} at {confidence:.0%}, margin {diff['margin']:.1%}"
+    )
 
 
 def _kv_canary_row(kv: dict[str, Any] | None) -> str:

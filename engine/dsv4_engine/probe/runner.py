@@ -21,10 +21,10 @@ from dsv4_engine import kv_canary
 from dsv4_engine.engine_config import Backend, ReferenceModelKind
 from dsv4_engine.probe.client import EndpointMissing, EngineClient, TransportError
 from dsv4_engine.probe.outcome import Outcome
-from dsv4_engine.probe.probes import ProbeContext, Sample, run_sample
+from dsv4_engine.probe.probes import Baseline, ProbeContext, Sample, run_sample
 from dsv4_engine.probe.settings import Determinism, ProbeName, ProbeSettings
-from dsv4_engine.probe.stats import fail_now, upper_bound
-from dsv4_engine.probe.verdict import Evidence, Verdict, decide
+from dsv4_engine.probe.stats import excess_fail_now, fail_now, upper_bound
+from dsv4_engine.probe.verdict import Divergence, Evidence, Verdict, decide
 
 
 class ProbeConnectionError(Exception):
@@ -55,9 +55,14 @@ class Tally:
     failure_flags: list[bool] = field(default_factory=list)
     """One entry per judged sample, in completion order: the running rate's data."""
     stopped_because: str | None = None
+    differential: DifferentialTally | None = None
+    """Set when consistency samples are differential (the engine is not deterministic)."""
 
     def add(self, sample: Sample) -> None:
         self.samples.append(sample)
+        if self.differential is not None and sample.probe.needs_determinism:
+            self._add_differential(sample)
+            return
         self.judged += 1
         self.corrupt += sample.outcome.is_corruption
         self.transport_errors += sample.outcome is Outcome.TRANSPORT_ERROR
@@ -71,6 +76,18 @@ class Tally:
             self.fail_at = self.judged
             self.stop("sequential FAIL rule fired")
 
+    def _add_differential(self, sample: Sample) -> None:
+        d = self.differential
+        assert d is not None
+        self.exercised += sample.exercised
+        d.add(sample)
+        s = self.settings
+        if d.fail_at is None and excess_fail_now(
+            d.canary, d.n_canary, d.stable, d.n_stable, s.max_divergence_excess, s.confidence
+        ):
+            d.fail_at = d.n_canary
+            self.stop("sequential FAIL rule on the divergence excess fired")
+
     @property
     def failed(self) -> int:
         """Corrupt answers plus failed requests: what the bounds count."""
@@ -83,6 +100,38 @@ class Tally:
     @property
     def upper_bound(self) -> float:
         return upper_bound(self.failed, self.judged, self.settings.confidence)
+
+
+@dataclass
+class DifferentialTally:
+    """Differential consistency samples, counted per side.  A canary request that failed
+    counts as a changed answer (no failed request is forgiven); a failed baseline request
+    leaves that sample out of the baseline's rate."""
+
+    baseline_url: str
+    n_canary: int = 0
+    canary: int = 0
+    canary_errors: int = 0
+    n_stable: int = 0
+    stable: int = 0
+    stable_errors: int = 0
+    fail_at: int | None = None
+
+    def add(self, sample: Sample) -> None:
+        self.n_canary += 1
+        failed = sample.outcome is Outcome.TRANSPORT_ERROR
+        self.canary_errors += failed
+        self.canary += failed or sample.outcome is Outcome.DIVERGED
+        if sample.baseline_diverged is None:
+            self.stable_errors += not failed  # a failed canary sample never asked it
+        else:
+            self.n_stable += 1
+            self.stable += sample.baseline_diverged
+
+    def evidence(self, margin: float) -> Divergence:
+        return Divergence(
+            self.n_canary, self.canary, self.n_stable, self.stable, margin, self.fail_at
+        )
 
 
 @dataclass(frozen=True)
@@ -165,7 +214,9 @@ ProgressFn = Callable[[Tally], None]
 async def run_probes(settings: ProbeSettings, progress: ProgressFn | None = None) -> ProbeResult:
     """Probe `settings.base_url`; raises ProbeConnectionError when it cannot even start."""
     started_at, t0 = datetime.now(UTC), time.monotonic()
-    connector = aiohttp.TCPConnector(limit=settings.concurrency + 4)
+    # A differential sample asks the canary and the baseline at once: a connection each.
+    sides = 1 if settings.baseline_url is None else 2
+    connector = aiohttp.TCPConnector(limit=sides * settings.concurrency + 4)
     async with aiohttp.ClientSession(connector=connector) as session:
         client = EngineClient(
             settings.base_url,
@@ -177,11 +228,15 @@ async def run_probes(settings: ProbeSettings, progress: ProgressFn | None = None
         model = await _warm_up(client, settings)
         before = await _violation_counts(client) if settings.kv_canary else None
         probe_set = settings.probe_set(await _reference_model(client, settings))
-        not_applicable, host_round_trip = await _preflight(client, settings, probe_set)
+        not_applicable, host_round_trip, baseline = await _preflight(
+            client, session, settings, probe_set
+        )
         applicable = tuple(p for p in probe_set if p not in not_applicable)
         client.meter.reset()
-        ctx = ProbeContext(client, settings, model, host_round_trip=host_round_trip)
+        ctx = ProbeContext(client, settings, model, host_round_trip, baseline)
         tally = Tally(settings, settings.sample_budget)
+        if baseline is not None and settings.baseline_url is not None:
+            tally.differential = DifferentialTally(settings.baseline_url)
         if applicable:
             await _drive(ctx, applicable, tally, progress)
         meter = client.meter
@@ -200,6 +255,9 @@ async def run_probes(settings: ProbeSettings, progress: ProgressFn | None = None
         exercised=tally.exercised,
         kv_canary=kv.violations if kv else (),
         kv_canary_unread=kv.unread if kv else None,
+        divergence=tally.differential.evidence(settings.max_divergence_excess)
+        if tally.differential is not None
+        else None,
     )
     verdict, reasons = decide(evidence)
     return ProbeResult(
@@ -317,10 +375,14 @@ async def _reference_model(
 
 
 async def _preflight(
-    client: EngineClient, settings: ProbeSettings, probe_set: tuple[ProbeName, ...]
-) -> tuple[dict[ProbeName, str], bool]:
+    client: EngineClient,
+    session: aiohttp.ClientSession,
+    settings: ProbeSettings,
+    probe_set: tuple[ProbeName, ...],
+) -> tuple[dict[ProbeName, str], bool, Baseline | None]:
     """(checks that cannot judge this engine, each with why — reported, never counted;
-    whether the engine can push cached prefixes to its host tier)."""
+    whether the engine can push cached prefixes to its host tier; the baseline that makes
+    consistency differential on an engine that is not deterministic, or None)."""
     offload_problem = None
     if settings.offload_path is not None:
         try:
@@ -332,11 +394,47 @@ async def _preflight(
     host_round_trip = settings.offload_path is not None and offload_problem is None
     consistency = [p for p in probe_set if p.needs_determinism]
     if not consistency:
-        return {}, host_round_trip
+        return {}, host_round_trip, None
+    if settings.offload_path is not None and offload_problem is not None:
+        return dict.fromkeys(consistency, offload_problem), host_round_trip, None
     reason = await _determinism_problem(client, settings)
-    if reason is None and settings.offload_path is not None:
-        reason = offload_problem
-    return (dict.fromkeys(consistency, reason) if reason else {}), host_round_trip
+    if reason is None:
+        return {}, host_round_trip, None
+    if settings.baseline_url is None:
+        reason += "; --baseline-url (the stable side) makes the check differential"
+        return dict.fromkeys(consistency, reason), host_round_trip, None
+    baseline = await _baseline(session, settings)
+    if isinstance(baseline, str):
+        return dict.fromkeys(consistency, baseline), host_round_trip, None
+    return {}, host_round_trip, baseline
+
+
+async def _baseline(session: aiohttp.ClientSession, settings: ProbeSettings) -> Baseline | str:
+    """The baseline, warmed up like the canary, with its own host-tier push if it serves
+    one; or why it cannot be one (then consistency does not apply, and says why)."""
+    assert settings.baseline_url is not None
+    client = EngineClient(
+        settings.baseline_url,
+        session,
+        settings.request_timeout_s,
+        settings.connect_timeout_s,
+        settings.api_key,
+    )
+    try:
+        model = await _warm_up(
+            client, settings.model_copy(update={"base_url": settings.baseline_url})
+        )
+    except ProbeConnectionError as err:
+        return f"baseline not answering: {err}"
+    path = settings.offload_path
+    if path is not None:
+        try:
+            await client.offload(path)
+        except EndpointMissing:
+            path = None  # a stable without HiCache: its warm answer is a device-cache hit
+        except TransportError as err:
+            return f"baseline host-tier offload failed: {err}"
+    return Baseline(client, model, path)
 
 
 async def _determinism_problem(client: EngineClient, settings: ProbeSettings) -> str | None:

@@ -117,6 +117,16 @@ class ProbeSettings(BaseModel):
         pattern=r"^https?://", description="Engine or router, e.g. http://host:30000"
     )
     backend: Backend = Backend.SGLANG
+    baseline_url: str | None = Field(default=None, pattern=r"^https?://")
+    """The stable side (its router), for an engine that is not deterministic: the
+    consistency probes then run on both with the same prompts, and the canary's warm-vs-cold
+    divergence is judged against the stable's own (`stats.excess_bounds`).  None: they do
+    not apply to such an engine."""
+    max_divergence_excess: float = Field(default=0.05, gt=0, lt=1)
+    """How far the canary's divergence rate may exceed the stable's.  Looser than
+    `max_corruption_rate` because a stable's own noise (healthy SGLang flips 18 of 40
+    greedy outputs on a prefix hit, sglang#34683) leaves hundreds of samples unable to
+    resolve half a percent; the tool-call echo probes, judged alone, keep that budget."""
     model: str | None = Field(default=None, description="None: the first of GET /v1/models")
     probes: tuple[ProbeName, ...] = ()
     """Empty: the backend's default set."""

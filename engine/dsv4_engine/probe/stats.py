@@ -128,6 +128,40 @@ def fail_boundary_lower(failures: int, n: int, confidence: float) -> float:
     return lower_bound(failures, n, 1.0 - alpha) if alpha > 0 else 0.0
 
 
+# -- differential: the canary's rate against the stable's, on an engine with noise --------
+#
+# On an engine that is not deterministic, a healthy server's warm answer differs from its
+# cold one at some rate of its own, so a canary's divergence means something only beside
+# the stable's, measured on the same prompts in the same run.  The excess d = p_canary -
+# p_stable is bounded by combining one-sided Clopper–Pearson bounds at alpha/2 each
+# (Bonferroni): P(lower_c > p_c) <= alpha/2 and P(upper_s < p_s) <= alpha/2, so
+# P(lower_c - upper_s > d) <= alpha, exactly, whatever the two rates — no normal
+# approximation, which the small rates and tails here would make optimistic.  It is
+# conservative (an exact unconditional test such as Boschloo's is sharper, but needs a
+# search over the nuisance rate per look).  The FAIL rule spends alpha over looks as above.
+
+
+def excess_bounds(
+    canary: int, n_canary: int, stable: int, n_stable: int, confidence: float
+) -> tuple[float, float]:
+    """(lower, upper) one-sided bounds on p_canary - p_stable, each at ``confidence``."""
+    half = 1.0 - (1.0 - confidence) / 2
+    lower = lower_bound(canary, n_canary, half) - upper_bound(stable, n_stable, half)
+    upper = upper_bound(canary, n_canary, half) - lower_bound(stable, n_stable, half)
+    return lower, upper
+
+
+def excess_fail_now(
+    canary: int, n_canary: int, stable: int, n_stable: int, margin: float, confidence: float
+) -> bool:
+    """The sequential FAIL rule on the excess: its alpha-spent lower bound above ``margin``
+    (P(ever FAIL | excess <= margin) <= 1 - confidence, as `fail_now`)."""
+    alpha = fail_alpha(min(n_canary, n_stable), confidence)
+    if alpha <= 0:
+        return False
+    return excess_bounds(canary, n_canary, stable, n_stable, 1.0 - alpha)[0] > margin
+
+
 # Largest request count the canary API accepts: 17 bits, so `survival` needs 17 squarings
 # (and the CRD's CEL rule, which performs the same arithmetic, 17 nested bindings).
 MAX_REQUESTS = 100_000

@@ -8,6 +8,12 @@ failures: corrupt answers and requests that got no answer alike (a user of the c
 neither).  FAIL needs only evidence of failures (the sequential rule in `stats`): a run that
 shows them fails even if it was otherwise too small.  So does a kv-canary violation the
 engines counted during the run: the engine itself saw its KV garbled.
+
+On an engine that is not deterministic the consistency samples are differential
+(`Divergence`): the canary's warm-vs-cold divergence rate against the stable's, on the same
+prompts.  Their excess FAILs a run like failures do.  Where the run also has samples judged
+alone (tool-call echo), PASS rests on those and the excess only needs not to FAIL; where it
+has none (a differential-only set), the excess's upper bound must clear its margin itself.
 """
 
 from __future__ import annotations
@@ -16,7 +22,13 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from dsv4_engine.kv_canary import Violations
-from dsv4_engine.probe.stats import minimum_samples, percents, samples_to_pass, upper_bound
+from dsv4_engine.probe.stats import (
+    excess_bounds,
+    minimum_samples,
+    percents,
+    samples_to_pass,
+    upper_bound,
+)
 
 # The corruption rate a changed path must be caught at among the samples that exercised it:
 # the low end of the incident's 12-18% of tool calls garbled (seed/hicache-bf16-race.txt).
@@ -31,6 +43,31 @@ class Verdict(StrEnum):
     @property
     def exit_code(self) -> int:
         return {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 2}[self.value]
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Differential consistency counts: how many warm answers changed, on each side."""
+
+    n_canary: int
+    canary: int
+    n_stable: int
+    stable: int
+    margin: float
+    """How far the canary's rate may exceed the stable's (`max_divergence_excess`)."""
+    fail_at: int | None = None
+    """Canary samples counted when the sequential FAIL rule on the excess fired."""
+
+    def bounds(self, confidence: float) -> tuple[float, float]:
+        return excess_bounds(self.canary, self.n_canary, self.stable, self.n_stable, confidence)
+
+    def describe(self, confidence: float) -> str:
+        lower, upper = self.bounds(confidence)
+        return (
+            f"warm answers changed on {self.canary}/{self.n_canary} canary and "
+            f"{self.stable}/{self.n_stable} stable samples; excess {lower:+.2%} to {upper:+.2%} "
+            f"at {confidence:.0%}, margin {self.margin:.2%}"
+        )
 
 
 @dataclass(frozen=True)
@@ -55,6 +92,8 @@ class Evidence:
     """kv-canary violations the engines counted during the run: each one FAILs it."""
     kv_canary_unread: str | None = None
     """Why the engines' kv-canary violations, asked for, could not be read (no PASS)."""
+    divergence: Divergence | None = None
+    """Differential consistency, when the run had any (see the module docstring)."""
 
 
 def exercised_needed(confidence: float) -> int:
@@ -87,7 +126,8 @@ def decide(ev: Evidence) -> tuple[Verdict, tuple[str, ...]]:
     bound = upper_bound(failed, ev.judged, ev.confidence)
     shown, budget = percents(bound, ev.threshold)
     counted = f"{failed}/{ev.judged} failed: {ev.corrupt} corrupt, {ev.transport_errors} requests without an answer"
-    if ev.fail_at is not None or ev.kv_canary:
+    div = ev.divergence
+    if ev.fail_at is not None or ev.kv_canary or (div is not None and div.fail_at is not None):
         failures = []
         if ev.fail_at is not None:
             failures.append(
@@ -97,6 +137,11 @@ def decide(ev: Evidence) -> tuple[Verdict, tuple[str, ...]]:
         if ev.kv_canary:
             found = "; ".join(v.describe() for v in ev.kv_canary)
             failures.append(f"kv-canary violations during the run: {found}")
+        if div is not None and div.fail_at is not None:
+            failures.append(
+                f"the canary's answers diverge more than the stable's by over {div.margin:.2%} "
+                f"after {div.fail_at} samples: {div.describe(ev.confidence)}"
+            )
         return Verdict.FAIL, tuple(failures)
     reasons = []
     if ev.kv_canary_unread is not None:
@@ -109,14 +154,22 @@ def decide(ev: Evidence) -> tuple[Verdict, tuple[str, ...]]:
         )
     if (why := unexercised(ev.hicache, ev.exercised, ev.judged, ev.confidence)) is not None:
         reasons.append(why)
-    if bound >= ev.threshold:
+    alone = ev.judged > 0 or div is None  # samples judged alone carry the PASS
+    if alone and bound >= ev.threshold:
         needed = samples_to_pass(ev.threshold, ev.confidence, failed)
         reasons.append(
             f"upper bound {shown} is not below {budget}: {ev.judged} judged "
             f"samples, {needed} needed with {failed} failed ({counted})"
         )
+    if not alone and div is not None and div.bounds(ev.confidence)[1] >= div.margin:
+        reasons.append(f"the excess is not bounded below its margin: {div.describe(ev.confidence)}")
     if reasons:
         return Verdict.INCONCLUSIVE, tuple(reasons)
-    return Verdict.PASS, (
-        f"upper bound {shown} < {budget} at {ev.confidence:.0%} confidence ({counted})",
-    )
+    passed = []
+    if alone:
+        passed.append(
+            f"upper bound {shown} < {budget} at {ev.confidence:.0%} confidence ({counted})"
+        )
+    if div is not None:
+        passed.append(f"differential consistency: {div.describe(ev.confidence)}")
+    return Verdict.PASS, tuple(passed)

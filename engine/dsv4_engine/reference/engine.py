@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import queue
+import random
 import threading
 import time
 from collections import deque
@@ -81,6 +82,8 @@ class Request:
     """Of `cached_tokens`, those this request loaded back from the host tier (the pages its
     admission started a host→device load for): SGLang's `Req.cached_tokens_host`."""
     locs: dict[int, torch.Tensor] = field(default_factory=dict)
+    flips: bool = False
+    """Its first token takes the runner-up (`ServeSettings.benign_nondeterminism`)."""
 
 
 class Engine:
@@ -116,6 +119,7 @@ class Engine:
         self._free_slots = list(range(settings.max_running_requests - 1, -1, -1))
         self._stop = threading.Event()
         self._cache_stats_due = 0.0
+        self._noise = random.Random(settings.random_seed)  # which cache hits flip
         self._thread = threading.Thread(target=self._loop, name="engine", daemon=True)
 
     @property
@@ -236,6 +240,8 @@ class Engine:
         req.pages = [n.device_page for n in nodes] + fresh  # type: ignore[misc]
         req.computed = req.cached_tokens = len(nodes) * self.page_size
         req.host_tokens = len(on_host) * self.page_size
+        share = self.settings.benign_nondeterminism
+        req.flips = bool(share and nodes) and self._noise.random() < share
         self.stats.count_prompt(len(req.prompt), req.cached_tokens)
         return on_host
 
@@ -275,7 +281,8 @@ class Engine:
             tokens = req.prompt[req.computed : end]
         else:
             tokens = [req.output[-1]]
-        return Chunk(tokens, req.computed, req.pages, req.slot, req.locs)
+        first = not req.output and req.computed + len(tokens) >= len(req.prompt)
+        return Chunk(tokens, req.computed, req.pages, req.slot, req.locs, req.flips and first)
 
     def _finish(self, req: Request, reason: str, error: str | None) -> None:
         self._running.remove(req)

@@ -58,6 +58,8 @@ class Chunk:
     pages: list[int]
     slot: int
     locs: dict[int, torch.Tensor] = field(default_factory=dict)
+    runner_up: bool = False
+    """Take the second-best token (`ServeSettings.benign_nondeterminism`)."""
 
     @property
     def end(self) -> int:
@@ -159,9 +161,10 @@ class ReferenceModel:
                 x = xs[n] + att @ layer.wo
                 xs[n] = x + torch.relu(_rms(x) @ layer.w1) @ layer.w2
         out = []
-        for x in xs:
+        for c, x in zip(chunks, xs, strict=True):
             logits = _rms(x[-1:]) @ self.unembed + self.allowed
-            out.append(int(torch.argmax(logits[0])))
+            best = torch.topk(logits[0], 2).indices[1] if c.runner_up else torch.argmax(logits[0])
+            out.append(int(best))
         return out
 
     def _window(

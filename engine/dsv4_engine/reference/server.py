@@ -107,7 +107,7 @@ class ReferenceServer:
         args = {k: str(v) if not isinstance(v, int | float | bool | None) else v
                 for k, v in dataclasses.asdict(self.settings).items()}  # fmt: skip
         info = {
-            "deterministic": True,
+            "deterministic": not self.settings.benign_nondeterminism,
             "reference_model": self.settings.reference_model.value,
             "server_args": args,
             "index_k_gated": not self.engine.pool.ungated_index_k,

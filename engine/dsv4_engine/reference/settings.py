@@ -67,6 +67,11 @@ class ServeSettings:
     # reads the pool's own check caught reading a load not landed yet (`metrics.STALE_READ`);
     # raise counts them too but does not stop the engine as SGLang does.
     kv_canary: str = "none"
+    # Benign nondeterminism, as healthy SGLang shows it: a prefix-cache hit changes the
+    # reduction order and flips a near-tie (sglang#34683: 18 of 40 greedy outputs).  This
+    # share of the requests that hit the cache take the runner-up for their first token;
+    # nothing is corrupted, but a warm answer is no longer the cold one (0: deterministic).
+    benign_nondeterminism: float = 0.0
 
     def __post_init__(self) -> None:
         if self.tp != 1:
@@ -102,6 +107,15 @@ class ServeSettings:
             raise SettingsError(
                 f"--context-length {self.context_length}: --reference-model echo reads at most "
                 f"{ECHO_CONTEXT} tokens (its position code)"
+            )
+        if not 0 <= self.benign_nondeterminism < 1:
+            raise SettingsError(
+                f"--benign-nondeterminism {self.benign_nondeterminism}: expected a share in [0, 1)"
+            )
+        if self.benign_nondeterminism and self.reference_model is ReferenceModelKind.ECHO:
+            raise SettingsError(
+                "--benign-nondeterminism: the echo model copies its tokens with margins no "
+                "reduction order flips (as a real model echoing IDs does); use the random model"
             )
         for name in ("port", "disaggregation_bootstrap_port"):
             if not 0 <= getattr(self, name) <= 65535:

@@ -29,6 +29,7 @@ from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.reconcile.desired import Desired
 from dsv4_operator.render.memory import MemorySizingError, pod_memory
 from dsv4_operator.render.meta import Owner
+from dsv4_operator.render.router import ROUTER_PORT, router_name
 from dsv4_operator.rollout.controller import canary_report, canary_settings, cluster_service_url
 from dsv4_operator.rollout.decide import Observed, decide, first_status
 from dsv4_operator.rollout.probe_job import attempt_objects
@@ -157,12 +158,13 @@ def _probe_attempt(
     assert ref is not None  # the canary was Ready: attempt 1 started
     report = report_skeleton(owner, ref)
     url = cluster_service_url(owner.namespace, *canary_url(owner))
+    stable = cluster_service_url(owner.namespace, router_name(owner), ROUTER_PORT)
     applied = merge_patch(report, {"metadata": {"uid": UID}})  # as the API returns it
     assert status.canary is not None
     tested = canary_spec(spec, status.canary, spec.canary)  # what the canary runs
     return [
         report,
-        *attempt_objects(owner, applied, ref.target, canary_settings(tested, url), image),
+        *attempt_objects(owner, applied, ref.target, canary_settings(tested, url, stable), image),
     ]
 
 

@@ -232,7 +232,8 @@ class RolloutController:
                 url = self._probe_url(owner.namespace, service, port)
                 assert status.canary is not None
                 tested = canary_spec(state.spec, status.canary, state.spec.canary)  # what runs
-                self.executor.start(owner, ref, canary_settings(tested, url))
+                settings = canary_settings(tested, url, self._stable_url(owner))
+                self.executor.start(owner, ref, settings)
                 self._prune_reports(state)
             elif effect is Effect.STOP_PROBE and before is not None:
                 ref = canary_report(before)
@@ -251,7 +252,7 @@ class RolloutController:
         ref = watch_report(status)
         assert ref is not None
         try:
-            url = self._probe_url(owner.namespace, router_name(owner), ROUTER_PORT)
+            url = self._stable_url(owner)
         except ValueError as err:
             log.warning("watch of %s/%s skipped: %s", owner.namespace, owner.name, err)
             return
@@ -274,6 +275,11 @@ class RolloutController:
     def _probe_url(self, namespace: str, service: str, port: int) -> str:
         return self.probe_url(namespace, service, port)
 
+    def _stable_url(self, owner: Owner) -> str:
+        """The stable slice's router: what users call, the production watch probes, and a
+        canary's differential consistency compares with."""
+        return self._probe_url(owner.namespace, router_name(owner), ROUTER_PORT)
+
 
 def probes_hicache(revision: EngineRevision) -> bool:
     """Whether a probe of the engines ``spec`` renders must show host-tier reads: HiCache
@@ -283,17 +289,22 @@ def probes_hicache(revision: EngineRevision) -> bool:
     return revision.features.hicache.enabled
 
 
-def canary_settings(spec: DSV4DeploymentSpec, url: str) -> ProbeSettings:
+def canary_settings(
+    spec: DSV4DeploymentSpec, url: str, baseline: str | None = None
+) -> ProbeSettings:
     """What a probe attempt runs with: `spec.canary`, against ``url``, for the engines
     ``spec`` renders.  Without HiCache there is no host tier to push prefixes to, so the
     probes ask for no offload (the engine serves no offload endpoint then).  Engines that
-    run kv-canary (a canary always does: `slices.canary_spec`) have their violations read."""
+    run kv-canary (a canary always does: `slices.canary_spec`) have their violations read.
+    ``baseline``: the stable router, for a canary; on an engine that is not deterministic
+    (SGLang) its consistency probes then compare the canary's divergence with the stable's."""
     canary: CanarySpec = spec.canary
     hicache = probes_hicache(spec_revision(spec))
     return ProbeSettings(
         admin_offload_path="default" if hicache else None,
         hicache=hicache,
         base_url=url,
+        baseline_url=baseline,
         backend=spec.engine,
         probes=canary.probes or (),
         concurrency=canary.concurrency,

@@ -395,6 +395,21 @@ def test_a_hicache_pass_without_host_tier_reads_is_not_promoted():
     assert world.rollout()["verdict"] == "PASS"
 
 
+def test_a_canarys_probe_job_compares_with_the_stable_router_the_watch_probes_a_slice_alone():
+    """On an engine that is not deterministic (SGLang) the canary's consistency samples are
+    judged against the stable's own divergence: its probe Job is given the stable router,
+    the Service users call, as the baseline.  A production watch run has no baseline."""
+    world = ready_world()
+    world.patch_spec("flash", HICACHE)
+    world.until("probing", lambda: world.api.names("Job"), passes=10)
+    (job,) = (world.api.objects[("Job", NS, name)] for name in world.api.names("Job"))
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    stable_router = "http://flash-router.serving.svc:8000"
+    assert args[args.index("--baseline-url") + 1] == stable_router
+    assert args[args.index("probe") + 1] != stable_router  # the canary itself is probed
+    assert canary_settings(spec({}), stable_router).baseline_url is None
+
+
 def test_a_revision_read_back_from_the_api_server_is_the_same_revision():
     """The API server writes a whole float (ungatedShare 1.0, ratio 2.0) back as an integer:
     the revision read from status must still name what the spec asks for, or every pass

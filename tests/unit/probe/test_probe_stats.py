@@ -81,3 +81,64 @@ def test_pass_at_the_threshold_is_rare_in_a_fixed_size_run(n):
         itertools.takewhile(lambda x: stats.upper_bound(x, n, 0.95) < 0.005, range(n + 1))
     )
     assert sum(sp.binom.pmf(x, n, 0.005) for x in passing) <= 0.05
+
+
+def _cp(failures: int, n: int, side: str, level: float) -> float:
+    if side == "upper":
+        return 1.0 if failures == n else sp.beta.ppf(level, failures + 1, n - failures)
+    return 0.0 if failures == 0 else sp.beta.ppf(1 - level, failures, n - failures + 1)
+
+
+@pytest.mark.parametrize(
+    ("canary", "n_canary", "stable", "n_stable"),
+    [(0, 100, 0, 100), (30, 598, 20, 598), (5, 40, 0, 38), (100, 100, 3, 90)],
+)
+def test_the_excess_bounds_are_two_clopper_pearson_bounds_at_half_the_alpha(
+    canary, n_canary, stable, n_stable
+):
+    lower, upper = stats.excess_bounds(canary, n_canary, stable, n_stable, 0.95)
+    want_lower = _cp(canary, n_canary, "lower", 0.975) - _cp(stable, n_stable, "upper", 0.975)
+    want_upper = _cp(canary, n_canary, "upper", 0.975) - _cp(stable, n_stable, "lower", 0.975)
+    assert (lower, upper) == (
+        pytest.approx(want_lower, abs=1e-9),
+        pytest.approx(want_upper, abs=1e-9),
+    )
+
+
+@pytest.mark.parametrize(("p_canary", "p_stable"), [(0.15, 0.10), (0.45, 0.45), (0.05, 0.0)])
+def test_the_excess_bounds_cover_the_true_excess(p_canary, p_stable):
+    """Seeded draws at a low confidence (so misses are frequent enough to count): each
+    bound misses the true excess p_canary - p_stable at most 1 - confidence of the time,
+    whatever the stable's own rate — the guarantee the FAIL and PASS rules rest on."""
+    rng, n, confidence, draws = random.Random(7), 150, 0.8, 600
+    truth, over, under = p_canary - p_stable, 0, 0
+    for _ in range(draws):
+        canary = sum(rng.random() < p_canary for _ in range(n))
+        stable = sum(rng.random() < p_stable for _ in range(n))
+        lower, upper = stats.excess_bounds(canary, n, stable, n, confidence)
+        over += lower > truth
+        under += upper < truth
+    assert over / draws <= 1 - confidence and under / draws <= 1 - confidence
+
+
+def test_the_excess_fail_rule_spends_alpha_over_looks_as_the_single_rate_rule_does():
+    """Each look tests the excess's lower bound at 1 - fail_alpha(n): the same schedule as
+    `fail_now`, so the union bound over every look holds for it too."""
+    assert not stats.excess_fail_now(9, 9, 0, 9, 0.05, 0.95)  # no look before n0
+    n = 100
+    for canary in range(0, n + 1, 5):
+        lower, _ = stats.excess_bounds(canary, n, 10, n, 1 - stats.fail_alpha(n, 0.95))
+        assert stats.excess_fail_now(canary, n, 10, n, 0.05, 0.95) is (lower > 0.05)
+
+
+def test_a_raced_canary_above_its_stables_noise_fails_within_tens_of_samples():
+    """40% changed answers against a stable's 10%: the excess rule fires within the 598
+    samples a canary runs by default (conservative: Bonferroni twice over, for the two
+    sides and for the looks)."""
+    rng, canary, stable = random.Random(3), 0, 0
+    for n in range(1, 301):
+        canary += rng.random() < 0.40
+        stable += rng.random() < 0.10
+        if stats.excess_fail_now(canary, n, stable, n, 0.05, 0.95):
+            break
+    assert n < 300

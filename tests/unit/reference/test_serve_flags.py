@@ -38,6 +38,14 @@ def serve(*flags: str, env: dict[str, str] | None = None) -> subprocess.Complete
         (("--page-size", "64"), "--page-size 64"),
         (("--disaggregation-mode", "both"), "--disaggregation-mode 'both'"),
         (("--hicache-layer-latency", "-1"), "--hicache-layer-latency -1.0: expected ms >= 0"),
+        (
+            ("--benign-nondeterminism", "1"),
+            "--benign-nondeterminism 1.0: expected a share in [0, 1)",
+        ),
+        (
+            ("--benign-nondeterminism", "0.1", "--reference-model", "echo"),
+            "--benign-nondeterminism: the echo model copies its tokens",
+        ),
     ],
 )
 def test_bad_flag_exits_with_one_line(flags, expected):
