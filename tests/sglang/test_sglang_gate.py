@@ -1,6 +1,8 @@
 """SGLang 0.5.23 gates every DeepSeek-V4 pool read on its layer's HiCache load, shown on
-its real pool class and LayerDoneCounter (dsv4_engine.sglang_plugin.gate_check, which the
-engine image also runs at build time), and the check catches a getter that does not."""
+its real pool class, wired to its LayerDoneCounter by SGLang's own HiCache assembly, on a
+whole model and on a later pipeline stage (dsv4_engine.sglang_plugin.gate_check, which the
+engine image also runs at build time); and the check catches SGLang broken in each way
+below, by patching its classes or recompiling its functions from edited source."""
 
 from __future__ import annotations
 
@@ -11,20 +13,26 @@ from pathlib import Path
 
 import pytest
 
-from dsv4_engine.sglang_plugin.gate_check import MUST_WAIT
+from dsv4_engine.sglang_plugin.gate_check import MUST_WAIT, STAGES
 
 pytestmark = pytest.mark.sglang
 
 HARNESS = Path(__file__).with_name("gate_check_harness.py")
 INDEX_K = "get_index_k_with_scale_buffer"
 KV = "get_extra_key_buffer"
+UNREGISTERED = "edit:unregistered-assembler+unregistered-controller"
 SCENARIOS = [
     "as-pinned",
     f"no-wait:{INDEX_K}",
     f"no-wait:{KV}",
     f"next-layer:{INDEX_K}",
     "new-getter",
+    "edit:no-offset",
+    "edit:unregistered-assembler",
+    "edit:unregistered-controller",
+    UNREGISTERED,
 ]
+PP_STAGE = STAGES[1].label
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +57,7 @@ def test_every_getter_of_the_pinned_sglang_waits_for_its_layer(results):
     pinned = results["as-pinned"]
     assert pinned["failed"] == [] and pinned["problems"] == []
     assert pinned["passed"] == sorted(g.name for g in MUST_WAIT)
+    assert pinned["calls"] == 148  # 2 variants x (40 calls on all 6 layers + 34 on layers 2-5)
     assert pinned["exit_code"] == 0
 
 
@@ -66,7 +75,9 @@ def test_a_getter_whose_wait_is_patched_out_fails_the_check(results, getter):
 
 def test_a_getter_waiting_for_another_layer_fails_the_check(results):
     broken = results[f"next-layer:{INDEX_K}"]
-    assert f"{INDEX_K} fp8 layer 2: waited for layer 3, not layer 2" in broken["failed"]
+    assert f"{INDEX_K} fp8 all layers, layer 2: waited for layer 3, not layer 2" in broken["failed"]
+    assert f"{INDEX_K} fp8 {PP_STAGE}, layer 2: waited for layer 3, not layer 2" in broken["failed"]
+    assert broken["exit_code"] == 1
 
 
 def test_a_getter_the_check_does_not_know_fails_it(results):
@@ -74,3 +85,43 @@ def test_a_getter_the_check_does_not_know_fails_it(results):
         "get_new_buffer: a getter this check does not classify (must it wait?)"
     ]
     assert results["new-getter"]["exit_code"] == 1
+
+
+def test_a_wait_without_the_stage_offset_fails_on_a_later_pipeline_stage(results):
+    """`wait_until(layer_id)` instead of `layer_id - self.start_layer`: the same on a stage
+    that starts at layer 0, so only the pipeline stage catches it, there every call."""
+    broken = results["edit:no-offset"]
+    assert len(broken["failed"]) == 68 and broken["exit_code"] == 1
+    assert all(f" {PP_STAGE}, " in f for f in broken["failed"])
+    assert f"{INDEX_K} fp8 {PP_STAGE}, layer 2: waited for layer 4, not layer 2" in broken["failed"]
+    assert any(
+        f.startswith(f"{INDEX_K} fp8 {PP_STAGE}, layer 4: raised IndexError")
+        for f in broken["failed"]
+    )  # local layer 4 of a 4-layer stage does not exist
+
+
+def test_a_pool_sglangs_assembly_leaves_without_its_counter_fails_the_check(results):
+    """Both places SGLang registers the controller's counter with the pool deleted: no
+    getter waits for anything, and the check says why."""
+    broken = results[UNREGISTERED]
+    assert len(broken["failed"]) == broken["calls"] == 148 and broken["exit_code"] == 1
+    assert all("load finished" in f and "waited for" not in f for f in broken["failed"])
+    assert len(broken["problems"]) == 4  # 2 variants x 2 stages
+    assert all(
+        "HiCache assembly did not register its cache controller's LayerDoneCounter" in p
+        for p in broken["problems"]
+    )
+
+
+@pytest.mark.parametrize("where", ["assembler", "controller"])
+def test_either_registration_alone_wires_the_pool(results, where):
+    """SGLang 0.5.23 registers the same counter twice: `HiCacheController.__init__`
+    (managers/cache_controller.py, run by HybridCacheController's `super().__init__`) and
+    `_apply_stack_result` (mem_cache/hybrid_cache/hybrid_pool_assembler.py).  The hybrid
+    controller makes a new counter, registered by the second only, when its transfer layer
+    count differs from the pool's `layer_num`; for DeepSeek-V4 both are the stage's layer
+    count.  So deleting one of the two lines changes nothing a read can see, and the check
+    rightly passes: what it must catch is a pool left without the counter (test above)."""
+    survived = results[f"edit:unregistered-{where}"]
+    assert survived["failed"] == [] and survived["problems"] == []
+    assert survived["exit_code"] == 0
