@@ -155,10 +155,10 @@ class _Board:
 
     def __init__(self) -> None:
         self.cond = threading.Condition()
-        self.waiting: dict[int, HostThreadEvent] = {}
-        self.waited: dict[int, list[HostThreadEvent]] = {}
+        self.waiting: dict[int, FakeCudaEvent] = {}
+        self.waited: dict[int, list[FakeCudaEvent]] = {}
 
-    def block_until_done(self, event: HostThreadEvent) -> None:
+    def block_until_done(self, event: FakeCudaEvent) -> None:
         me = threading.get_ident()
         with self.cond:
             self.waiting[me] = event
@@ -169,14 +169,14 @@ class _Board:
         if not done:
             raise TimeoutError(f"stand-in CUDA event not completed within {BLOCK_BOUND_S}s")
 
-    def set_done(self, events: list[HostThreadEvent], done: bool) -> None:
+    def set_done(self, events: list[FakeCudaEvent], done: bool) -> None:
         with self.cond:
             for event in events:
                 event.done = done
             self.cond.notify_all()
 
 
-class HostThreadEvent:
+class FakeCudaEvent:
     """Stands in for a CUDA event (none exists without a GPU): `record()` marks the work
     before it finished, `query()` says so, a stream waiting on it blocks the thread."""
 
@@ -197,34 +197,34 @@ class HostThreadEvent:
         self.board.block_until_done(self)
 
 
-class HostThreadStream:
+class FakeCudaStream:
     """Stands in for the current CUDA stream: `wait_event` blocks the calling thread."""
 
     def __init__(self, board: _Board) -> None:
         self.board = board
 
-    def wait_event(self, event: HostThreadEvent) -> None:
+    def wait_event(self, event: FakeCudaEvent) -> None:
         self.board.block_until_done(event)
 
 
-class HostThreadDeviceModule:
+class FakeCudaDeviceModule:
     """Stands in for `torch.cuda` where SGLang's cache controller builds its events."""
 
     def __init__(self, board: _Board) -> None:
         self.board = board
 
-    def Event(self, **kwargs: Any) -> HostThreadEvent:  # noqa: N802 (torch.cuda.Event)
-        return HostThreadEvent(self.board, **kwargs)
+    def Event(self, **kwargs: Any) -> FakeCudaEvent:  # noqa: N802 (torch.cuda.Event)
+        return FakeCudaEvent(self.board, **kwargs)
 
-    def current_stream(self, device: Any = None) -> HostThreadStream:
-        return HostThreadStream(self.board)
+    def current_stream(self, device: Any = None) -> FakeCudaStream:
+        return FakeCudaStream(self.board)
 
 
 # -- building SGLang's pool ------------------------------------------------------------
 
 
 @contextlib.contextmanager
-def _blackwell_without_gpu() -> Iterator[None]:
+def _fake_blackwell_device() -> Iterator[None]:
     """While SGLang resolves server arguments: a Blackwell (SM100) device stands in for the
     GPU this machine lacks (the fp4 indexer flag requires one)."""
     import torch
@@ -261,7 +261,7 @@ def _publish(model_dir: Path, variant: str) -> Any:
     from sglang.srt import runtime_context
     from sglang.srt.server_args import ServerArgs
 
-    with _blackwell_without_gpu():
+    with _fake_blackwell_device():
         args = ServerArgs(
             model_path=str(model_dir),
             device="cuda",
@@ -371,6 +371,10 @@ def _describe(value: Any) -> str:
     return f"returned a {type(value).__name__}"
 
 
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
 class _Call:
     """One getter call on its own thread, observable through the board."""
 
@@ -392,7 +396,7 @@ class _Call:
             self.finished = True
             self.board.cond.notify_all()
 
-    def start_and_settle(self) -> HostThreadEvent | None:
+    def start_and_settle(self) -> FakeCudaEvent | None:
         """Start; return the event it blocks on, or None once it finished without blocking."""
         self.thread.start()
         with self.board.cond:
@@ -407,7 +411,7 @@ class _Call:
         with self.board.cond:
             return self.board.cond.wait_for(lambda: self.finished, BLOCK_BOUND_S)
 
-    def waited_layers(self, events: list[HostThreadEvent], start: int) -> list[int | str]:
+    def waited_layers(self, events: list[FakeCudaEvent], start: int) -> list[int | str]:
         """The layers (model numbering: stage-local index + `start`) whose load it waited for."""
         return [
             start + events.index(e) if e in events else "another event"
@@ -444,8 +448,9 @@ def check_getter(wired: Wired, board: _Board, getter: Getter, layer: int) -> Out
         blocked_on = call.start_and_settle()
         waited = call.waited_layers(load.load_events, start)
         if blocked_on is None and call.error is not None:
-            raised = f"{type(call.error).__name__}: {call.error}"
-            return outcome(False, f"raised {raised} before layer {layer}'s load finished")
+            return outcome(
+                False, f"raised {_error(call.error)} before layer {layer}'s load finished"
+            )
         if blocked_on is None:
             return outcome(
                 False, f"returned before layer {layer}'s load finished (waited: {waited})"
@@ -460,9 +465,8 @@ def check_getter(wired: Wired, board: _Board, getter: Getter, layer: int) -> Out
         counter.set_consumer(-1)
     if call.error is None:
         return outcome(True, f"waited for layer {layer}, then {_describe(call.value)}")
-    raised = f"{type(call.error).__name__}: {call.error}"
     if wired.variant in getter.returns_in:
-        return outcome(False, f"waited for layer {layer}, then raised {raised}")
+        return outcome(False, f"waited for layer {layer}, then raised {_error(call.error)}")
     return outcome(
         True,
         f"waited for layer {layer}, then raised {type(call.error).__name__} "
@@ -506,7 +510,7 @@ def run_check() -> tuple[list[Outcome], list[str]]:
     config = preset_config("v4-flash")
     ratios = [int(r) for r in config["compress_ratios"][:MODEL_LAYERS]]
     board = _Board()
-    cache_controller.device_module = HostThreadDeviceModule(board)  # no CUDA here
+    cache_controller.device_module = FakeCudaDeviceModule(board)  # no CUDA here
     outcomes: list[Outcome] = []
     problems: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
