@@ -9,7 +9,7 @@ scenario patches SGLang for its run only:
 - ``next-layer:<getter>``: the getter first waits for the layer after its own;
 - ``new-getter``: the pool grows a ``get_*`` method the check does not classify;
 - ``edit:<mutant>[+<mutant>…]``: SGLang functions recompiled from their own source with
-  one line edited (``SOURCE_MUTANTS``), e.g. a counter registration deleted.
+  one edit each (``SOURCE_MUTANTS``), e.g. a counter registration deleted.
 """
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from sglang.srt.managers.cache_controller import HiCacheController
+from sglang.srt.managers.cache_controller import HiCacheController, LayerDoneCounter
 from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool as Pool
 from sglang.srt.mem_cache.hybrid_cache import hybrid_pool_assembler
+from sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller import HybridCacheController
 
 from dsv4_engine.sglang_plugin import gate_check
 
@@ -48,6 +49,13 @@ SOURCE_MUTANTS = {
     "no-offset": SourceMutant(
         Pool, "wait_layer_transfer", "wait_until(layer_id - self.start_layer)", "wait_until(layer_id)"
     ),
+    # SGLang's counter lets a read through once the layer before it has loaded.
+    "counter-off-by-one": SourceMutant(
+        LayerDoneCounter,
+        "wait_until",
+        ".wait(threshold)",
+        ".wait(threshold - 1)",
+    ),
     # The assembly's registration of the controller's counter with the DeepSeek-V4 pool.
     "unregistered-assembler": SourceMutant(
         hybrid_pool_assembler,
@@ -62,18 +70,34 @@ SOURCE_MUTANTS = {
         "self.mem_pool_device.register_layer_transfer_counter(self.layer_done_counter)",
         "pass",
     ),
+    # The hybrid controller replaces that first counter by its own, as it does when its
+    # transfer layer count differs from the pool's: then only the assembly's registration
+    # gives the pool the counter loads record into.
+    "fresh-counter": SourceMutant(
+        HybridCacheController,
+        "__init__",
+        "and transfer_layer_id_max != self.transfer_layer_id_max",
+        "",
+    ),
 }  # fmt: skip
 
 
-def recompiled(function: Callable[..., Any], old: str, new: str) -> Callable[..., Any]:
-    """`function` compiled again from its source file's text with `old` replaced by `new`,
-    in its own module's globals (line numbers kept, so tracebacks point into SGLang)."""
+def recompiled(mutant: SourceMutant) -> Callable[..., Any]:
+    """The mutant's function compiled again from SGLang's source with the edit, in its
+    module's globals, line numbers kept (tracebacks point into SGLang).  A method is
+    compiled in a class of its owner's name, so private names mangle as SGLang's do, and
+    its ``super()`` cell is pointed at the owner."""
+    function = vars(mutant.owner)[mutant.name]
     lines, first_line = inspect.getsourcelines(function)
     source = textwrap.dedent("".join(lines))
-    if source.count(old) != 1:
-        raise AssertionError(f"{function.__qualname__}: expected {old!r} once in its source")
-    tree = ast.parse(source.replace(old, new))
-    ast.increment_lineno(tree, first_line - 1)
+    if source.count(mutant.old) != 1:
+        raise AssertionError(f"{function.__qualname__}: expected {mutant.old!r} once")
+    source = source.replace(mutant.old, mutant.new)
+    method = isinstance(mutant.owner, type)
+    if method:
+        source = f"class {mutant.owner.__name__}:\n" + textwrap.indent(source, "    ")
+    tree = ast.parse(source)
+    ast.increment_lineno(tree, first_line - 1 - method)
     code = compile(
         tree,
         inspect.getsourcefile(function) or "<sglang>",
@@ -83,7 +107,13 @@ def recompiled(function: Callable[..., Any], old: str, new: str) -> Callable[...
     )
     namespace: dict[str, Any] = {}
     exec(code, function.__globals__, namespace)
-    return namespace[function.__name__]
+    edited = (
+        vars(namespace[mutant.owner.__name__])[mutant.name] if method else namespace[mutant.name]
+    )
+    for name, cell in zip(edited.__code__.co_freevars, edited.__closure__ or (), strict=True):
+        if name == "__class__":
+            cell.cell_contents = mutant.owner
+    return edited
 
 
 def without_wait(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -115,8 +145,7 @@ def patches(scenario: str) -> list[tuple[Any, str, Any]]:
         return [(Pool, "get_new_buffer", lambda self, layer_id: None)]
     if kind == "edit":
         return [
-            (m.owner, m.name, recompiled(vars(m.owner)[m.name], m.old, m.new))
-            for m in (SOURCE_MUTANTS[n] for n in name.split("+"))
+            (m.owner, m.name, recompiled(m)) for m in (SOURCE_MUTANTS[n] for n in name.split("+"))
         ]
     return []
 

@@ -20,7 +20,19 @@ pytestmark = pytest.mark.sglang
 HARNESS = Path(__file__).with_name("gate_check_harness.py")
 INDEX_K = "get_index_k_with_scale_buffer"
 KV = "get_extra_key_buffer"
-UNREGISTERED = "edit:unregistered-assembler+unregistered-controller"
+# SGLang's assembly leaving the pool with no counter, or with one no load records into.
+UNWIRED = {
+    "edit:unregistered-assembler+unregistered-controller": "none",
+    "edit:fresh-counter+unregistered-assembler": (
+        "another LayerDoneCounter, which no load records into"
+    ),
+}
+# One registration deleted, or the controller replacing its first counter: still wired.
+STILL_WIRED = [
+    "edit:unregistered-assembler",
+    "edit:unregistered-controller",
+    "edit:fresh-counter",
+]
 SCENARIOS = [
     "as-pinned",
     f"no-wait:{INDEX_K}",
@@ -28,9 +40,9 @@ SCENARIOS = [
     f"next-layer:{INDEX_K}",
     "new-getter",
     "edit:no-offset",
-    "edit:unregistered-assembler",
-    "edit:unregistered-controller",
-    UNREGISTERED,
+    "edit:counter-off-by-one",
+    *UNWIRED,
+    *STILL_WIRED,
 ]
 PP_STAGE = STAGES[1].label
 
@@ -100,28 +112,44 @@ def test_a_wait_without_the_stage_offset_fails_on_a_later_pipeline_stage(results
     )  # local layer 4 of a 4-layer stage does not exist
 
 
-def test_a_pool_sglangs_assembly_leaves_without_its_counter_fails_the_check(results):
-    """Both places SGLang registers the controller's counter with the pool deleted: no
-    getter waits for anything, and the check says why."""
-    broken = results[UNREGISTERED]
-    assert len(broken["failed"]) == broken["calls"] == 148 and broken["exit_code"] == 1
-    assert all("load finished" in f and "waited for" not in f for f in broken["failed"])
-    assert len(broken["problems"]) == 4  # 2 variants x 2 stages
-    assert all(
-        "HiCache assembly did not register its cache controller's LayerDoneCounter" in p
-        for p in broken["problems"]
+def test_a_counter_that_releases_a_layer_early_fails_the_check(results):
+    """SGLang's LayerDoneCounter waiting for the layer before the one asked: every read
+    goes through once the previous layer has loaded."""
+    broken = results["edit:counter-off-by-one"]
+    assert len(broken["failed"]) == broken["calls"] and broken["exit_code"] == 1
+    assert (
+        f"{INDEX_K} fp8 all layers, layer 4: returned before layer 4's load finished "
+        "(waited: [3])" in broken["failed"]
     )
 
 
-@pytest.mark.parametrize("where", ["assembler", "controller"])
-def test_either_registration_alone_wires_the_pool(results, where):
-    """SGLang 0.5.23 registers the same counter twice: `HiCacheController.__init__`
+@pytest.mark.parametrize("scenario", UNWIRED)
+def test_a_pool_sglangs_assembly_leaves_without_its_counter_fails_the_check(results, scenario):
+    """Both places SGLang registers the controller's counter with the pool deleted; or the
+    hybrid controller replacing its first counter (registered by the base controller) and
+    the assembly's registration of the new one deleted.  No getter waits for a load, and
+    the check says why."""
+    broken = results[scenario]
+    assert len(broken["failed"]) == broken["calls"] == 148 and broken["exit_code"] == 1
+    assert all("load finished" in f and "waited for" not in f for f in broken["failed"])
+    assert broken["problems"] == [
+        f"{variant} {stage.label}: SGLang's HiCache assembly left the pool without its cache "
+        f"controller's LayerDoneCounter (the pool holds {UNWIRED[scenario]})"
+        for variant in ("fp8", "fp4")
+        for stage in STAGES
+    ]
+
+
+@pytest.mark.parametrize("scenario", STILL_WIRED)
+def test_the_pool_is_wired_while_one_registration_reaches_it(results, scenario):
+    """SGLang 0.5.23 registers the counter twice: `HiCacheController.__init__`
     (managers/cache_controller.py, run by HybridCacheController's `super().__init__`) and
     `_apply_stack_result` (mem_cache/hybrid_cache/hybrid_pool_assembler.py).  The hybrid
-    controller makes a new counter, registered by the second only, when its transfer layer
-    count differs from the pool's `layer_num`; for DeepSeek-V4 both are the stage's layer
-    count.  So deleting one of the two lines changes nothing a read can see, and the check
-    rightly passes: what it must catch is a pool left without the counter (test above)."""
-    survived = results[f"edit:unregistered-{where}"]
+    controller makes a new counter, which only the second registers, when its transfer
+    layer count differs from the pool's `layer_num`; for DeepSeek-V4 both are the stage's
+    layer count, so both register the same counter and deleting either one changes nothing
+    a read can see: the check rightly passes.  With the new counter forced (fresh-counter),
+    the assembly's registration wires the pool, and deleting it fails (test above)."""
+    survived = results[scenario]
     assert survived["failed"] == [] and survived["problems"] == []
     assert survived["exit_code"] == 0

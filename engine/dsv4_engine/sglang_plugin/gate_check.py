@@ -351,11 +351,13 @@ def attach_hicache(pool: Any, args: Any, config: dict[str, Any]) -> Any:
 def wiring_problems(pool: Any, counter: Any, variant: str, stage: Stage) -> list[str]:
     """A message when SGLang's assembly left the pool without its controller's counter:
     then no getter can wait for a load (each getter outcome says so too)."""
-    if pool.layer_transfer_counter is counter:
+    held = pool.layer_transfer_counter
+    if held is counter:
         return []
+    holds = "none" if held is None else "another LayerDoneCounter, which no load records into"
     return [
-        f"{variant} {stage.label}: SGLang's HiCache assembly did not register its cache "
-        f"controller's LayerDoneCounter with the pool (pool has {pool.layer_transfer_counter!r})"
+        f"{variant} {stage.label}: SGLang's HiCache assembly left the pool without its cache "
+        f"controller's LayerDoneCounter (the pool holds {holds})"
     ]
 
 
