@@ -90,6 +90,8 @@ def unresolved_target(target: str) -> str | None:
 
 
 def hook_not_applicable(target: str, hook: Callable[..., Any], why: str) -> str:
+    """What the engine stops with: the hook, its SGLang target, the pinned and the installed
+    SGLang version, and what running without the hook would do."""
     import sglang
 
     return (
