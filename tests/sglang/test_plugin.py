@@ -5,6 +5,12 @@ bf16 request as fp8."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from sglang_cases import (
     FLASH_BAD_DTYPE,
@@ -15,7 +21,43 @@ from sglang_cases import (
     our_plan,
 )
 
+from dsv4_engine.sglang_plugin import DSV4_TARGET, HOOKS
+
 pytestmark = pytest.mark.sglang
+
+HOOKS_HARNESS = Path(__file__).with_name("plugin_hooks_harness.py")
+
+
+def load_plugins_in_an_engine_process(*args: str) -> subprocess.CompletedProcess[str]:
+    """SGLang's load_plugins() with the project's plugin whitelisted, in a fresh process."""
+    return subprocess.run(
+        [sys.executable, str(HOOKS_HARNESS), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SGLANG_PLUGINS": "dsv4_index_k"},
+        timeout=300,
+    )
+
+
+def test_sglang_installs_every_hook_of_the_plugin():
+    proc = load_plugins_in_an_engine_process()
+    (line,) = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    assert json.loads(line.removeprefix("RESULT ")) == {target: True for target, _ in HOOKS}
+
+
+def test_a_hook_sglang_cannot_apply_stops_the_engine_naming_hook_target_and_version():
+    """SGLang renamed the method a hook targets: its HookRegistry would log the failure and
+    start the engine without the hook; the plugin stops the process instead."""
+    proc = load_plugins_in_an_engine_process("--rename", DSV4_TARGET)
+    assert proc.returncode == 1
+    assert "RESULT" not in proc.stdout  # load_plugins() did not return
+    assert (
+        f"dsv4_index_k: SGLang cannot apply hook refuse_unstored_index_dtype to {DSV4_TARGET} "
+        "(AttributeError: type object 'DSV4PoolConfigurator' has no attribute "
+        "'_get_bytes_per_full_token'). The plugin is written for SGLang 0.5.23; this is "
+        "SGLang 0.5.23. Without the hook SGLang would size and run a bf16 index-K request "
+        "as fp8: refusing to start."
+    ) in proc.stderr
 
 
 def dsv4_numbers(result):

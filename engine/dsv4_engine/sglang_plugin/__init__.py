@@ -16,8 +16,15 @@ for fp8 and fp4 SGLang's own result is returned untouched.
 
 Why at sizing time and not in ``register()``: ``load_plugins()`` logs and swallows an
 exception a plugin's entry point raises and the engine starts anyway, while an exception
-raised while the pools are sized stops the engine before any memory is allocated.  So
-``register()`` only registers and never raises.
+raised while the pools are sized stops the engine before any memory is allocated.
+
+The hooks target private SGLang methods, and ``HookRegistry.apply_hooks`` logs and
+swallows a target it cannot resolve: after an SGLang rename the plugin would be silently
+inert and bf16 would run as fp8 again.  So ``register()`` first resolves each target the
+way the registry will (``pkgutil.resolve_name`` of its owner, then the attribute) and,
+for one that does not resolve, raises ``SystemExit`` naming the hook, the target and the
+pinned SGLang version: not an ``Exception``, so ``load_plugins()`` does not swallow it and
+the process stops (``launch_server`` loads plugins first thing, before parsing arguments).
 
 The plugin does not gate reads: SGLang 0.5.23's DeepSeek-V4 pool getters wait for their
 layer's HiCache load themselves; ``gate_check`` proves it for the pinned SGLang.
@@ -29,13 +36,14 @@ Prometheus counter on the engine's /metrics (``kv_canary``), where the canary's 
 from __future__ import annotations
 
 import os
+import pkgutil
 from collections.abc import Callable
 from typing import Any
 
 from dsv4_engine.configurator.errors import ConfigError
 from dsv4_engine.engine_config import INDEX_DTYPE_ENV as ENV_INDEX_DTYPE
 from dsv4_engine.features import IndexDtype
-from dsv4_engine.index_k import sglang_index_dtype_error
+from dsv4_engine.index_k import SGLANG_VERSION, sglang_index_dtype_error
 from dsv4_engine.sglang_plugin import kv_canary
 
 _CONFIGURATORS = "sglang.srt.model_executor.pool_configurator"
@@ -61,11 +69,51 @@ def refuse_unstored_index_dtype(original: Callable[..., Any], *args: Any, **kwar
     return original(*args, **kwargs)
 
 
+HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
+    (DSA_TARGET, refuse_unstored_index_dtype),
+    (DSV4_TARGET, refuse_unstored_index_dtype),
+)
+
+
+def unresolved_target(target: str) -> str | None:
+    """Why SGLang's HookRegistry could not wrap `target`, or None when it can: it resolves
+    the owner with ``pkgutil.resolve_name``, takes the attribute, and wraps only a function
+    (``HookRegistry._apply_target``)."""
+    owner_path, _, attribute = target.rpartition(".")
+    try:
+        found = getattr(pkgutil.resolve_name(owner_path), attribute)
+    except (ImportError, AttributeError, ValueError) as err:
+        return f"{type(err).__name__}: {err}"
+    if isinstance(found, type) or not callable(found):
+        return f"it is a {type(found).__name__}, not a function"
+    return None
+
+
+def hook_not_applicable(target: str, hook: Callable[..., Any], why: str) -> str:
+    """What the engine stops with: the hook, its SGLang target, the pinned and the installed
+    SGLang version, and what running without the hook would do."""
+    import sglang
+
+    return (
+        f"dsv4_index_k: SGLang cannot apply hook {hook.__name__} to {target} ({why}). "
+        f"The plugin is written for SGLang {SGLANG_VERSION}; this is SGLang "
+        f"{sglang.__version__}. Without the hook SGLang would size and run a bf16 index-K "
+        "request as fp8: refusing to start."
+    )
+
+
 def register() -> None:
     """The ``sglang.srt.plugins`` entry point: SGLang applies the hooks after all plugins
-    have registered."""
+    have registered; one it could not apply stops the process here (see above)."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    for target in (DSA_TARGET, DSV4_TARGET):
-        HookRegistry.register(target, refuse_unstored_index_dtype, HookType.AROUND)
+    unapplicable = [
+        hook_not_applicable(target, hook, why)
+        for target, hook in HOOKS
+        if (why := unresolved_target(target)) is not None
+    ]
+    if unapplicable:
+        raise SystemExit("\n".join(unapplicable))
+    for target, hook in HOOKS:
+        HookRegistry.register(target, hook, HookType.AROUND)
     kv_canary.install()

@@ -2,21 +2,29 @@
 
 The seed incident was an index-K read that did not wait for its layer's host→device copy.
 Upstream SGLang 0.5.23 waits in each getter of ``DeepSeekV4TokenToKVPool``
-(``wait_layer_transfer`` → ``LayerDoneCounter.wait_until``); this project relies on that
-and does not patch it.  This check keeps the reliance honest: it builds the real pool
-(small, on CPU), registers a real ``LayerDoneCounter`` whose per-layer events are driven
-by hand, and calls every buffer getter while its layer is still loading.  A getter must
-block until exactly its layer's load is done.  Every other ``get_*`` method of the pool
-must be classified as needing no wait, with the reason, so an SGLang bump that drops a
-wait or adds an unclassified getter fails here.
+(``wait_layer_transfer`` → ``LayerDoneCounter.wait_until(layer_id - start_layer)``); this
+project relies on that and does not patch it.  This check keeps the reliance honest.  It
+builds the real pool (small, on CPU) twice per index-K variant: holding every layer, and
+as a later pipeline-parallel stage (``start_layer > 0``, where the ``- start_layer`` offset
+matters).  It does not register a counter itself: it attaches HiCache to the pool through
+SGLang's production assembly (``UnifiedRadixCache.init_hicache`` →
+``attach_hybrid_pool_to_unified_cache``, on SGLang's real allocator and radix cache), which
+registers its cache controller's ``LayerDoneCounter`` with the pool
+(``hybrid_pool_assembler._apply_stack_result``, and already
+``HiCacheController.__init__``).  Then, driving that controller's counter as its loads do,
+it calls every buffer getter while its layer is still loading.  A getter must block until
+exactly its layer's load is done.  Every other ``get_*`` method of the pool must be
+classified as needing no wait, with the reason, so an SGLang bump that drops a wait or its
+registration, or adds an unclassified getter, fails here.
 
     python -m dsv4_engine.sglang_plugin.gate_check     # exit 0: every getter waits
 
 The engine image runs it at build time (images/engine/Dockerfile) and tests/sglang runs
 it against the pinned SGLang.  Stand-ins, because they cannot exist without a GPU: CUDA
 events and streams (host threads here: an event is "done" when the check completes it, a
-stream's ``wait_event`` blocks the calling thread), and a Blackwell device while SGLang
-resolves its server arguments.  Everything else is SGLang's code.
+stream's ``wait_event`` blocks the calling thread), ``cudaHostRegister`` (the host pools
+stay unpinned), and a Blackwell device while SGLang resolves its server arguments.
+Everything else is SGLang's code.
 """
 
 from __future__ import annotations
@@ -35,8 +43,27 @@ from typing import Any
 # getter that never waits for anything nor returns.
 BLOCK_BOUND_S = 60.0
 VARIANTS = ("fp8", "fp4")  # index-K storage SGLang 0.5.23 offers (fp4: its fp4 indexer flag)
-STAGE_LAYERS = 6  # V4-Flash's first layers: SWA, SWA, c4, c128, c4, c128
+MODEL_LAYERS = 6  # V4-Flash's first layers: SWA, SWA, c4, c128, c4, c128
 ALL_RATIOS = frozenset({0, 4, 128})
+PAGE = 256  # SGLang's DeepSeek-V4 page size (kv_cache_configurator: "page_size must be 256")
+FULL_TOKENS = 1024  # the device pool's full-attention tokens: c128_size (8) x 128
+
+
+@dataclass(frozen=True)
+class Stage:
+    """The layers [start, end) of the model one engine process holds."""
+
+    start: int
+    end: int
+
+    @property
+    def label(self) -> str:
+        return "all layers" if self.start == 0 else f"PP stage [{self.start},{self.end})"
+
+
+# Every layer on one stage, and a later pipeline-parallel stage (SGLang's PP splits layers
+# into contiguous ranges): there a getter for layer L must wait for local layer L - start.
+STAGES = (Stage(0, MODEL_LAYERS), Stage(2, MODEL_LAYERS))
 
 
 @dataclass(frozen=True)
@@ -114,6 +141,7 @@ NO_WAIT = {
 class Outcome:
     getter: str
     variant: str
+    stage: str
     layer: int
     ok: bool
     detail: str
@@ -127,10 +155,10 @@ class _Board:
 
     def __init__(self) -> None:
         self.cond = threading.Condition()
-        self.waiting: dict[int, HostThreadEvent] = {}
-        self.waited: dict[int, list[HostThreadEvent]] = {}
+        self.waiting: dict[int, FakeCudaEvent] = {}
+        self.waited: dict[int, list[FakeCudaEvent]] = {}
 
-    def block_until_done(self, event: HostThreadEvent) -> None:
+    def block_until_done(self, event: FakeCudaEvent) -> None:
         me = threading.get_ident()
         with self.cond:
             self.waiting[me] = event
@@ -141,14 +169,14 @@ class _Board:
         if not done:
             raise TimeoutError(f"stand-in CUDA event not completed within {BLOCK_BOUND_S}s")
 
-    def set_done(self, events: list[HostThreadEvent], done: bool) -> None:
+    def set_done(self, events: list[FakeCudaEvent], done: bool) -> None:
         with self.cond:
             for event in events:
                 event.done = done
             self.cond.notify_all()
 
 
-class HostThreadEvent:
+class FakeCudaEvent:
     """Stands in for a CUDA event (none exists without a GPU): `record()` marks the work
     before it finished, `query()` says so, a stream waiting on it blocks the thread."""
 
@@ -169,34 +197,34 @@ class HostThreadEvent:
         self.board.block_until_done(self)
 
 
-class HostThreadStream:
+class FakeCudaStream:
     """Stands in for the current CUDA stream: `wait_event` blocks the calling thread."""
 
     def __init__(self, board: _Board) -> None:
         self.board = board
 
-    def wait_event(self, event: HostThreadEvent) -> None:
+    def wait_event(self, event: FakeCudaEvent) -> None:
         self.board.block_until_done(event)
 
 
-class HostThreadDeviceModule:
+class FakeCudaDeviceModule:
     """Stands in for `torch.cuda` where SGLang's cache controller builds its events."""
 
     def __init__(self, board: _Board) -> None:
         self.board = board
 
-    def Event(self, **kwargs: Any) -> HostThreadEvent:  # noqa: N802 (torch.cuda.Event)
-        return HostThreadEvent(self.board, **kwargs)
+    def Event(self, **kwargs: Any) -> FakeCudaEvent:  # noqa: N802 (torch.cuda.Event)
+        return FakeCudaEvent(self.board, **kwargs)
 
-    def current_stream(self, device: Any = None) -> HostThreadStream:
-        return HostThreadStream(self.board)
+    def current_stream(self, device: Any = None) -> FakeCudaStream:
+        return FakeCudaStream(self.board)
 
 
 # -- building SGLang's pool ------------------------------------------------------------
 
 
 @contextlib.contextmanager
-def _blackwell_without_gpu() -> Iterator[None]:
+def _fake_blackwell_device() -> Iterator[None]:
     """While SGLang resolves server arguments: a Blackwell (SM100) device stands in for the
     GPU this machine lacks (the fp4 indexer flag requires one)."""
     import torch
@@ -211,22 +239,44 @@ def _blackwell_without_gpu() -> Iterator[None]:
         torch.cuda.get_device_capability = saved
 
 
-def _publish(model_dir: Path, variant: str) -> None:
+@contextlib.contextmanager
+def _fake_cuda_host_register() -> Iterator[None]:
+    """While SGLang builds its HiCache host pools: ``cudaHostRegister`` (pinning them for
+    DMA) needs a CUDA driver this machine lacks, so they stay plain host memory."""
+    from sglang.srt.mem_cache.pool_host import common
+
+    def fake_cuda_host_register(buffer: Any, registration_granularity_bytes: Any = None) -> None:
+        """Pins nothing: no copy to a device ever reads these pools here."""
+
+    saved = common._cuda_host_register
+    common._cuda_host_register = fake_cuda_host_register
+    try:
+        yield
+    finally:
+        common._cuda_host_register = saved
+
+
+def _publish(model_dir: Path, variant: str) -> Any:
+    """Publish (and return) SGLang's server arguments for `variant`, HiCache on."""
     from sglang.srt import runtime_context
     from sglang.srt.server_args import ServerArgs
 
-    with _blackwell_without_gpu():
+    with _fake_blackwell_device():
         args = ServerArgs(
             model_path=str(model_dir),
             device="cuda",
             chunked_prefill_size=8192,
             enable_deepseek_v4_fp4_indexer=variant == "fp4",
+            enable_hierarchical_cache=True,
         )
         runtime_context.publish(args, role="scheduler")
+    return args
 
 
-def build_pool(config: dict[str, Any], ratios: list[int]) -> Any:
-    """SGLang's DeepSeek-V4 pool for the published arguments, a few pages, on CPU."""
+def build_pool(config: dict[str, Any], ratios: list[int], stage: Stage) -> Any:
+    """SGLang's DeepSeek-V4 pool of `stage` for the published arguments, a few pages, on CPU,
+    with the layer range SGLang's KV-cache configurator gives it (``_build_dsv4_kv_pool``:
+    the whole model's ratios, the stage's start and end layer, its layer count)."""
     import torch
     from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool
 
@@ -235,23 +285,80 @@ def build_pool(config: dict[str, Any], ratios: list[int]) -> Any:
         max_num_reqs=2,
         swa_size=512,
         c4_size=256,
-        c128_size=8,
+        c128_size=FULL_TOKENS // 128,
         c4_state_pool_size=64,
         c128_state_pool_size=512,
-        page_size=256,
-        swa_page_size=256,
+        page_size=PAGE,
+        swa_page_size=PAGE,
         dtype=torch.float8_e4m3fn,
         c4_state_dtype=torch.float32,
         c128_state_dtype=torch.float32,
         qk_nope_head_dim=int(config["head_dim"]) - rope,
         qk_rope_head_dim=rope,
         indexer_head_dim=int(config["index_head_dim"]),
-        layer_num=len(ratios),
+        layer_num=stage.end - stage.start,
         device="cpu",
         enable_memory_saver=False,
         compression_ratios=ratios,
         sliding_window=int(config["sliding_window"]),
+        start_layer=stage.start,
+        end_layer=stage.end,
     )
+
+
+def attach_hicache(pool: Any, args: Any, config: dict[str, Any]) -> Any:
+    """Attach HiCache to `pool` the way a DeepSeek-V4 engine does, and return the layer
+    counter SGLang's loads record into.
+
+    SGLang's path (``mem_cache/registry.py`` ``create_unified_radix_cache``): a
+    ``UnifiedRadixCache`` with FULL and SWA components over the pool's allocator, then its
+    ``init_hicache``, which builds the host pools and cache controller and registers the
+    controller's ``LayerDoneCounter`` with the pool.  The returned counter is that
+    controller's: ``start_loading`` marks each layer's copy done on it, and the same object
+    goes to the TP worker, whose ``set_hicache_consumer`` picks the load a batch waits on.
+    Nothing here registers a counter: a pool SGLang left unwired fails the check."""
+    from sglang.srt.mem_cache.allocator.swa import SWATokenToKVPoolAllocator
+    from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+    from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+    from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+    from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+
+    allocator = SWATokenToKVPoolAllocator(
+        FULL_TOKENS,
+        pool.swa_size,
+        page_size=PAGE,
+        dtype=pool.dtype,
+        device="cpu",
+        kvcache=pool,
+        need_sort=False,
+    )
+    params = CacheInitParams(
+        disable=False,
+        req_to_token_pool=ReqToTokenPool(
+            size=2, max_context_len=FULL_TOKENS, device="cpu", enable_memory_saver=False
+        ),
+        token_to_kv_pool_allocator=allocator,
+        page_size=PAGE,
+        sliding_window_size=int(config["sliding_window"]),
+        tree_components=(ComponentType.FULL, ComponentType.SWA),
+    )
+    cache = UnifiedRadixCache(params)
+    with _fake_cuda_host_register():
+        cache.init_hicache(args, params)
+    return cache.cache_controller.layer_done_counter
+
+
+def wiring_problems(pool: Any, counter: Any, variant: str, stage: Stage) -> list[str]:
+    """A message when SGLang's assembly left the pool without its controller's counter:
+    then no getter can wait for a load (each getter outcome says so too)."""
+    held = pool.layer_transfer_counter
+    if held is counter:
+        return []
+    holds = "none" if held is None else "another LayerDoneCounter, which no load records into"
+    return [
+        f"{variant} {stage.label}: SGLang's HiCache assembly left the pool without its cache "
+        f"controller's LayerDoneCounter (the pool holds {holds})"
+    ]
 
 
 # -- the check -------------------------------------------------------------------------
@@ -266,6 +373,10 @@ def _describe(value: Any) -> str:
     return f"returned a {type(value).__name__}"
 
 
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
 class _Call:
     """One getter call on its own thread, observable through the board."""
 
@@ -277,6 +388,8 @@ class _Call:
         self.thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
 
     def _run(self, fn: Callable[[], Any]) -> None:
+        with self.board.cond:  # a finished call's thread id is reused: start its record anew
+            self.board.waited.pop(threading.get_ident(), None)
         try:
             self.value = fn()
         except BaseException as exc:  # reported as the getter's outcome
@@ -285,7 +398,7 @@ class _Call:
             self.finished = True
             self.board.cond.notify_all()
 
-    def start_and_settle(self) -> HostThreadEvent | None:
+    def start_and_settle(self) -> FakeCudaEvent | None:
         """Start; return the event it blocks on, or None once it finished without blocking."""
         self.thread.start()
         with self.board.cond:
@@ -300,39 +413,53 @@ class _Call:
         with self.board.cond:
             return self.board.cond.wait_for(lambda: self.finished, BLOCK_BOUND_S)
 
-    def waited_layers(self, events: list[HostThreadEvent]) -> list[int | str]:
+    def waited_layers(self, events: list[FakeCudaEvent], start: int) -> list[int | str]:
+        """The layers (model numbering: stage-local index + `start`) whose load it waited for."""
         return [
-            events.index(e) if e in events else "another event"
+            start + events.index(e) if e in events else "another event"
             for e in self.board.waited.get(self.thread.ident or -1, [])
         ]
 
 
-def check_getter(
-    pool: Any, counter: Any, board: _Board, getter: Getter, layer: int, variant: str
-) -> Outcome:
-    """Call `getter` on `layer` while a load has finished the layers before it only."""
+@dataclass(frozen=True)
+class Wired:
+    """One pool as SGLang's HiCache assembly left it, and the counter its loads record into."""
+
+    pool: Any
+    counter: Any
+    variant: str
+    stage: Stage
+
+
+def check_getter(wired: Wired, board: _Board, getter: Getter, layer: int) -> Outcome:
+    """Call `getter` on model layer `layer` while a load has finished the stage's layers
+    before it only (the counter numbers a stage's layers from 0: ``layer - start_layer``)."""
+    counter, start = wired.counter, wired.stage.start
     slot = counter.update_producer()  # SGLang: the slot's previous load must have finished
     load = counter.events[slot]
     board.set_done(load.load_events, False)  # the load's copies are queued, none finished
     counter.set_consumer(slot)  # the batch that reads the pages waits on this load
-    for before in range(layer):
+    for before in range(layer - start):
         load.complete(before)  # SGLang's on_layer_done: the copy of that layer finished
-    call = _Call(board, lambda: getattr(pool, getter.name)(*getter.args(layer)))
+    call = _Call(board, lambda: getattr(wired.pool, getter.name)(*getter.args(layer)))
 
     def outcome(ok: bool, detail: str) -> Outcome:
-        return Outcome(getter.name, variant, layer, ok, detail)
+        return Outcome(getter.name, wired.variant, wired.stage.label, layer, ok, detail)
 
     try:
         blocked_on = call.start_and_settle()
+        waited = call.waited_layers(load.load_events, start)
+        if blocked_on is None and call.error is not None:
+            return outcome(
+                False, f"raised {_error(call.error)} before layer {layer}'s load finished"
+            )
         if blocked_on is None:
-            waited = call.waited_layers(load.load_events)
             return outcome(
                 False, f"returned before layer {layer}'s load finished (waited: {waited})"
             )
-        if blocked_on is not load.load_events[layer]:
-            which = call.waited_layers(load.load_events)[-1]
-            return outcome(False, f"waited for layer {which}, not layer {layer}")
-        load.complete(layer)
+        if blocked_on is not load.load_events[layer - start]:
+            return outcome(False, f"waited for layer {waited[-1]}, not layer {layer}")
+        load.complete(layer - start)
         if not call.join():
             return outcome(False, f"still blocked after layer {layer}'s load finished")
     finally:
@@ -340,9 +467,8 @@ def check_getter(
         counter.set_consumer(-1)
     if call.error is None:
         return outcome(True, f"waited for layer {layer}, then {_describe(call.value)}")
-    raised = f"{type(call.error).__name__}: {call.error}"
-    if variant in getter.returns_in:
-        return outcome(False, f"waited for layer {layer}, then raised {raised}")
+    if wired.variant in getter.returns_in:
+        return outcome(False, f"waited for layer {layer}, then raised {_error(call.error)}")
     return outcome(
         True,
         f"waited for layer {layer}, then raised {type(call.error).__name__} "
@@ -366,29 +492,39 @@ def unclassified_getters() -> list[str]:
     ]  # fmt: skip
 
 
+def check_stage(wired: Wired, board: _Board, ratios: list[int]) -> list[Outcome]:
+    """Every getter on every layer of the stage it applies to."""
+    return [
+        check_getter(wired, board, getter, layer)
+        for getter in MUST_WAIT
+        for layer in range(wired.stage.start, wired.stage.end)
+        if ratios[layer] in getter.ratios
+    ]
+
+
 def run_check() -> tuple[list[Outcome], list[str]]:
-    """(every getter × applicable layer × variant, classification problems)."""
+    """(every getter × applicable layer × stage × variant, wiring and classification
+    problems)."""
     from sglang.srt.managers import cache_controller
 
     from dsv4_engine.presets import preset_config
 
     config = preset_config("v4-flash")
-    ratios = [int(r) for r in config["compress_ratios"][:STAGE_LAYERS]]
+    ratios = [int(r) for r in config["compress_ratios"][:MODEL_LAYERS]]
     board = _Board()
-    cache_controller.device_module = HostThreadDeviceModule(board)  # no CUDA here
+    cache_controller.device_module = FakeCudaDeviceModule(board)  # no CUDA here
     outcomes: list[Outcome] = []
+    problems: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "config.json").write_text(json.dumps(config))
         for variant in VARIANTS:
-            _publish(Path(tmp), variant)
-            pool = build_pool(config, ratios)
-            counter = cache_controller.LayerDoneCounter(len(ratios))
-            pool.register_layer_transfer_counter(counter)
-            for getter in MUST_WAIT:
-                for layer, ratio in enumerate(ratios):
-                    if ratio in getter.ratios:
-                        outcomes.append(check_getter(pool, counter, board, getter, layer, variant))
-    return outcomes, unclassified_getters()
+            args = _publish(Path(tmp), variant)
+            for stage in STAGES:
+                pool = build_pool(config, ratios, stage)
+                wired = Wired(pool, attach_hicache(pool, args, config), variant, stage)
+                problems += wiring_problems(pool, wired.counter, variant, stage)
+                outcomes += check_stage(wired, board, ratios)
+    return outcomes, problems + unclassified_getters()
 
 
 def report(outcomes: list[Outcome], problems: list[str]) -> int:
@@ -397,7 +533,7 @@ def report(outcomes: list[Outcome], problems: list[str]) -> int:
 
     for o in outcomes:
         mark = "ok  " if o.ok else "FAIL"
-        print(f"{mark} {o.getter:34} {o.variant} layer {o.layer}: {o.detail}")
+        print(f"{mark} {o.getter:34} {o.variant} {o.stage}, layer {o.layer}: {o.detail}")
     for name, why in sorted(NO_WAIT.items()):
         print(f"--   {name:34} needs no wait: {why}")
     failed = [o for o in outcomes if not o.ok]
@@ -407,7 +543,7 @@ def report(outcomes: list[Outcome], problems: list[str]) -> int:
         print(
             f"gate check: SGLang {sglang.__version__}'s DeepSeek-V4 pool does NOT gate every "
             f"read on HiCache loads ({len(failed)} getter calls, {len(problems)} "
-            "classification problems)"
+            "wiring or classification problems)"
         )
         return 1
     print(

@@ -1,0 +1,43 @@
+"""Loads the installed SGLang plugins as an engine process does, then prints which of the
+project plugin's hooks SGLang installed (one JSON line).
+
+Run as a script in its own process (SGLang's hooks and plugin loading are process-wide).
+Argument ``--rename CLASS_PATH.METHOD``: first rename that method of SGLang's real class
+(``METHOD`` becomes ``METHOD_renamed``), as an SGLang release that renamed it would.
+"""
+
+from __future__ import annotations
+
+import json
+import pkgutil
+import sys
+
+from dsv4_engine.sglang_plugin import HOOKS
+
+
+def rename(target: str) -> None:
+    owner_path, _, method = target.rpartition(".")
+    owner = pkgutil.resolve_name(owner_path)
+    setattr(owner, f"{method}_renamed", vars(owner)[method])
+    delattr(owner, method)
+
+
+def installed(target: str, hook: object) -> bool:
+    """Whether SGLang's wrapper for `hook` is what the target's class now holds."""
+    owner_path, _, method = target.rpartition(".")
+    wrapper = vars(pkgutil.resolve_name(owner_path)).get(method)
+    closure = getattr(wrapper, "__closure__", None) or ()
+    return hasattr(wrapper, "__wrapped__") and any(c.cell_contents is hook for c in closure)
+
+
+def main() -> None:
+    from sglang.srt.plugins import load_plugins
+
+    if "--rename" in sys.argv:
+        rename(sys.argv[sys.argv.index("--rename") + 1])
+    load_plugins()  # what launch_server.py and every scheduler process do first
+    print("RESULT " + json.dumps({target: installed(target, hook) for target, hook in HOOKS}))
+
+
+if __name__ == "__main__":
+    main()
