@@ -9,8 +9,16 @@ imports it without torch.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 
@@ -113,6 +121,34 @@ class FaultInjection(CamelModel):
         "reads skip the gate (each load draws; 1: every load).  Aims the race's corruption "
         "rate, as timing does on a GPU where only some loads are still copying when read.",
     )
+    benign_nondeterminism: float = Field(
+        default=0.0,
+        ge=0,
+        lt=1,
+        description="Test only: the share of prefix-cache hits whose first token the "
+        "reference engine's random model takes from the runner-up, as healthy SGLang flips "
+        "near-ties (`dsv4-engine serve --benign-nondeterminism`).  Nothing is corrupted, "
+        "but the engine is no longer deterministic: a canary's consistency probes are then "
+        "judged against the stable's own divergence.",
+    )
+
+    @model_serializer(mode="wrap")
+    def _recorded_revisions_kept(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """benignNondeterminism came after revisions were recorded, and a revision is a
+        hash of the dumped spec: at its default it is left out, so every spec recorded
+        before keeps its revision (an operator upgrade must not canary every deployment)."""
+        data: dict[str, Any] = handler(self)
+        for key in ("benignNondeterminism", "benign_nondeterminism"):
+            if data.get(key) == 0:
+                del data[key]
+        return data
+
+    @property
+    def injected(self) -> str | None:
+        """The field that injects something, as a message names it; None: nothing is."""
+        if self.ungated_index_k:
+            return "ungatedIndexK"
+        return "benignNondeterminism" if self.benign_nondeterminism else None
 
     def env_value(self) -> str | None:
         """DSV4_INJECT_UNGATED_INDEX_K for the reference engine: the share, or None (off)."""

@@ -85,6 +85,8 @@ def reference_args(config: EngineConfig) -> list[str]:
         "--disaggregation-mode", config.role.value,
         "--disaggregation-bootstrap-port", str(config.disaggregation.bootstrap_port),
     ]  # fmt: skip
+    if share := config.features.fault_injection.benign_nondeterminism:
+        args += ["--benign-nondeterminism", f"{share:g}"]
     return args + _hicache_args(to_sglang_args(config))
 
 
@@ -119,10 +121,10 @@ def command(config: EngineConfig) -> tuple[list[str], dict[str, str]]:
     """(argv, extra environment) of the engine process."""
     if config.backend is Backend.REFERENCE:
         return [sys.executable, "-m", "dsv4_engine.cli", *reference_args(config)], fault_env(config)
-    if config.features.fault_injection.ungated_index_k:
+    if (injected := config.features.fault_injection.injected) is not None:
         raise CommandError(
-            "features.faultInjection.ungatedIndexK: only backend: reference can inject "
-            "the seed's race; refusing to start SGLang with it"
+            f"features.faultInjection.{injected}: only backend: reference can inject "
+            "faults; refusing to start SGLang with it"
         )
     unstored = sglang_index_dtype_error(config.features.index_dtype)
     if unstored is not None:  # SGLang would run fp8 under a bf16 label

@@ -410,6 +410,20 @@ def test_a_canarys_probe_job_compares_with_the_stable_router_the_watch_probes_a_
     assert canary_settings(spec({}), stable_router).baseline_url is None
 
 
+def test_a_flag_added_later_keeps_every_revision_recorded_before_it():
+    """benignNondeterminism was added after revisions were recorded: at its default the
+    revision is the hash of exactly what an older operator hashed, so an upgrade starts no
+    canary; set, it is a revision of its own (and a rollout)."""
+    before = spec({"engine": "reference"})
+    recorded = spec_revision(before).spec["features"]["faultInjection"]
+    assert recorded == {"ungatedIndexK": False, "ungatedShare": 1}
+    noisy = spec(
+        {"engine": "reference", "features": {"faultInjection": {"benignNondeterminism": 0.03}}}
+    )
+    assert spec_revision(noisy).revision != spec_revision(before).revision
+    assert spec_revision(noisy).features.fault_injection.benign_nondeterminism == 0.03
+
+
 def test_a_revision_read_back_from_the_api_server_is_the_same_revision():
     """The API server writes a whole float (ungatedShare 1.0, ratio 2.0) back as an integer:
     the revision read from status must still name what the spec asks for, or every pass

@@ -113,5 +113,15 @@ def test_fault_injection_reaches_only_the_reference_engine():
     features = EngineFeatures(fault_injection=FaultInjection(ungated_index_k=True))
     _, env = launch.command(config(backend="reference", features=features))
     assert env == {UNGATED_INDEX_K_ENV: "1"}
-    with pytest.raises(CommandError, match="faultInjection"):
+    with pytest.raises(CommandError, match="faultInjection.ungatedIndexK"):
+        launch.command(config(features=features))
+
+
+def test_benign_nondeterminism_reaches_only_the_reference_engine():
+    features = EngineFeatures(fault_injection=FaultInjection(benign_nondeterminism=0.03))
+    argv, _ = launch.command(config(backend="reference", features=features))
+    parser = argparse.ArgumentParser()
+    serve.add_serve_arguments(parser)
+    assert serve.settings_from_args(parser.parse_args(argv[4:])).benign_nondeterminism == 0.03
+    with pytest.raises(CommandError, match="faultInjection.benignNondeterminism"):
         launch.command(config(features=features))
