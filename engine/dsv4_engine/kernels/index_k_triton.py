@@ -27,8 +27,8 @@ BLOCK_N = 64  # entries per program of the store and read kernels, per loop step
 # Warps of a store or read program: at 4, a block of 64 fp8 keys of 128 dims needs more than
 # the 255 registers a thread has and spills (`kernels.targets` compiles and checks it).
 STORE_READ_WARPS = 8
-# Entry blocks one score program walks with its query token's q held in registers: q is
-# loaded once per SCORE_BLOCKS * BLOCK_N entries instead of once per block.
+# Entry blocks one score program walks with its queries loaded once: q is read once per
+# SCORE_BLOCKS * BLOCK_N entries instead of once per block.
 SCORE_BLOCKS = 8
 SCORE_WARPS = 4  # one warpgroup: SCORE_ROWS query rows are one wgmma tile (m64) on sm90
 MIN_DOT = 16  # tl.dot needs every dimension >= 16 and a power of two
@@ -253,7 +253,7 @@ def score_constants(fmt: IndexKeyFormat, heads: int, tokens: int) -> dict[str, i
     """The score kernel's compile-time constants for `tokens` query tokens of `heads` heads:
     what the launcher passes and `kernels.targets` compiles.  Up to SCORE_ROWS query rows a
     program, fewer when fewer tokens fill them (a decode step of few heads), but at least
-    MIN_DOT; at 64 heads and more, one token a program whatever the token count."""
+    MIN_DOT.  Compiled, at 64 heads and more: one token a program, whatever the count."""
     padded = triton.next_power_of_2(heads)
     rows = min(SCORE_ROWS, max(MIN_DOT, padded * triton.next_power_of_2(tokens)))
     return {

@@ -2,9 +2,10 @@
 
 On CUDA the kernels run compiled, on CUDA tensors; without CUDA under Triton's CPU
 interpreter (TRITON_INTERPRET=1, set for this module only), on CPU tensors: a correctness
-check on small shapes, not a speed measurement.  The references run on the same tensors.  Stores
-must agree bit for bit (a page written by one backend is read by the other); reads of the
-same bytes too; scores to float tolerance (different summation order) and the same top-k.
+check on small shapes, not a speed measurement.  The references run on the same tensors.
+Stores must agree bit for bit (a page written by one backend is read by the other); reads
+of the same bytes too; scores within the score kernel's SCORE_TOLERANCE (its dots take
+bf16 inputs), with the same top-k.
 """
 
 import pytest
