@@ -23,6 +23,7 @@ class Compiled:
     spilled_bytes: int  # local memory and stack: a register spill, or an array in memory
     shared_bytes: int  # what a launch asks for (Triton's dynamic shared memory)
     shared_limit: int
+    mma_instructions: int  # tensor-core instructions in its PTX (wgmma, tcgen05.mma, mma.sync)
 
     def problems(self) -> list[str]:
         """What a GPU of this target would make of it; empty when nothing."""

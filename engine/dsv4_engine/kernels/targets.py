@@ -32,6 +32,9 @@ from dsv4_engine.presets import PRESETS, preset_config
 
 CUOBJDUMP = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
 _RESOURCES = re.compile(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
+# A tensor-core multiply in PTX: Hopper's wgmma, Blackwell's tcgen05.mma, or the mma.sync
+# every target since Ampere has (sm120 among them, which has neither of the others).
+_MMA = re.compile(r"\b(?:wgmma\.mma_async|tcgen05\.mma|mma\.sync)\b")
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,6 @@ def _index_cases(head_dim: int, heads: int) -> list[Case]:
     """Store, read and score, for the two index-K dtypes with kernels (fp4 runs torch)."""
     buffers = {"buf_u8": "*u8", "buf_f32": "*fp32", "page_ptr": "*i64", "slot_ptr": "*i64"}
     sizes = {"n": "i32", "page_bytes": "i32", "entries": "i32"}
-    block_t = max(1, index_k_triton.SCORE_ROWS // heads)
     cases = []
     for dtype in (IndexDtype.FP8, IndexDtype.BF16):
         fmt = index_key_format(dtype, head_dim)
@@ -85,26 +87,19 @@ def _index_cases(head_dim: int, heads: int) -> list[Case]:
                 f"indexer score {tag} h{heads}",
                 index_k_triton.score_kernel,
                 {
-                    "buf_u8": "*u8",
-                    "buf_f32": "*fp32",
+                    **buffers,
                     "buf_bf16": "*bf16",
-                    "page_ptr": "*i64",
-                    "slot_ptr": "*i64",
-                    "q_ptr": "*fp32",
+                    "q_hi_ptr": "*bf16",
+                    "q_lo_ptr": "*bf16",
                     "w_ptr": "*fp32",
                     "out_ptr": "*fp32",
-                    "n": "i32",
                     "tokens": "i32",
                     "heads": "i32",
-                    "block_t": "i32",
                     **sizes,
                 },
-                {
-                    **consts,
-                    "RP": index_k_triton.dot_size(block_t * heads),
-                    "TP": index_k_triton.dot_size(block_t),
-                },
-            ),  # fmt: skip
+                index_k_triton.score_constants(fmt, heads, tokens=1),
+                index_k_triton.SCORE_WARPS,
+            ),
         ]
     return cases
 
@@ -186,6 +181,7 @@ def compile_for(case: Case, target: str) -> Compiled:
         stack + local,
         int(kernel.metadata.shared),
         SHARED_LIMIT[arch],
+        len(_MMA.findall(kernel.asm["ptx"])),
     )
 
 
@@ -206,24 +202,18 @@ def _resources(cubin: bytes) -> tuple[int, int, int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m dsv4_engine.kernels.targets [--skip SUBSTRING ...] [--json]`: compile
-    every case for every target in this process (a compile for a CUDA target leaves Triton
-    state behind that a CPU interpreter run in the same process must not meet), print a
-    table or one JSON object per compile, and exit 1 if any has a problem."""
+    """`python -m dsv4_engine.kernels.targets [--json]`: compile every case for every
+    target in this process (a compile for a CUDA target leaves Triton state behind that a
+    CPU interpreter run in the same process must not meet), print a table or one JSON
+    object per compile, and exit 1 if any has a problem."""
     import argparse
     import json
     from dataclasses import asdict
 
     parser = argparse.ArgumentParser(prog="python -m dsv4_engine.kernels.targets")
-    parser.add_argument("--skip", action="append", default=[], help="skip cases naming this")
     parser.add_argument("--json", action="store_true", help="one JSON object per compile")
     args = parser.parse_args(argv)
-    results = [
-        compile_for(case, target)
-        for case in cases()
-        if not any(skip in case.name for skip in args.skip)
-        for target in TARGETS
-    ]
+    results = [compile_for(case, target) for case in cases() for target in TARGETS]
     for r in results:
         if args.json:
             print(json.dumps(asdict(r)))
@@ -231,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
             verdict = "; ".join(r.problems()) or "ok"
             print(
                 f"{r.case:<32} {r.target:<6} {r.seconds:6.2f} s {r.registers:>4} regs "
-                f"{r.shared_bytes:>7} B shared {r.spilled_bytes:>6} B local  {verdict}"
+                f"{r.shared_bytes:>7} B shared {r.spilled_bytes:>6} B local "
+                f"{r.mma_instructions:>4} mma  {verdict}"
             )
     return 1 if any(r.problems() for r in results) else 0
 

@@ -21,7 +21,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(
             f"{row['case']:<32} {row['target']:<6} {row['seconds']:6.2f} s  "
             f"{row['registers']:>3} regs  {row['shared_bytes']:>6} B shared  "
-            f"{row['spilled_bytes']} B spilled"
+            f"{row['spilled_bytes']} B spilled  {row['mma_instructions']} mma"
         )
     total = sum(r["seconds"] for r in rows)
     terminalreporter.write_line(

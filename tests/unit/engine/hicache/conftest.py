@@ -36,11 +36,18 @@ def _forget_kernel_modules() -> None:
 
 
 @pytest.fixture(scope="module")
-def triton_backend():
+def kernel_device() -> str:
+    """Where the Triton kernels' tests put their tensors: compiled kernels take CUDA tensors
+    only, the interpreter CPU tensors."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@pytest.fixture(scope="module")
+def triton_backend(kernel_device):
     """The Triton kernels: native on CUDA, else decorated and run under Triton's CPU
     interpreter (TRITON_INTERPRET=1, read when @triton.jit decorates and when it runs) for
     this module only.  Yields the backend name for `get_ops` / `DevicePool(backend=)`."""
-    if torch.cuda.is_available():
+    if kernel_device == "cuda":
         yield "triton"
         return
     saved = os.environ.get("TRITON_INTERPRET")

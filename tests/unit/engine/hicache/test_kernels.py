@@ -1,9 +1,11 @@
 """Triton kernels against their torch references.
 
-Without CUDA the kernels run under Triton's CPU interpreter (TRITON_INTERPRET=1, set for
-this module only): a correctness check on small shapes, not a speed measurement.  Stores
-must agree bit for bit (a page written by one backend is read by the other); reads of the
-same bytes too; scores to float tolerance (different summation order) and the same top-k.
+On CUDA the kernels run compiled, on CUDA tensors; without CUDA under Triton's CPU
+interpreter (TRITON_INTERPRET=1, set for this module only), on CPU tensors: a correctness
+check on small shapes, not a speed measurement.  The references run on the same tensors.
+Stores must agree bit for bit (a page written by one backend is read by the other); reads
+of the same bytes too; scores within the score kernel's SCORE_TOLERANCE (its dots take
+bf16 inputs), with the same top-k.
 """
 
 import pytest
@@ -29,20 +31,21 @@ def _keys(n, d, seed):
     return keys
 
 
-def _case(dtype, head_dim, seed=0, pages=3):
+def _case(device, dtype, head_dim, seed=0, pages=3):
     fmt = index_key_format(dtype, head_dim)
     gen = torch.Generator().manual_seed(seed + 1)
     buf = torch.randint(
         0, 256, (pages, ENTRIES * fmt.bytes_per_token), dtype=torch.uint8, generator=gen
     )
     locs = torch.randperm(pages * ENTRIES, generator=gen)[:24]
-    return fmt, buf, locs, _keys(len(locs), head_dim, seed)
+    keys = _keys(len(locs), head_dim, seed)
+    return fmt, buf.to(device), locs.to(device), keys.to(device)
 
 
 @pytest.mark.parametrize("dtype", [IndexDtype.FP8, IndexDtype.BF16])
 @pytest.mark.parametrize("head_dim", [128, 256])
-def test_store_writes_the_same_bytes_as_the_reference(triton_ops, dtype, head_dim):
-    fmt, buf, locs, keys = _case(dtype, head_dim)
+def test_store_writes_the_same_bytes_as_the_reference(triton_ops, kernel_device, dtype, head_dim):
+    fmt, buf, locs, keys = _case(kernel_device, dtype, head_dim)
     want = buf.clone()
     REF.store_index_k(want, locs, keys, fmt, ENTRIES)
     triton_ops.store_index_k(buf, locs, keys, fmt, ENTRIES)
@@ -50,40 +53,77 @@ def test_store_writes_the_same_bytes_as_the_reference(triton_ops, dtype, head_di
 
 
 @pytest.mark.parametrize("dtype", [IndexDtype.FP8, IndexDtype.BF16])
-def test_read_dequantizes_like_the_reference(triton_ops, dtype):
-    fmt, buf, locs, keys = _case(dtype, 128, seed=4)
+def test_read_dequantizes_like_the_reference(triton_ops, kernel_device, dtype):
+    fmt, buf, locs, keys = _case(kernel_device, dtype, 128, seed=4)
     REF.store_index_k(buf, locs, keys, fmt, ENTRIES)
     assert torch.equal(
         triton_ops.read_index_k(buf, locs, fmt, ENTRIES), REF.read_index_k(buf, locs, fmt, ENTRIES)
     )
 
 
+def _scores_case(device, dtype, tokens, heads, head_dim=128):
+    """(fmt, buf, locs, q, w): stored keys, and one step's indexer query."""
+    fmt, buf, locs, _ = _case(device, dtype, head_dim, seed=7)
+    gen = torch.Generator().manual_seed(8)
+    keys = torch.randn(len(locs), head_dim, generator=gen)
+    REF.store_index_k(buf, locs, keys.to(device), fmt, ENTRIES)
+    q = torch.randn(tokens, heads, head_dim, generator=gen)
+    w = torch.randn(tokens, heads, generator=gen)  # negative weights too, as the model's
+    return fmt, buf, locs, q.to(device), w.to(device)
+
+
+def _scores_match(got, want):
+    # Imported here: the kernel module is imported under the interpreter by `triton_backend`.
+    from dsv4_engine.kernels.index_k_triton import SCORE_TOLERANCE
+
+    return torch.allclose(got, want, **SCORE_TOLERANCE)
+
+
 @pytest.mark.parametrize("dtype", [IndexDtype.FP8, IndexDtype.BF16])
 @pytest.mark.parametrize(
-    ("tokens", "heads"), [(3, 4), (70, 4), (3, 16), (1, 64), (12, 24)]
-)  # the reference engine's 4 heads (70 tokens: two programs), V4's 64, and uneven ones
-def test_indexer_scores_and_topk_match_the_reference(triton_ops, dtype, tokens, heads):
-    fmt, buf, locs, _ = _case(dtype, 128, seed=7)
-    gen = torch.Generator().manual_seed(8)
-    REF.store_index_k(buf, locs, torch.randn(len(locs), 128, generator=gen), fmt, ENTRIES)
-    q = torch.randn(tokens, heads, 128, generator=gen)
-    w = torch.randn(tokens, heads, generator=gen)  # negative weights too, as the model's
+    ("tokens", "heads", "head_dim"),
+    [(3, 4, 128), (70, 4, 128), (3, 16, 128), (1, 64, 128), (12, 24, 128), (3, 16, 256)],
+)  # the reference engine's 4 heads, V4's 64, uneven ones, two fp8 scale blocks per key
+def test_indexer_scores_and_topk_match_the_reference(
+    triton_ops, kernel_device, dtype, tokens, heads, head_dim
+):
+    fmt, buf, locs, q, w = _scores_case(kernel_device, dtype, tokens, heads, head_dim)
     got = triton_ops.index_scores(buf, locs, fmt, ENTRIES, q, w)
     want = REF.index_scores(buf, locs, fmt, ENTRIES, q, w)
     assert got.shape == (tokens, len(locs))
-    assert torch.allclose(got, want, rtol=1e-5, atol=1e-4)
+    assert _scores_match(got, want)
     assert torch.equal(REF.topk(got, 8), REF.topk(want, 8))
+
+
+@pytest.mark.parametrize("dtype", [IndexDtype.FP8, IndexDtype.BF16])
+def test_the_score_tolerance_still_sees_another_tokens_query(triton_ops, kernel_device, dtype):
+    fmt, buf, locs, q, w = _scores_case(kernel_device, dtype, 3, 64)
+    want = REF.index_scores(buf, locs, fmt, ENTRIES, q, w)
+    shifted = triton_ops.index_scores(buf, locs, fmt, ENTRIES, q.roll(1, 0), w)
+    assert not _scores_match(shifted[1:], want[1:])
+
+
+def test_the_score_tolerance_still_sees_one_scale_off_by_a_thousandth(triton_ops, kernel_device):
+    fmt, buf, locs, q, w = _scores_case(kernel_device, IndexDtype.FP8, 3, 64)
+    want = REF.index_scores(buf, locs, fmt, ENTRIES, q, w)
+    page, slot = int(locs[5]) // ENTRIES, int(locs[5]) % ENTRIES
+    scale = buf[page, ENTRIES * fmt.key_bytes :].view(torch.float32)[slot : slot + 1]
+    scale *= 1.001
+    got = triton_ops.index_scores(buf, locs, fmt, ENTRIES, q, w)
+    assert _scores_match(got[:, :5], want[:, :5])
+    assert not _scores_match(got[:, 5], want[:, 5])
 
 
 @pytest.mark.parametrize(
     ("n", "k"), [(24, 8), (24, 24), (5, 3), (600, 37), (9000, 20)]
 )  # one chunk, k = n, odd sizes, several chunks whose candidates take a second pass
-def test_topk_kernel_picks_the_references_entries_in_order(triton_ops, n, k):
+def test_topk_kernel_picks_the_references_entries_in_order(triton_ops, kernel_device, n, k):
     gen = torch.Generator().manual_seed(n + k)
     scores = torch.randn(3, n, generator=gen)
     scores[0, ::3] = 0.25  # ties: the lower index first
     scores[1, 1::2] = float("-inf")  # masked entries, as the indexer masks unseen ones
     scores[2, :4] = torch.tensor([0.0, -0.0, 0.0, -0.0])  # -0.0 ties with 0.0
+    scores = scores.to(kernel_device)
     assert torch.equal(triton_ops.topk(scores, k), REF.topk(scores, k))
 
 
@@ -98,18 +138,19 @@ def test_reference_topk_is_a_stable_descending_sort():
         assert torch.equal(REF.topk(scores, k), want)
 
 
-def test_topk_refuses_more_than_a_row_holds(triton_ops):
+def test_topk_refuses_more_than_a_row_holds(triton_ops, kernel_device):
     for ops in (REF, triton_ops):
         with pytest.raises(ValueError, match="k=5 exceeds the 4 scores of a row"):
-            ops.topk(torch.zeros(1, 4), 5)
+            ops.topk(torch.zeros(1, 4, device=kernel_device), 5)
 
 
-def test_page_copy_and_checksums_match_the_reference_on_strided_rows(triton_ops):
+def test_page_copy_and_checksums_match_the_reference_on_strided_rows(triton_ops, kernel_device):
     gen = torch.Generator().manual_seed(9)
-    host = torch.randint(0, 256, (6, 3000), dtype=torch.uint8, generator=gen)
+    host = torch.randint(0, 256, (6, 3000), dtype=torch.uint8, generator=gen).to(kernel_device)
     segment = host[:, 1000:2500]  # one layer's segment of page_first host pages: strided rows
-    src_rows, dst_rows = torch.tensor([5, 1, 3]), torch.tensor([0, 3, 2])
-    got = torch.zeros(4, 1500, dtype=torch.uint8)
+    src_rows = torch.tensor([5, 1, 3], device=kernel_device)
+    dst_rows = torch.tensor([0, 3, 2], device=kernel_device)
+    got = torch.zeros(4, 1500, dtype=torch.uint8, device=kernel_device)
     want = got.clone()
     got_sums = triton_ops.copy_pages(segment, src_rows, got, dst_rows, checksum=True)
     want_sums = REF.copy_pages(segment, src_rows, want, dst_rows, checksum=True)

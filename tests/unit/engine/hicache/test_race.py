@@ -8,8 +8,13 @@ those reads, and more requests race with bf16 than with fp8 at the same bandwidt
 seed (same compute times, only the copy differs).
 
 The indexer scores and selects with the pool's kernels; the same trials also run on the
-Triton backend (under the interpreter without a GPU), fewer of them since it is slow there.
+Triton backend, fewer of them since it runs under Triton's CPU interpreter there.
 """
+
+import os
+import pickle
+import subprocess
+import sys
 
 import pytest
 
@@ -67,10 +72,45 @@ def test_bf16_index_k_races_more_often_than_fp8(ungated):
     assert bf16 > fp8, f"top-k changed for {bf16} bf16 vs {fp8} fp8 requests"
 
 
+# A gated and an ungated trial on the Triton backend, pickled to the file argv[1].
+TRITON_TRIALS = """
+import pickle, sys
+from dsv4_engine.features import IndexDtype
+from dsv4_engine.hicache.race import RaceConfig, run_trial
+trials = {
+    gated: run_trial(
+        RaceConfig(IndexDtype.BF16, gated=gated, seed=0, num_requests=8, backend="triton")
+    )
+    for gated in (True, False)
+}
+with open(sys.argv[1], "wb") as out:
+    pickle.dump(trials, out)
+"""
+
+
+@pytest.fixture(scope="module")
+def triton_trials(tmp_path_factory):
+    """{gated: trial} on the Triton backend, run in a child process.
+
+    The race is timed for CPU copies (throttled), so its kernels take CPU tensors: Triton's
+    interpreter, on any machine.  It must be on before Triton is first imported (Triton's
+    own library functions are decorated then), and this worker may have imported Triton
+    already: compiled, for the kernel tests on a CUDA machine."""
+    path = tmp_path_factory.mktemp("triton-race") / "trials.pickle"
+    done = subprocess.run(
+        [sys.executable, "-c", TRITON_TRIALS, str(path)],
+        env={**os.environ, "TRITON_INTERPRET": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    return pickle.loads(path.read_bytes())
+
+
 @pytest.mark.parametrize("gated", [True, False], ids=["gated", "ungated"])
-def test_on_the_triton_backend_too(triton_backend, gated):
-    config = RaceConfig(IndexDtype.BF16, gated=gated, seed=0, num_requests=8, backend="triton")
-    trial = run_trial(config)
+def test_on_the_triton_backend_too(triton_trials, gated):
+    trial = triton_trials[gated]
     if gated:
         assert_gated_trial_clean(trial)
         assert trial.blocked_reads > 0
