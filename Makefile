@@ -60,7 +60,7 @@ bench-echo: venv ## Echo model under the injected race: rate per share, samples 
 bench-rollout: venv control-plane ## On the shipped defaults: flag change -> FAIL / PASS verdict -> rollout done, samples, API writes
 	$(PY) bench/bench_rollout.py
 
-bench-scale: venv control-plane ## 500 DSV4Deployments on 1,000 fake GPU nodes: time to Ready, passes, API requests, CPU, RSS, a 50-way flag change
+bench-scale: venv control-plane ## 500 DSV4Deployments on 1,000 fake GPU nodes: the cluster alone, then the operator (time to Ready and their ratio), passes, API requests, CPU, RSS, a 50-way flag change
 	$(PY) bench/bench_scale.py
 
 bench-validator: venv ## Validator per-class precision/recall on the combined DSML corpus, and its speed

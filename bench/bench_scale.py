@@ -14,15 +14,19 @@ probes as Jobs (none runs on KWOK) and the default resync; then:
 
 Every phase has a time limit; the cluster and the operator are torn down at the end.
 
-`--without-operator` measures what the operator's time to Ready stands on: the same
-children (`dsv4ctl render`) applied straight to the cluster, no operator, timed until
-every workload is settled.
+First, on a fresh cluster of its own, it measures what the operator's time to Ready stands
+on (the floor): the same children (`dsv4ctl render`) applied straight to the cluster, no
+operator, timed until every workload is settled.  Both runs are on the same machine in one
+invocation, so the ratio of the two times says what the operator adds whatever else the
+machine does; the last lines hold it and the passes and steady-state requests against
+issue 31's goals.  `--without-operator` runs the floor alone, `--skip-floor` the operator.
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import json
 import os
 import signal
@@ -32,7 +36,7 @@ import threading
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -77,16 +81,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steady-seconds", type=float, default=60.0)
     parser.add_argument("--workers", type=int, default=WORKERS, help="the operator's --workers")
     parser.add_argument("--keep", action="store_true", help="leave the cluster running")
-    parser.add_argument(
+    floor_only = parser.add_mutually_exclusive_group()
+    floor_only.add_argument(
         "--without-operator",
         action="store_true",
-        help="the cluster alone: apply the children the operator would (dsv4ctl render) "
+        help="the cluster alone only: apply the children the operator would (dsv4ctl render) "
         "straight away and time them to ready (what the API server and controllers take)",
+    )
+    floor_only.add_argument(
+        "--skip-floor", action="store_true", help="the operator run only (no ratio)"
     )
     args = parser.parse_args(argv)
     if args.changed > args.deployments:
         parser.error("--changed: at most --deployments")
     return args
+
+
+# Issue 31's goals, printed beside what the run measured.
+RATIO_GOAL, PASSES_GOAL = 1.15, 3.0
 
 
 def cpu_s(pid: int) -> float:
@@ -305,34 +317,50 @@ def _canary_started(obj: dict[str, Any]) -> bool:
 
 def main() -> None:
     args = parse_args()
-    workdir = cache_dir() / "bench-scale"
+    floor_result = None
+    if not args.skip_floor:
+        with fresh_cluster(args, "bench-scale-floor") as (cluster, kube, names):
+            floor_result = floor(cluster, kube, names)
+        report_floor(args, floor_result)
+        if args.without_operator:
+            return
+    with fresh_cluster(args, "bench-scale") as (cluster, kube, names):
+        operator = Operator(cluster, cache_dir() / "bench-scale" / "operator.log", args.workers)
+        try:
+            wait("operator ready", operator.ready, 120)
+            result = run(args, cluster, kube, operator, names)
+        finally:
+            operator.stop()
+    report(args, result)
+    if floor_result is not None:
+        report_goals(args, floor_result, result)
+
+
+@contextlib.contextmanager
+def fresh_cluster(
+    args: argparse.Namespace, name: str
+) -> Iterator[tuple[LocalCluster, Kube, list[tuple[str, str]]]]:
+    """A new local cluster of ``--nodes`` with the CRD and the namespaces, and the
+    deployments' (namespace, name); torn down on the way out unless ``--keep``.  Each run
+    starts from an empty cluster, so the floor and the operator run face the same one."""
     pools = default_pools(gpu_nodes=args.nodes, cpu_nodes=CPU_NODES)
     cluster = LocalCluster(
-        name="bench-scale", workdir=workdir, pools=pools, controller_qps=CONTROLLER_QPS
+        name=name, workdir=cache_dir() / name, pools=pools, controller_qps=CONTROLLER_QPS
     )
     started = time.monotonic()
-    print(f"bench-scale: {args.nodes} GPU nodes + {CPU_NODES} CPU nodes, starting the cluster")
-    operator = None
+    print(f"{name}: {args.nodes} GPU nodes + {CPU_NODES} CPU nodes, starting the cluster")
     try:
         cluster.up(log=lambda message: None)
         print(f"  cluster up in {time.monotonic() - started:.0f}s", flush=True)
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_PATH))
-        crd = "crd/dsv4deployments.inference.dsv4.dev"
-        cluster.wait_established(crd)
+        cluster.wait_established("crd/dsv4deployments.inference.dsv4.dev")
         namespaces = [f"scale-{i}" for i in range(args.namespaces)]
         for namespace in namespaces:
             cluster.kubectl("create", "namespace", namespace, check=False)
         kube = Kube(kube_config.new_client_from_config(config_file=cluster.kubeconfig))
         names = [(namespaces[i % len(namespaces)], f"d{i:04d}") for i in range(args.deployments)]
-        if args.without_operator:
-            report_floor(args, floor(cluster, kube, names))
-            return
-        operator = Operator(cluster, workdir / "operator.log", args.workers)
-        wait("operator ready", operator.ready, 120)
-        report(args, run(args, cluster, kube, operator, names))
+        yield cluster, kube, names
     finally:
-        if operator is not None:
-            operator.stop()
         if not args.keep:
             cluster.down(log=lambda message: None)
 
@@ -511,6 +539,31 @@ def report_floor(args: argparse.Namespace, r: dict[str, Any]) -> None:
     ]
     for label, value in rows:
         print(f"  {label:<42} {value}")
+
+
+def report_goals(args: argparse.Namespace, floor_r: dict[str, Any], r: dict[str, Any]) -> None:
+    """The operator's time to Ready over the floor's, measured in this invocation, and the
+    two other numbers issue 31 sets goals for."""
+    ratio = r["ready_s"] / floor_r["settled_s"]
+    passes = r["passes"] / args.deployments
+    steady = sum(
+        c
+        for v, c in r["steady_requests"].items()
+        if not v.startswith("lease") and v not in ("watch", ALL_CLIENTS)
+    )
+    print("\nAgainst the goals (issue 31):")
+    rows = [
+        (
+            "time to all Ready / the cluster alone",
+            f"{r['ready_s']:.1f} s / {floor_r['settled_s']:.1f} s = {ratio:.2f}",
+            ratio <= RATIO_GOAL,
+            f"<= {RATIO_GOAL}",
+        ),
+        ("passes per deployment", f"{passes:.2f}", passes <= PASSES_GOAL, f"<= {PASSES_GOAL:g}"),
+        ("steady requests beyond leases and watches", str(steady), steady == 0, "0"),
+    ]
+    for label, value, met, goal in rows:
+        print(f"  {label:<42} {value}  ({'meets' if met else 'MISSES'} {goal})")
 
 
 if __name__ == "__main__":
