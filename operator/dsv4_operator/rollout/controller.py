@@ -232,8 +232,19 @@ class RolloutController:
                 url = self._probe_url(owner.namespace, service, port)
                 assert status.canary is not None
                 tested = canary_spec(state.spec, status.canary, state.spec.canary)  # what runs
-                settings = canary_settings(tested, url, self._stable_url(owner))
-                self.executor.start(owner, ref, settings)
+                try:
+                    baseline: str | None = self._stable_url(owner)
+                except ValueError as err:
+                    # No endpoint for it (yet): on an engine that is not deterministic the
+                    # consistency samples then do not apply, and the report says why.
+                    log.warning(
+                        "canary of %s/%s probed without a baseline: %s",
+                        owner.namespace,
+                        owner.name,
+                        err,
+                    )
+                    baseline = None
+                self.executor.start(owner, ref, canary_settings(tested, url, baseline))
                 self._prune_reports(state)
             elif effect is Effect.STOP_PROBE and before is not None:
                 ref = canary_report(before)

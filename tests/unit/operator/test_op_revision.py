@@ -410,6 +410,23 @@ def test_a_canarys_probe_job_compares_with_the_stable_router_the_watch_probes_a_
     assert canary_settings(spec({}), stable_router).baseline_url is None
 
 
+def test_a_stable_router_without_an_endpoint_leaves_the_canary_probed_without_a_baseline():
+    """Where the stable router cannot be reached (the local runtime has not published it),
+    the canary is still probed; its consistency samples say why they do not apply."""
+    world = ready_world()
+
+    def unpublished_router(namespace: str, service: str, port: int) -> str:
+        if service == "flash-router":
+            raise ValueError(f"{service}.{namespace}:{port} has no local endpoint yet")
+        return f"http://{service}.{namespace}.svc:{port}"
+
+    world.reconciler.rollout.probe_url = unpublished_router
+    world.patch_spec("flash", HICACHE)
+    world.until("probing", lambda: world.api.names("Job"), passes=10)
+    (job,) = (world.api.objects[("Job", NS, name)] for name in world.api.names("Job"))
+    assert "--baseline-url" not in job["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
 def test_a_flag_added_later_keeps_every_revision_recorded_before_it():
     """benignNondeterminism was added after revisions were recorded: at its default the
     revision is the hash of exactly what an older operator hashed, so an upgrade starts no
