@@ -6,8 +6,12 @@ model flips a share of prefix-cache hits, as healthy SGLang flips near-ties), so
 `GET /server_info` says it is not deterministic and a canary's consistency samples can
 only be judged against the stable's own divergence.  A raced canary (HiCache, bf16 index-K,
 the gate removed) must FAIL on that excess, its probe Job having reached the stable router
-the operator named as the baseline.  That a gated canary PASSes against the same noise is
-tests/integration/test_reference_differential.py's (hundreds of samples on each side).
+the operator named as the baseline.  How often the race garbles follows the machine's
+timing (copy vs compute; a loaded machine lets more copies land first), so the FAIL may
+come from the excess or from the kv-canary the canary's engines run, whichever shows
+first; what this test holds on the production path is that the Job measured both sides.
+That the excess alone FAILs a raced canary and a gated one PASSes against the same noise is
+tests/integration/test_reference_differential.py's, on a slowed host link.
 """
 
 from __future__ import annotations
@@ -63,7 +67,9 @@ def test_a_raced_canary_fails_on_its_excess_over_the_stables_noise(world):
     assert diff["baseline_url"] == report["settings"]["baseline_url"]
     assert diff["baseline_url"] != report["settings"]["base_url"]
     assert diff["stable"]["samples"] > 0 and diff["canary"]["samples"] > 0
-    assert diff["fail_at"] is not None and diff["excess_lower"] > diff["margin"]
-    assert any("diverge more than the stable's" in r for r in report["reasons"])
+    # A FAIL on the excess says so; otherwise the engines' kv-canary caught the race first.
+    on_excess = any("diverge more than the stable's" in r for r in report["reasons"])
+    assert on_excess is (diff["fail_at"] is not None), (report["reasons"], diff)
+    assert on_excess or report["kv_canary"]["violations"], report["reasons"]
     # A changed warm answer on such an engine is never counted as corruption by itself.
     assert report["counts"]["CACHE_MISMATCH"] == 0 and report["samples"]["judged"] == 0
