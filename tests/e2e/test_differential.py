@@ -28,7 +28,12 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 NS = "differential-e2e"
 NAME = "flash"
 NOISE = {"benignNondeterminism": 0.03}
-STABLE = {"features": {"indexDtype": "fp8", "kvCanary": "log", "faultInjection": NOISE}}
+# What this module tests is the wiring, not the evidence the default canary demands
+# (test_rollout.py's): a 5% budget, whose fewest samples that can PASS are 59, 16 in flight.
+STABLE = {
+    "features": {"indexDtype": "fp8", "kvCanary": "log", "faultInjection": NOISE},
+    "canary": {"maxCorruptionRate": 0.05, "concurrency": 16},
+}
 VERDICT_TIMEOUT = 600
 
 
