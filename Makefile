@@ -6,7 +6,7 @@ VENV = $(shell hack/venv.sh)
 PY = $(VENV)/bin/python
 export PATH := $(VENV)/bin:$(PATH)
 
-.PHONY: help venv control-plane test test-unit test-e2e lint demo cluster-up cluster-down manifests bench bench-engine bench-engine-server bench-validator bench-echo bench-scale
+.PHONY: help venv control-plane images test test-unit test-e2e lint demo cluster-up cluster-down manifests bench bench-engine bench-engine-server bench-validator bench-echo bench-scale
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -20,6 +20,9 @@ system-deps: ## Install the Debian packages tests need (chromium ...), skipped w
 control-plane: ## Build kube-apiserver, controller-manager, scheduler, etcd, KWOK and the LWS controller once per machine
 	@hack/build-control-plane.sh
 	@hack/build-lws.sh
+
+images: ## Build the operator image and the CPU engine image with podman on a local Debian base (cached; hack/images.sh)
+	@hack/images.sh
 
 test: venv system-deps control-plane lint ## Run every test: unit, real SGLang, end-to-end on a real control plane
 	$(PY) -m pytest tests -n 2 --dist loadgroup --durations=25
