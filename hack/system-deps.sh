@@ -13,6 +13,11 @@ declare -A wanted=(
   # The server itself, from the same package: `dsv4ctl cluster up --monitoring` runs it.
   [/usr/bin/prometheus]=prometheus
   [/usr/bin/openssl]=openssl # signs the local cluster's LeaderWorkerSet webhook certificate
+  # `make images` and the image tests: podman on runc (crun fails on hybrid cgroups here),
+  # mmdebstrap for the local Debian base (no container registry is reachable).
+  [/usr/bin/podman]=podman
+  [/usr/sbin/runc]=runc
+  [/usr/bin/mmdebstrap]=mmdebstrap
 )
 
 missing=()

@@ -33,11 +33,8 @@ if [[ ! -x "$venv/bin/python" || ! -f "$venv/.complete" ]]; then
   "${pip[@]}" --upgrade pip setuptools wheel
   log "installing base requirements ($(( $(date +%s) - start ))s)"
   "${pip[@]}" -r "$root/requirements/base.txt"
-  log "installing torch + triton ($(( $(date +%s) - start ))s)"
-  "${pip[@]}" -r "$root/requirements/runtime.txt"
-  log "installing sglang without its GPU dependencies ($(( $(date +%s) - start ))s)"
-  "${pip[@]}" --no-deps -r "$root/requirements/sglang.txt"
-  "${pip[@]}" -r "$root/requirements/sglang-deps.txt"
+  log "installing the engine runtime ($(( $(date +%s) - start ))s)"
+  "$root/requirements/install-runtime.sh" "$venv/bin/python" -q
   touch "$venv/.complete"
   log "ready in $(( $(date +%s) - start ))s"
   # Keep this venv and the one built before it; each is several GiB.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import os
@@ -21,12 +22,14 @@ from typing import Any
 import aiohttp
 import yaml
 
+from dsv4_dev import images
 from dsv4_dev.cluster.binaries import kubectl
 from dsv4_dev.cluster.local import LocalCluster
 from dsv4_dev.localrun import accounts
 from dsv4_dev.localrun.runtime import free_port
 from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.samples import shipped_sample
+from dsv4_operator.runtime import OPERATOR_CONTAINER
 from tests.unit.operator.harness import MODEL_HOST_PATHS
 
 
@@ -298,6 +301,8 @@ MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 OPERATOR_NS = "dsv4-system"
 OPERATOR_SA = f"system:serviceaccount:{OPERATOR_NS}:dsv4-operator"
 OPERATOR_POD = "app.kubernetes.io/name=dsv4-operator"
+# The container `installed_operator(image=...)` runs (one at a time per test process).
+IMAGE_OPERATOR_NAME = f"dsv4-operator-e2e-{os.getpid()}"
 
 
 def deployed_args(installed: list[dict[str, Any]]) -> list[str]:
@@ -337,11 +342,15 @@ class Installed:
 
 
 @contextlib.contextmanager
-def installed_operator(cluster: LocalCluster, overlay: Path, workdir: Path) -> Iterator[Installed]:
+def installed_operator(
+    cluster: LocalCluster, overlay: Path, workdir: Path, image: str | None = None
+) -> Iterator[Installed]:
     """Installs ``overlay`` for real and runs the image's `dsv4-operator` with the installed
-    Deployment's arguments and nothing but its ServiceAccount's token.  The local process
-    stands in for the Deployment's pod (KWOK runs nothing): it gets that pod's name, as the
-    downward API gives it, and so finds its probe image the same way."""
+    Deployment's arguments and nothing but its ServiceAccount's token.  The operator stands
+    in for the Deployment's pod (KWOK runs nothing): it gets that pod's name, as the
+    downward API gives it, and so finds its probe image the same way.  It runs as a local
+    process, or with ``image`` from that image (podman), under the installed Deployment's
+    user, read-only root filesystem, /tmp emptyDir and capabilities."""
     objects = kustomize(cluster, overlay)
     cluster.kubectl(
         "apply", "--server-side", "--force-conflicts", "-f", "-", input=as_list(objects)
@@ -360,29 +369,59 @@ def installed_operator(cluster: LocalCluster, overlay: Path, workdir: Path) -> I
     )
     log = workdir / "operator.log"
     offset = cluster.audit_log.stat().st_size
-    command = [
-        str(Path(sys.executable).with_name("dsv4-operator")),
-        *with_port(deployed_args(objects), free_port()),
-        "--resync-seconds", "5",
-    ]  # fmt: skip
+    args = [*with_port(deployed_args(objects), free_port()), "--resync-seconds", "5"]
     env = {
-        **cluster.env,
         **deployed_env(objects),
-        "KUBECONFIG": str(kubeconfig),
         "POD_NAMESPACE": OPERATOR_NS,
         "POD_NAME": pod["metadata"]["name"],
     }
+    if image is None:
+        command = [str(Path(sys.executable).with_name("dsv4-operator")), *args]
+        env = {**cluster.env, **env, "KUBECONFIG": str(kubeconfig)}
+    else:
+        command = from_image(objects, image, kubeconfig, env, args, workdir)
+        env = {**os.environ, "CONTAINERS_CONF": str(images.CONTAINERS_CONF)}
     with log.open("w") as out:
         proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
         yield Installed(proc, log, offset, kubeconfig, objects)
     finally:
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signal.SIGTERM)  # podman run passes it on to the container
         try:
             proc.wait(20)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+
+
+def from_image(
+    objects: list[dict[str, Any]],
+    image: str,
+    kubeconfig: Path,
+    env: dict[str, str],
+    args: list[str],
+    workdir: Path,
+) -> list[str]:
+    """`podman run` of the installed Deployment's operator container from ``image``: its
+    settings, ``env``, and ``kubeconfig`` made self-contained (the CA inline) and readable
+    by the container's user, as a mounted token would be."""
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    pod_spec = deployment["spec"]["template"]["spec"]
+    config = yaml.safe_load(kubeconfig.read_text())
+    for entry in config["clusters"]:
+        ca = Path(entry["cluster"].pop("certificate-authority"))
+        entry["cluster"]["certificate-authority-data"] = base64.b64encode(ca.read_bytes()).decode()
+    mounted = workdir / "image-kubeconfig.yaml"
+    mounted.write_text(yaml.safe_dump(config))
+    mounted.chmod(0o644)
+    inside = "/var/run/dsv4/kubeconfig"
+    return [
+        "podman", "run", "--rm", f"--name={IMAGE_OPERATOR_NAME}",
+        *images.run_options(pod_spec, OPERATOR_CONTAINER),
+        f"--volume={mounted}:{inside}:ro",
+        *(f"--env={k}={v}" for k, v in {**env, "KUBECONFIG": inside}.items()),
+        image, *args,
+    ]  # fmt: skip
 
 
 def as_account(

@@ -1,0 +1,102 @@
+"""The project's images on this machine: built by hack/images.sh, run with podman as a pod would.
+
+Why here: the tests run what ships, under the settings the shipped manifests and the
+operator's rendered pods give it.  `run_options` turns a pod spec's container settings (user
+and group, read-only root filesystem, emptyDir mounts, capabilities, privilege escalation)
+into podman options, so a test reads them from the manifest instead of restating them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BUILD_SCRIPT = REPO_ROOT / "hack" / "images.sh"
+# podman's settings for this machine kind (runc, cgroupfs, ulimits, host network).
+CONTAINERS_CONF = REPO_ROOT / "hack" / "containers.conf"
+
+
+def build(target: str) -> str:
+    """Builds (or finds cached) the image `target` (operator, engine-cpu); returns its name."""
+    done = subprocess.run(
+        [str(BUILD_SCRIPT), target], check=True, stdout=subprocess.PIPE, text=True
+    )
+    return done.stdout.split()[-1]
+
+
+def podman(*args: str, timeout: float = 120, check: bool = False) -> subprocess.CompletedProcess:
+    """`podman ARGS`, with this machine's settings; stdout and stderr captured as text."""
+    env = {**os.environ, "CONTAINERS_CONF": str(CONTAINERS_CONF)}
+    return subprocess.run(
+        ["podman", *args], env=env, capture_output=True, text=True, timeout=timeout, check=check
+    )
+
+
+def container(pod_spec: dict[str, Any], name: str) -> dict[str, Any]:
+    """The container `name` of `pod_spec`."""
+    for c in pod_spec["containers"]:
+        if c["name"] == name:
+            return c
+    raise KeyError(f"no container {name!r} in the pod spec")
+
+
+def run_options(pod_spec: dict[str, Any], name: str) -> list[str]:
+    """`podman run` options for container `name` as the pod spec runs it: its user, security
+    context and emptyDirs (tmpfs mounts, world-writable as kubelet makes them).  The other
+    volumes (`other_volumes`) are the caller's to mount."""
+    c = container(pod_spec, name)
+    return _security(pod_spec, c) + _empty_dirs(pod_spec, c)
+
+
+def pod_run(pod_spec: dict[str, Any], name: str, image: str, *options: str) -> list[str]:
+    """`podman run` arguments that run container `name` of the pod spec from `image`: its
+    settings, then `options`, then its command (which replaces the image's entrypoint) and
+    args (which replace its CMD)."""
+    c = container(pod_spec, name)
+    entrypoint = ["--entrypoint", json.dumps(c["command"])] if c.get("command") else []
+    return [*run_options(pod_spec, name), *options, *entrypoint, image, *c.get("args", [])]
+
+
+def _security(pod_spec: dict[str, Any], c: dict[str, Any]) -> list[str]:
+    pod = pod_spec.get("securityContext", {})
+    own = c.get("securityContext", {})
+    user = own.get("runAsUser", pod.get("runAsUser"))
+    group = own.get("runAsGroup", pod.get("runAsGroup"))
+    options = []
+    if user is not None:
+        options += ["--user", f"{user}:{group}" if group is not None else str(user)]
+    if own.get("readOnlyRootFilesystem"):
+        # podman's --read-only adds tmpfs mounts of its own (/tmp, /run ...); kubelet does not.
+        options += ["--read-only", "--read-only-tmpfs=false"]
+    if own.get("allowPrivilegeEscalation") is False:
+        options += ["--security-opt", "no-new-privileges"]
+    capabilities = own.get("capabilities", {})
+    options += [f"--cap-drop={cap}" for cap in capabilities.get("drop", [])]
+    options += [f"--cap-add={cap}" for cap in capabilities.get("add", [])]
+    return options
+
+
+def _empty_dirs(pod_spec: dict[str, Any], c: dict[str, Any]) -> list[str]:
+    volumes = {v["name"]: v for v in pod_spec.get("volumes", [])}
+    options = []
+    for mount in c.get("volumeMounts", []):
+        volume = volumes[mount["name"]]
+        if "emptyDir" not in volume:
+            continue
+        options += ["--tmpfs", f"{mount['mountPath']}:rw,mode=1777"]
+    return options
+
+
+def other_volumes(pod_spec: dict[str, Any], name: str) -> dict[str, str]:
+    """mountPath -> volume name of container `name`'s mounts that are not emptyDirs: what a
+    test must provide itself (a ConfigMap's files, a model directory)."""
+    volumes = {v["name"]: v for v in pod_spec.get("volumes", [])}
+    return {
+        m["mountPath"]: m["name"]
+        for m in container(pod_spec, name).get("volumeMounts", [])
+        if "emptyDir" not in volumes[m["name"]]
+    }
