@@ -6,7 +6,7 @@ VENV = $(shell hack/venv.sh)
 PY = $(VENV)/bin/python
 export PATH := $(VENV)/bin:$(PATH)
 
-.PHONY: help venv control-plane test test-unit test-e2e lint demo cluster-up cluster-down manifests bench bench-engine bench-engine-server bench-validator bench-echo bench-scale
+.PHONY: help venv control-plane kube-score test test-unit test-e2e lint demo cluster-up cluster-down manifests bench bench-engine bench-engine-server bench-validator bench-echo bench-scale
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -21,10 +21,13 @@ control-plane: ## Build kube-apiserver, controller-manager, scheduler, etcd, KWO
 	@hack/build-control-plane.sh
 	@hack/build-lws.sh
 
-test: venv system-deps control-plane lint ## Run every test: unit, real SGLang, end-to-end on a real control plane
+kube-score: ## Build kube-score once per machine (tests score every rendered sample with it)
+	@hack/build-kube-score.sh
+
+test: venv system-deps control-plane kube-score lint ## Run every test: unit, real SGLang, end-to-end on a real control plane
 	$(PY) -m pytest tests -n 2 --dist loadgroup --durations=25
 
-test-unit: venv system-deps ## Unit tests only (no cluster)
+test-unit: venv system-deps kube-score ## Unit tests only (no cluster)
 	$(PY) -m pytest tests -m "not e2e"
 
 test-e2e: venv control-plane ## End-to-end tests only
