@@ -6,7 +6,7 @@ VENV = $(shell hack/venv.sh)
 PY = $(VENV)/bin/python
 export PATH := $(VENV)/bin:$(PATH)
 
-.PHONY: help venv control-plane images test test-unit test-images test-e2e lint demo cluster-up cluster-down manifests bench bench-engine bench-engine-server bench-validator bench-echo bench-scale
+.PHONY: help venv control-plane kube-score images test test-unit test-images test-e2e lint demo cluster-up cluster-down manifests bench bench-engine bench-engine-server bench-validator bench-echo bench-scale
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -21,13 +21,16 @@ control-plane: ## Build kube-apiserver, controller-manager, scheduler, etcd, KWO
 	@hack/build-control-plane.sh
 	@hack/build-lws.sh
 
+kube-score: ## Build kube-score once per machine (tests score every rendered sample with it)
+	@hack/build-kube-score.sh
+
 images: ## Build the operator image and the CPU engine image with podman on a local Debian base (cached; hack/images.sh)
 	@hack/images.sh
 
-test: venv system-deps control-plane lint ## Run every test: unit, real SGLang, end-to-end on a real control plane
+test: venv system-deps control-plane kube-score lint ## Run every test: unit, real SGLang, end-to-end on a real control plane
 	$(PY) -m pytest tests -n 2 --dist loadgroup -m "not engine_image" --durations=25
 
-test-unit: venv system-deps ## Unit tests only (no cluster, no image)
+test-unit: venv system-deps kube-score ## Unit tests only (no cluster, no image)
 	$(PY) -m pytest tests -m "not e2e and not images"
 
 test-images: venv ## Build the images (make images) and run them as their pods do, the CPU engine image included

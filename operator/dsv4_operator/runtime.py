@@ -31,7 +31,8 @@ from kubernetes import client, config
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from dsv4_operator import leader, metrics
-from dsv4_operator.api import host_paths
+from dsv4_operator.api import allowed, host_paths
+from dsv4_operator.api.allowed import Allowed
 from dsv4_operator.kube.cache import Cache, Reader
 from dsv4_operator.kube.client import ApiError, Kube
 from dsv4_operator.reconcile import watches
@@ -108,13 +109,33 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     run.add_argument(
         host_paths.FLAG,
         dest="allowed_model_host_paths",
-        type=_host_prefixes,
+        type=_allow_list(host_paths.parse_prefixes),
         default=os.environ.get(host_paths.ENV, ""),
         metavar="PREFIX[,PREFIX...]",
         help="Host directories a DSV4Deployment may read its model from (spec.model.hostPath; "
         f"default: ${host_paths.ENV}, which the installed Deployment takes from the admission "
         "fence's ConfigMap dsv4-operator-settings); none by default: the recommended source "
         "is a read-only PVC.",
+    )
+    run.add_argument(
+        allowed.IMAGES_FLAG,
+        dest="allowed_images",
+        type=_allow_list(allowed.parse_images),
+        default=os.environ.get(allowed.IMAGES_ENV, allowed.SHIPPED_IMAGES),
+        metavar="PREFIX[,PREFIX...]",
+        help="Registries, repositories or images a DSV4Deployment's pods may run "
+        f"(spec.image.name, spec.router.image; default: ${allowed.IMAGES_ENV}, from the "
+        f"fence's ConfigMap dsv4-operator-settings, else {allowed.SHIPPED_IMAGES}).",
+    )
+    run.add_argument(
+        allowed.TOLERATIONS_FLAG,
+        dest="allowed_tolerations",
+        type=_allow_list(allowed.parse_tolerations),
+        default=os.environ.get(allowed.TOLERATIONS_ENV, allowed.SHIPPED_TOLERATIONS),
+        metavar="KEY[=VALUE][:EFFECT][,...]",
+        help="Tolerations a DSV4Deployment's pods may carry, as the taints they tolerate "
+        f"(spec.placement.tolerations; default: ${allowed.TOLERATIONS_ENV}, from the fence's "
+        f"ConfigMap dsv4-operator-settings, else {allowed.SHIPPED_TOLERATIONS}).",
     )
     run.add_argument(
         "--probe-image",
@@ -125,11 +146,17 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     return parser, run
 
 
-def _host_prefixes(text: str) -> tuple[str, ...]:
-    try:
-        return host_paths.parse_prefixes(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
+def _allow_list(parse: Callable[[str], tuple[str, ...]]) -> Callable[[str], tuple[str, ...]]:
+    """An argparse type from an allow-list parser (`api.host_paths`, `api.allowed`): its
+    ValueError becomes argparse's error."""
+
+    def parsed(text: str) -> tuple[str, ...]:
+        try:
+            return parse(text)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    return parsed
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -140,6 +167,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.resync_seconds <= 0:
         parser.error(f"--resync-seconds: more than 0 (got {args.resync_seconds:g})")
     return args
+
+
+def allowed_by(args: argparse.Namespace) -> Allowed:
+    """What the administrator allows deployments, from the parsed `run` flags."""
+    return Allowed(
+        model_host_paths=args.allowed_model_host_paths,
+        images=args.allowed_images,
+        tolerations=args.allowed_tolerations,
+    )
 
 
 def probe_image(kube: Kube, explicit: str | None) -> str:
@@ -310,7 +346,7 @@ async def _lead(
         probe_url=wiring.probe_url,
         serving=wiring.serving,
     )
-    reconciler = Reconciler(kube, cache, rollout, model_host_paths=args.allowed_model_host_paths)
+    reconciler = Reconciler(kube, cache, rollout, allowed=allowed_by(args))
     controller = Controller(
         reconciler, cache, loop, workers=args.workers, resync_s=args.resync_seconds
     )

@@ -30,6 +30,7 @@ PROBE_FENCE = "ValidatingAdmissionPolicy 'dsv4-probe-fence'"
 INSTANCE = "flash"
 SERVED = "inference.dsv4.dev/served"  # "true" on every namespace the operator serves
 SERVED_ONLY = f"the operator writes only in namespaces labelled {SERVED}=true"
+IMAGE = "ghcr.io/dsv4/engine:0.1.0"  # the samples' engine: under the shipped allowedImages
 
 
 def labels(instance: str = INSTANCE) -> dict[str, str]:
@@ -66,7 +67,7 @@ def workload(
                     "containers": [
                         {
                             "name": "c",
-                            "image": "busybox",
+                            "image": IMAGE,
                             "securityContext": container_security(()),
                             **(container or {}),
                         }
@@ -74,6 +75,18 @@ def workload(
                 },
             },
         },
+    }
+
+
+def job(namespace: str, container: dict[str, Any]) -> dict[str, Any]:
+    """A Job (what the operator runs probes as) whose pod is ``workload``'s."""
+    template = workload(namespace, container=container)["spec"]["template"]
+    template["spec"]["restartPolicy"] = "Never"
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta(namespace, "escape"),
+        "spec": {"template": template},
     }
 
 
@@ -121,6 +134,10 @@ def root_on_the_host(namespace: str) -> dict[str, Any]:
 ESCAPES: dict[str, tuple[Callable[[str], dict[str, Any]], str]] = {
     "privileged": (
         lambda ns: workload(ns, container={"securityContext": {"privileged": True}}),
+        "container(s) c must run non-root, with allowPrivilegeEscalation false, not privileged",
+    ),
+    "privileged-job": (
+        lambda ns: job(ns, container={"securityContext": {"privileged": True}}),
         "container(s) c must run non-root, with allowPrivilegeEscalation false, not privileged",
     ),
     "added-capability": (
@@ -178,6 +195,17 @@ ESCAPES: dict[str, tuple[Callable[[str], dict[str, Any]], str]] = {
     "secret-env-from": (
         lambda ns: workload(ns, container={"envFrom": [{"secretRef": {"name": "anything"}}]}),
         "container(s) c take env from a Secret",
+    ),
+    # A tenant's exploits, were the operator to render them (`api.allowed` refuses both
+    # first): another registry's image, or a toleration of every taint (a GPU pool kept
+    # for someone else by its taint).
+    "image-outside-the-allow-list": (
+        lambda ns: workload(ns, container={"image": "ghcr.io/dsv4-evil/engine:1"}),
+        "container(s) c (ghcr.io/dsv4-evil/engine:1) run an image outside allowedImages",
+    ),
+    "toleration-outside-the-allow-list": (
+        lambda ns: workload(ns, pod={"tolerations": [{"operator": "Exists"}]}),
+        "toleration(s) * outside allowedTolerations [nvidia.com/gpu:NoSchedule]",
     ),
     "external-ips-service": (
         lambda ns: service(ns, {"externalIPs": ["203.0.113.7"]}),

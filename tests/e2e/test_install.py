@@ -278,10 +278,16 @@ def test_the_operators_rbac_lets_it_run_probe_jobs(installed):
 
 
 def rendered(sample: Path, namespace: str) -> list[dict[str, Any]]:
-    """What the operator writes for ``sample``: its children, a canary's, a probe Job's."""
+    """What the operator writes for ``sample``: its children, a canary's, a probe Job's
+    (which runs the operator's own image, as the installed operator finds it)."""
+    (deployment,) = yaml.safe_load_all(
+        (ROOT / "manifests" / "base" / "deployment.yaml").read_text()
+    )
+    (operator,) = deployment["spec"]["template"]["spec"]["containers"]
     out = subprocess.run(
         [str(Path(sys.executable).with_name("dsv4ctl")), "render", str(sample),
-         "--namespace", namespace, "--canary", "indexDtype=fp4", "--probe-job"],
+         "--namespace", namespace, "--canary", "indexDtype=fp4", "--probe-job",
+         "--probe-image", operator["image"]],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     return [doc for doc in yaml.safe_load_all(out) if doc]

@@ -8,8 +8,8 @@ status); the engine and router pods the operator renders pass the namespace's Po
 Security level (`restricted`, enforced by the API server's admission); the admission
 fence refuses the token writes its RBAC alone would allow (every escape of
 tests/e2e/escapes.py, each by its own rule); a deployment whose router account someone else
-holds gets no child at all; a hostPath model outside the (empty) allow-list is refused with
-a condition.
+holds gets no child at all; a hostPath model outside the (empty) allow-list, an image or a
+toleration outside theirs, is refused with a condition.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import yaml
 from kubernetes import config
 
 from dsv4_dev.cluster.local import LocalCluster
+from dsv4_operator.api.allowed import image_allowed, toleration_text
 from dsv4_operator.api.samples import SHIPPED_DIR, merge_patch
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.cli.main import main as dsv4ctl
@@ -46,6 +47,7 @@ from tests.e2e import escapes
 from tests.e2e.escapes import ACCOUNTS_FENCE, BINDS_ONLY, ESCAPES, FENCE, PROBE_FENCE, refused
 from tests.e2e.helpers import (
     MANIFESTS,
+    OPERATOR_NS,
     OPERATOR_SA,
     Installed,
     account_kubeconfig,
@@ -58,8 +60,11 @@ from tests.e2e.helpers import (
     responses,
     wait_for,
 )
+from tests.unit.operator.test_op_allowed import IMAGE_CASES, IMAGES, TOLERATION_CASES
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+# The toleration list the agreement test gives the fence: some of TOLERATION_CASES' texts.
+TOLERATIONS = ("nvidia.com/gpu:NoSchedule", "pool=a:NoSchedule", "pool")
 
 NS = "dsv4-serving"
 SAMPLE = SHIPPED_DIR / "flash-b200-1p1d.yaml"
@@ -260,9 +265,10 @@ def test_a_router_never_runs_as_a_service_account_someone_else_made(cluster, ins
     the fence would refuse the router's template anyway, by the account's label, not its
     name."""
     cluster.kubectl("create", "serviceaccount", "ci-router", "-n", NS)
+    # An image the allow-list admits (one outside it is refused on its own, below).
     ci = merge_patch(
         yaml.safe_load(SAMPLE.read_text()),
-        {"metadata": {"name": "ci"}, "spec": {"router": {"image": "attacker.example/r:1"}}},
+        {"metadata": {"name": "ci"}, "spec": {"router": {"image": "ghcr.io/dsv4/router:any"}}},
     )
     cluster.kubectl("apply", "-n", NS, "-f", "-", input=json.dumps(ci))
 
@@ -324,6 +330,95 @@ def test_a_host_path_outside_the_allow_list_is_refused_with_a_condition(cluster,
     assert "spec.model.hostPath: /etc is not under" in condition["message"]
     children = get_json(cluster, "all", "-n", NS, "-l", "app.kubernetes.io/instance=hostpath")
     assert children["items"] == []
+
+
+@pytest.mark.parametrize(
+    ("name", "patch", "reason", "why"),
+    [
+        (
+            "router-image",
+            {"router": {"image": "attacker.example/r:1"}},
+            "ImageNotAllowed",
+            "spec.router.image: attacker.example/r:1 is not an image the operator allows "
+            "(allowedImages in ConfigMap dsv4-system/dsv4-operator-settings: ghcr.io/dsv4)",
+        ),
+        (
+            "every-taint",
+            {"placement": {"tolerations": [{"operator": "Exists"}]}},
+            "TolerationNotAllowed",
+            "spec.placement.tolerations[0]: the toleration * is not one the operator allows "
+            "(allowedTolerations in ConfigMap dsv4-system/dsv4-operator-settings: "
+            "nvidia.com/gpu:NoSchedule)",
+        ),
+    ],
+    ids=["image", "toleration"],
+)
+def test_an_image_or_toleration_outside_the_allow_lists_is_refused_with_a_condition(
+    cluster, installed, name, patch, reason, why
+):
+    """The tenant's exploits: a router image of its own (it would run with the router's
+    token) and a toleration of every taint (a GPU pool partitioned by its taint).  The
+    installed operator, reading the shipped settings, writes no child and says why; the
+    fence would refuse the pod templates anyway (`escapes.py`, `*-outside-the-allow-list`)."""
+    sample = merge_patch(
+        yaml.safe_load(SAMPLE.read_text()), {"metadata": {"name": name}, "spec": patch}
+    )
+    cluster.kubectl("apply", "-n", NS, "-f", "-", input=json.dumps(sample))
+
+    def degraded() -> dict[str, Any] | None:
+        status = get_json(cluster, "dsv4", name, "-n", NS).get("status") or {}
+        return status if status.get("phase") == "Degraded" else None
+
+    status = wait_for(f"{name} Degraded", degraded, timeout=60)
+    condition = next(c for c in status["conditions"] if c["type"] == "Degraded")
+    assert condition["reason"] == reason
+    assert condition["message"].startswith(why), condition["message"]
+    children = get_json(
+        cluster, "all,sa,netpol,pdb,cm,rolebinding", "-n", NS, "-l", f"{LABEL_INSTANCE}={name}"
+    )
+    assert children["items"] == []
+    cluster.kubectl("delete", "dsv4", name, "-n", NS, "--wait=true", "--timeout=60s")
+
+
+def test_the_fence_and_the_operator_judge_images_and_tolerations_alike(cluster, installed):
+    """The same cases as the operator's unit tests (test_op_allowed.py), given to the fence
+    with the operator's token once the settings hold the same lists: every verdict agrees."""
+    settings = ("configmap", "dsv4-operator-settings", "-n", OPERATOR_NS)
+    shipped = get_json(cluster, *settings)["data"]
+    lists = {"allowedImages": ",".join(IMAGES), "allowedTolerations": ",".join(TOLERATIONS)}
+
+    def admitted(workload: dict[str, Any]) -> bool:
+        result = as_account(
+            installed.kubeconfig, "create", "--dry-run=server", "-f", "-",
+            input=json.dumps(workload),
+        )  # fmt: skip
+        assert result.returncode == 0 or FENCE in result.stderr, result.stderr
+        return result.returncode == 0
+
+    cases = [
+        (image, escapes.workload(NS, container={"image": image}), image_allowed(image, IMAGES))
+        for image, _ in IMAGE_CASES
+    ] + [
+        (
+            text,
+            escapes.workload(NS, pod={"tolerations": [toleration]}),
+            toleration_text(toleration) in TOLERATIONS,
+        )
+        for toleration, text in TOLERATION_CASES
+    ]
+    assert {verdict for *_, verdict in cases} == {True, False}
+    try:
+        cluster.kubectl("patch", *settings, "--type", "merge", "-p", json.dumps({"data": lists}))
+        # The API server's view of its params follows the ConfigMap a moment later.
+        wait_for(
+            "the fence reading the test's lists",
+            lambda: admitted(escapes.workload(NS, container={"image": "lmsysorg/sglang:x"})),
+            timeout=30,
+        )
+        disagree = [(what, ours) for what, workload, ours in cases if admitted(workload) != ours]
+        assert disagree == [], disagree
+    finally:
+        cluster.kubectl("patch", *settings, "--type", "merge", "-p", json.dumps({"data": shipped}))
 
 
 def test_a_probe_fills_in_only_an_unfiled_report_of_its_own_deployment(

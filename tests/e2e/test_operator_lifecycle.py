@@ -48,6 +48,7 @@ def expected_children(name):
         ("Service", f"{name}-router"),
         ("ServiceAccount", f"{name}-router"),
         ("RoleBinding", f"{name}-router-discovery"),
+        ("PodDisruptionBudget", f"{name}-router"),
         ("NetworkPolicy", f"{name}-engines"),
     }
 

@@ -3,7 +3,9 @@
 hack/build-control-plane.sh compiles them into a versioned folder of the cache and points
 ``$DSV4_CACHE_DIR/bin/current`` at it; ``DSV4_BIN_DIR`` overrides the lookup.
 hack/build-lws.sh does the same for the LeaderWorkerSet controller and its manifests
-(``$DSV4_CACHE_DIR/bin/lws-current``, ``DSV4_LWS_DIR``).
+(``$DSV4_CACHE_DIR/bin/lws-current``, ``DSV4_LWS_DIR``), and hack/build-kube-score.sh for
+kube-score, which scores the rendered samples (``$DSV4_CACHE_DIR/bin/kube-score-current``,
+``DSV4_KUBE_SCORE``: the binary itself).
 """
 
 from __future__ import annotations
@@ -52,6 +54,17 @@ def lws_file(name: str) -> Path:
         raise MissingBinaryError(
             f"{name} not found at {path}; build the LeaderWorkerSet controller with "
             "`make control-plane` (hack/build-lws.sh), or set DSV4_LWS_DIR to its folder"
+        )
+    return path
+
+
+def kube_score() -> Path:
+    override = os.environ.get("DSV4_KUBE_SCORE")
+    path = Path(override) if override else cache_dir() / "bin" / "kube-score-current" / "kube-score"
+    if not os.access(path, os.X_OK):
+        raise MissingBinaryError(
+            f"kube-score not found at {path}; build it with `make kube-score` "
+            "(hack/build-kube-score.sh), or set DSV4_KUBE_SCORE to the binary"
         )
     return path
 

@@ -348,6 +348,14 @@ class DSV4DeploymentSpec(CamelModel):
                 raise known
         return self
 
+    def named_images(self) -> list[tuple[str, str]]:
+        """Every image the spec names, with its field (what the image allow-list,
+        `api.allowed`, judges and names in a refusal)."""
+        images = [("spec.image.name", self.image.name)]
+        if self.router.image is not None:
+            images.append(("spec.router.image", self.router.image))
+        return images
+
     def role_spec(self, role: Role) -> RoleSpec:
         """The section of one engine role: what rendering, sizing and status read per role."""
         return self.prefill if role is Role.PREFILL else self.decode

@@ -31,6 +31,7 @@ from pydantic import ValidationError
 from dsv4_engine.features import Role
 from dsv4_operator import metrics
 from dsv4_operator.api import API_VERSION, KIND
+from dsv4_operator.api.allowed import SHIPPED, Allowed
 from dsv4_operator.api.errors import first_error
 from dsv4_operator.api.host_paths import host_path_problem
 from dsv4_operator.api.names import name_problem
@@ -69,7 +70,7 @@ from dsv4_operator.render.meta import (
     instance_selector,
     pod_selector,
 )
-from dsv4_operator.render.placement import GPU_PRODUCT_LABEL
+from dsv4_operator.render.placement import GPU_PRODUCT_LABEL, named_tolerations
 from dsv4_operator.render.router import router_name
 from dsv4_operator.render.workloads import HostMemory
 from dsv4_operator.rollout import manual
@@ -121,17 +122,24 @@ def check_prerequisites(
     cache: Reader,
     namespace: str,
     spec: DSV4DeploymentSpec,
-    host_paths: tuple[str, ...] = (),
+    allowed: Allowed = SHIPPED,
     unserved: frozenset[str] = frozenset(),
 ) -> Problem | None:
-    """What must hold before any child is written: the model's source is allowed and
-    exists, some node has an allowed GPU, and a multi-node role's LeaderWorkerSet API is
-    served (``host_paths``: the allowed host path prefixes, `api.host_paths`;
-    ``unserved``: child kinds the API server does not know)."""
+    """What must hold before any child is written: the model's source, the images and the
+    tolerations are allowed (``allowed``: what the administrator allows, `api.allowed`;
+    the admission fence would refuse the children otherwise), the model exists, some node
+    has an allowed GPU, and a multi-node role's LeaderWorkerSet API is served
+    (``unserved``: child kinds the API server does not know)."""
     if spec.model.host_path is not None:
-        refused = host_path_problem(spec.model.host_path, host_paths)
+        refused = host_path_problem(spec.model.host_path, allowed.model_host_paths)
         if refused is not None:
             return Problem("HostPathNotAllowed", refused)
+    refused = allowed.image_problem(spec.named_images())
+    if refused is not None:
+        return Problem("ImageNotAllowed", refused)
+    refused = allowed.toleration_problem(named_tolerations(spec.placement))
+    if refused is not None:
+        return Problem("TolerationNotAllowed", refused)
     if LWS_KIND in unserved:
         multi = next((r for r in Role if spec.role_spec(r).nodes_per_replica > 1), None)
         if multi is not None:
@@ -192,14 +200,14 @@ class Reconciler:
         rollout: RolloutController,
         host_memory: HostMemory = pod_memory,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
-        model_host_paths: tuple[str, ...] = (),
+        allowed: Allowed = SHIPPED,
     ) -> None:
         self.kube = kube
         self.cache = cache
         self.rollout = rollout
         self.host_memory = host_memory
         self.clock = clock
-        self.model_host_paths = model_host_paths  # allowed spec.model.hostPath prefixes
+        self.allowed = allowed  # what the administrator allows a spec (`api.allowed`)
         self.expectations = Expectations()
         self.events = EventRecorder(kube, clock)
 
@@ -237,7 +245,7 @@ class Reconciler:
         now = self.clock()
         ledger = Ledger.of(self.cache.get("ConfigMap", namespace, ledger_name(owner)))
         state = PassState(owner, obj, spec, previous, stable, canary, now, pods, events, ledger)
-        problem = check_prerequisites(self.cache, namespace, spec, self.model_host_paths, unserved)
+        problem = check_prerequisites(self.cache, namespace, spec, self.allowed, unserved)
         rollout: RolloutPass | None = None
         actions: list[Action] = []
         if problem is None:

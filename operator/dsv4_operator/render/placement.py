@@ -52,11 +52,21 @@ def affinity(
     return terms
 
 
-def tolerations(placement: PlacementSpec) -> list[dict[str, Any]]:
-    extra = [
-        t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in placement.tolerations
+def named_tolerations(placement: PlacementSpec) -> list[tuple[str, dict[str, Any]]]:
+    """Every toleration an engine pod gets, with where it comes from (what the toleration
+    allow-list, `api.allowed`, names in a refusal): the GPU taint's own, then the spec's."""
+    spec = [
+        (
+            f"spec.placement.tolerations[{i}]",
+            t.model_dump(mode="json", by_alias=True, exclude_none=True),
+        )
+        for i, t in enumerate(placement.tolerations)
     ]
-    return [GPU_TOLERATION, *extra]
+    return [("the toleration of the GPU taint every engine pod gets", GPU_TOLERATION), *spec]
+
+
+def tolerations(placement: PlacementSpec) -> list[dict[str, Any]]:
+    return [toleration for _, toleration in named_tolerations(placement)]
 
 
 def topology_spread(

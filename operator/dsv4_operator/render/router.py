@@ -26,7 +26,7 @@ from dsv4_operator.render.meta import (
     slot_selector,
 )
 from dsv4_operator.render.rbac import cluster_role_identity
-from dsv4_operator.render.security import container_security, pod_security
+from dsv4_operator.render.security import ENGINE_HOME, Scratch, container_security, pod_security
 from dsv4_operator.render.workloads import engine_pod_labels
 
 ROUTER_PORT = 8000
@@ -36,6 +36,12 @@ COMPONENT = "router"
 ROUTER_CLUSTER_ROLE = "dsv4-router"
 ROUTER_RULES = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}]
 DISCOVERY_SUFFIX = "-discovery"
+# sglang-router (Rust) keeps its cache-aware radix tree of recent prompts in memory; it
+# writes nothing it needs to keep.  It runs the engine image unless `router.image` names
+# another, hence scratch at the engine image's HOME as well as /tmp.
+ROUTER_CPU = ("1", "4")  # (request, limit)
+ROUTER_MEMORY = ("2Gi", "8Gi")
+ROUTER_SCRATCH = Scratch(size="1Gi", limit="2Gi", paths=(ENGINE_HOME, "/tmp"))
 
 
 def router_name(owner: Owner, slot: Slot = Slot.BLUE) -> str:
@@ -69,6 +75,14 @@ def router_args(owner: Owner, spec: DSV4DeploymentSpec, slot: Slot, transfer: st
     ]  # fmt: skip
 
 
+def _router_resources() -> dict[str, Any]:
+    storage_request, storage_limit = ROUTER_SCRATCH.storage()
+    return {
+        "requests": {"cpu": ROUTER_CPU[0], "memory": ROUTER_MEMORY[0], **storage_request},
+        "limits": {"cpu": ROUTER_CPU[1], "memory": ROUTER_MEMORY[1], **storage_limit},
+    }
+
+
 def router_deployment(
     owner: Owner, spec: DSV4DeploymentSpec, slot: Slot, transfer: str
 ) -> dict[str, Any]:
@@ -82,7 +96,9 @@ def router_deployment(
         "args": router_args(owner, spec, slot, transfer),
         "ports": [{"name": "http", "containerPort": ROUTER_PORT}],
         "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10},
+        "resources": _router_resources(),
         "securityContext": container_security(),
+        "volumeMounts": ROUTER_SCRATCH.mounts(),
     }
     meta = metadata(owner, router_name(owner, slot), COMPONENT)
     meta["labels"][LABEL_SLOT] = slot.value
@@ -101,6 +117,7 @@ def router_deployment(
                     "automountServiceAccountToken": True,
                     "securityContext": pod_security(),
                     "containers": [container],
+                    "volumes": [ROUTER_SCRATCH.volume()],
                 },
             },
         },
@@ -109,7 +126,8 @@ def router_deployment(
 
 def router_shared(owner: Owner) -> list[dict[str, Any]]:
     """What every slot's routers share: their identity (listing pods is how they discover
-    workers) and the Service clients call, in front of all of them."""
+    workers), the Service clients call, in front of all of them, and their disruption
+    budget."""
     name = router_name(owner)
     service = {
         "apiVersion": "v1",
@@ -121,7 +139,18 @@ def router_shared(owner: Owner) -> list[dict[str, Any]]:
             "ports": [{"name": "http", "port": ROUTER_PORT, "targetPort": "http"}],
         },
     }
+    # Every slot's routers serve behind the one Service: a node drain takes one at a time,
+    # so a deployment with more than one router keeps serving through it.
+    budget = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": metadata(owner, name, COMPONENT),
+        "spec": {
+            "maxUnavailable": 1,
+            "selector": {"matchLabels": selector_labels(owner, COMPONENT)},
+        },
+    }
     account = cluster_role_identity(
         owner, name, f"{name}{DISCOVERY_SUFFIX}", COMPONENT, ROUTER_CLUSTER_ROLE
     )
-    return [*account, service]
+    return [*account, service, budget]

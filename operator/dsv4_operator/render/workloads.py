@@ -42,7 +42,13 @@ from dsv4_operator.render.meta import (
     slot_selector,
 )
 from dsv4_operator.render.placement import GPU_RESOURCE, pod_placement
-from dsv4_operator.render.security import container_security, engine_capabilities, pod_security
+from dsv4_operator.render.security import (
+    ENGINE_HOME,
+    Scratch,
+    container_security,
+    engine_capabilities,
+    pod_security,
+)
 
 CONFIG_MOUNT = "/etc/dsv4"
 BOOTSTRAP_PORT_ANNOTATION = "sglang.ai/bootstrap-port"
@@ -52,6 +58,15 @@ BOOTSTRAP_PORT_ANNOTATION = "sglang.ai/bootstrap-port"
 HostMemory = Callable[[DSV4DeploymentSpec, Role], str]
 
 
+# The engine's writable scratch: its JIT caches (HOME) and /tmp.  Compiled kernels of one
+# model and GPU take a few GB; the limit leaves room for the container's logs.
+ENGINE_SCRATCH = Scratch(size="20Gi", limit="24Gi", paths=(ENGINE_HOME, "/tmp"))
+# /dev/shm, memory-backed: SGLang's own container instructions give it 32 GB
+# (`docker run --shm-size 32g`).  It counts against the pod's memory limit; the bound keeps a
+# leak there from taking the HiCache host pool's share.
+SHM_SIZE = "32Gi"
+
+
 def _resources(role_spec: RoleSpec, memory: str) -> dict[str, Any]:
     res = role_spec.resources
     amounts = {"cpu": res.cpu, "memory": memory, GPU_RESOURCE: str(role_spec.gpus_per_node)}
@@ -59,7 +74,8 @@ def _resources(role_spec: RoleSpec, memory: str) -> dict[str, Any]:
         amounts["hugepages-1Gi"] = res.hugepages1_gi
     if res.rdma is not None:
         amounts[res.rdma.resource_name] = str(res.rdma.count)
-    return {"requests": dict(amounts), "limits": dict(amounts)}
+    storage_request, storage_limit = ENGINE_SCRATCH.storage()
+    return {"requests": {**amounts, **storage_request}, "limits": {**amounts, **storage_limit}}
 
 
 def _model_volume(spec: DSV4DeploymentSpec) -> dict[str, Any]:
@@ -86,6 +102,7 @@ def _engine_container(
             {"name": "engine-config", "mountPath": CONFIG_MOUNT, "readOnly": True},
             {"name": "model", "mountPath": MODEL_MOUNT, "readOnly": True},
             {"name": "shm", "mountPath": "/dev/shm"},
+            *ENGINE_SCRATCH.mounts(),
         ],
     }
     if env:  # the API server drops an empty list: rendering one would look drifted forever
@@ -155,7 +172,8 @@ def _pod_template(
                 },
             },
             _model_volume(spec),
-            {"name": "shm", "emptyDir": {"medium": "Memory"}},
+            {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}},
+            ENGINE_SCRATCH.volume(),
         ],
         **pod_placement(spec.placement, role_selector, LWS_GROUP_KEY if multinode else None),
     }

@@ -18,7 +18,7 @@ from dsv4_engine.probe.exitcodes import VERDICT_NOT_FILED
 from dsv4_engine.probe.verdict import Verdict
 from dsv4_operator.render.meta import PROBE_COMPONENT, Owner, metadata
 from dsv4_operator.render.rbac import cluster_role_identity
-from dsv4_operator.render.security import container_security, pod_security
+from dsv4_operator.render.security import Scratch, container_security, pod_security
 from dsv4_operator.rollout.reports import LABEL_TARGET
 
 COMPONENT = PROBE_COMPONENT
@@ -37,6 +37,9 @@ RETRIES = 2
 # Finished Jobs stay a day for `kubectl logs`; the report ConfigMap (their owner) stays as
 # long as the rollout references it and takes its Job with it when deleted.
 TTL_S = 86400
+# The probe's writable /tmp (the operator image's HOME) under its read-only root: it keeps
+# nothing but what Python and its HTTP client may spill.
+PROBE_SCRATCH = Scratch(size="64Mi", limit="256Mi", paths=("/tmp",))
 # Shipped by the install (manifests/base/rbac.yaml), bound to each deployment's probe
 # account in its namespace: a probe reads its attempt's report and files its verdict into
 # it (`dsv4ctl probe --report-configmap`: a get, then a server-side apply of the verdict).
@@ -102,6 +105,7 @@ def probe_job(
         "--report-configmap", name,
         "--report-namespace", owner.namespace,
     ]  # fmt: skip
+    storage_request, storage_limit = PROBE_SCRATCH.storage()
     container = {
         "name": CONTAINER,
         "image": image,
@@ -109,11 +113,11 @@ def probe_job(
         "command": ["dsv4ctl"],
         "args": args,
         "resources": {
-            "requests": {"cpu": "500m", "memory": "256Mi"},
-            "limits": {"cpu": "2", "memory": "1Gi"},
+            "requests": {"cpu": "500m", "memory": "256Mi", **storage_request},
+            "limits": {"cpu": "2", "memory": "1Gi", **storage_limit},
         },
-        "securityContext": container_security(read_only_root=True),
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+        "securityContext": container_security(),
+        "volumeMounts": PROBE_SCRATCH.mounts(),
     }
     spec: dict[str, Any] = {
         "backoffLimit": RETRIES,
@@ -143,7 +147,7 @@ def probe_job(
                 "serviceAccountName": probe_account(owner),
                 "securityContext": pod_security(),
                 "containers": [container],
-                "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}],
+                "volumes": [PROBE_SCRATCH.volume()],
             },
         },
     }

@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kubernetes.utils import parse_quantity
 
 from dsv4_operator.api.samples import SHIPPED_DIR
 from dsv4_operator.cli.main import main
 from dsv4_operator.render.router import ROUTER_CLUSTER_ROLE
-from dsv4_operator.render.security import IMAGE_UID
+from dsv4_operator.render.security import ENGINE_HOME, EPHEMERAL_STORAGE, IMAGE_UID, Scratch
+from dsv4_operator.render.workloads import ENGINE_SCRATCH, SHM_SIZE
 
 ROOT = Path(__file__).resolve().parents[3]
 SAMPLES = sorted(p for p in SHIPPED_DIR.glob("*-*.yaml"))
@@ -59,6 +61,13 @@ def test_every_pod_runs_as_the_images_own_non_root_user():
     assert image_user("engine") == image_user("operator") == (IMAGE_UID, IMAGE_UID)
 
 
+def test_the_engine_scratch_is_where_the_engine_image_keeps_its_jit_caches():
+    """HOME of images/engine/Dockerfile: writable under the read-only root."""
+    dockerfile = (ROOT / "images" / "engine" / "Dockerfile").read_text()
+    assert f"HOME={ENGINE_HOME}" in dockerfile
+    assert ENGINE_HOME in ENGINE_SCRATCH.paths
+
+
 @pytest.mark.parametrize("sample", SAMPLES, ids=[p.stem for p in SAMPLES])
 def test_every_rendered_pod_is_hardened(capsys, sample):
     objects = rendered(capsys, sample, "--canary", "indexDtype=fp4", "--probe-job")
@@ -74,6 +83,20 @@ def test_every_rendered_pod_is_hardened(capsys, sample):
         assert context["runAsNonRoot"] is True
         assert "privileged" not in context
         assert context["capabilities"]["drop"] == ["ALL"]
+        assert context["readOnlyRootFilesystem"] is True
+        # What it writes goes to a bounded scratch, counted in its ephemeral storage.
+        (scratch,) = [v for v in pod["volumes"] if v["name"] == Scratch.NAME]
+        limit = container["resources"]["limits"][EPHEMERAL_STORAGE]
+        assert (
+            container["resources"]["requests"][EPHEMERAL_STORAGE]
+            == scratch["emptyDir"]["sizeLimit"]
+        )
+        assert parse_quantity(limit) > parse_quantity(scratch["emptyDir"]["sizeLimit"])
+        assert "/tmp" in {m["mountPath"] for m in container["volumeMounts"]}
+        assert {"cpu", "memory"} <= container["resources"]["requests"].keys()
+        assert {"cpu", "memory"} <= container["resources"]["limits"].keys()
+        shm = [v for v in pod["volumes"] if v["name"] == "shm"]
+        assert all(v["emptyDir"]["sizeLimit"] == SHM_SIZE for v in shm)
         added = context["capabilities"].get("add", [])
         role = component(workload)
         if role in ("prefill", "decode") and spec[role].get("resources", {}).get("rdma"):

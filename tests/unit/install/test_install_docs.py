@@ -93,16 +93,30 @@ def test_the_metrics_page_lists_every_operator_metric_and_alert():
     assert set(re.findall(r"`(DSV4[A-Za-z]+)`", page)) == alerts
 
 
-def review_rows() -> set[tuple[frozenset[str], frozenset[str]]]:
-    """(resources, verbs) of each row of install.md's "Security review" table."""
+def review_table() -> list[list[str]]:
+    """The cells of each row of install.md's "Security review" table."""
     page = (DOCS / "install.md").read_text()
     table = page.split("### Security review", 1)[1].split("\n\n")[2]
+    return [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()[2:]]
+
+
+def review_rows() -> set[tuple[frozenset[str], frozenset[str]]]:
+    """(resources, verbs) of each row of install.md's "Security review" table."""
     rows = set()
-    for line in table.splitlines()[2:]:
-        cells = [c.strip() for c in line.strip("|").split("|")]
+    for cells in review_table():
         resources = frozenset(re.findall(r"`([\w/]+)`", cells[1]))
         rows.add((resources, frozenset(v.strip() for v in cells[2].split(","))))
     return rows
+
+
+def test_every_row_of_the_security_review_names_tests_that_exist():
+    """Its last column, "proven by": `FILE::TEST` of a test function defined in that file."""
+    tests = {path.name: path.read_text() for path in (ROOT / "tests").rglob("test_*.py")}
+    for cells in review_table():
+        named = re.findall(r"`(test_\w+\.py)::(test_\w+)`", cells[-1])
+        assert named, f"row {cells[1]} {cells[2]} names no test"
+        for file, test in named:
+            assert file in tests and f"def {test}(" in tests[file], f"{file}::{test}"
 
 
 def test_the_security_review_lists_every_rule_of_the_shipped_rbac():

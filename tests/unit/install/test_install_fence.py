@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from dsv4_operator.api import host_paths
+from dsv4_operator.api import allowed, host_paths
 from dsv4_operator.render.meta import (
     LABEL_COMPONENT,
     LABEL_INSTANCE,
@@ -25,7 +25,7 @@ from dsv4_operator.render.meta import (
 from dsv4_operator.render.router import router_shared
 from dsv4_operator.rollout import reports
 from dsv4_operator.rollout.probe_job import PROBE_CLUSTER_ROLE, probe_identity
-from dsv4_operator.runtime import parse_args
+from dsv4_operator.runtime import allowed_by, parse_args
 from tests.unit.install.test_install_namespaced import OPERATOR_NS, SERVING_NS, load, one
 
 FENCE = load("base", "fence.yaml")
@@ -69,25 +69,50 @@ def test_the_accounts_policy_takes_every_account_the_operator_did_not_label():
     assert ACCOUNTS["spec"]["paramKind"] == {"apiVersion": "v1", "kind": "ServiceAccount"}
 
 
-def test_the_operator_allows_the_model_host_paths_the_fence_allows(monkeypatch):
+# Each setting: its key in the ConfigMap, the fence variable that reads it, the operator's
+# environment variable and flag, and what `allowed_by` makes of the shipped value.
+SETTINGS_READ = [
+    ("allowedModelHostPaths", "modelHostPaths", host_paths.ENV, host_paths.FLAG),
+    (allowed.IMAGES_KEY, "allowedImages", allowed.IMAGES_ENV, allowed.IMAGES_FLAG),
+    (
+        allowed.TOLERATIONS_KEY,
+        "allowedTolerations",
+        allowed.TOLERATIONS_ENV,
+        allowed.TOLERATIONS_FLAG,
+    ),
+]
+
+
+def test_the_operator_allows_what_the_fence_allows(monkeypatch):
+    """Every key of the settings is read by the fence and, through the installed
+    Deployment's environment, by the operator; what is shipped is `api.allowed.SHIPPED`."""
     binding = one(FENCE, "ValidatingAdmissionPolicyBinding", "dsv4-operator-fence")
     assert binding["spec"]["paramRef"] == {
         "name": SETTINGS["metadata"]["name"],
         "namespace": OPERATOR_NS,
         "parameterNotFoundAction": "Deny",
     }
-    (key,) = SETTINGS["data"]
-    assert f"'{key}' in params.data" in variable(POLICY, "modelHostPaths")
+    assert set(SETTINGS["data"]) == {key for key, *_ in SETTINGS_READ}
     (deployment,) = load("base", "deployment.yaml")
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e for e in container["env"]}
-    assert env[host_paths.ENV]["valueFrom"]["configMapKeyRef"] == {
-        "name": SETTINGS["metadata"]["name"],
-        "key": key,
-    }
-    assert host_paths.FLAG not in container["args"]  # the env default decides
-    monkeypatch.setenv(host_paths.ENV, SETTINGS["data"][key])
-    assert parse_args(container["args"]).allowed_model_host_paths == ()  # none shipped
+    for key, fence_variable, env_name, flag in SETTINGS_READ:
+        assert f"'{key}' in params.data" in variable(POLICY, fence_variable)
+        assert env[env_name]["valueFrom"]["configMapKeyRef"] == {
+            "name": SETTINGS["metadata"]["name"],
+            "key": key,
+        }
+        assert flag not in container["args"]  # the env default decides
+        monkeypatch.setenv(env_name, SETTINGS["data"][key])
+    assert allowed_by(parse_args(container["args"])) == allowed.SHIPPED
+    for _, _, env_name, _ in SETTINGS_READ:  # without the ConfigMap: the same defaults
+        monkeypatch.delenv(env_name)
+    assert allowed_by(parse_args(["run"])) == allowed.SHIPPED
+
+
+def test_host_paths_come_from_the_environment(monkeypatch):
+    (deployment,) = load("base", "deployment.yaml")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
     monkeypatch.setenv(host_paths.ENV, "/data/models, /mnt/weights/")
     assert parse_args(container["args"]).allowed_model_host_paths == (
         "/data/models",

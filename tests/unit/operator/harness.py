@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from dsv4_dev.cluster.nodes import default_pools, node_manifests
 from dsv4_operator.api import API_VERSION, KIND
+from dsv4_operator.api.allowed import Allowed
 from dsv4_operator.api.samples import load_sample, merge_patch
 from dsv4_operator.kube.cache import Cache
 from dsv4_operator.reconcile import watches
@@ -107,7 +108,7 @@ class World:
             self.cache,
             rollout,
             clock=lambda: self.now,
-            model_host_paths=MODEL_HOST_PATHS,
+            allowed=Allowed(model_host_paths=MODEL_HOST_PATHS),
         )
 
     def reconcile(self, name: str) -> float | None:

@@ -50,6 +50,7 @@ def test_sample_renders_every_child_owned_by_the_deployment():
         ("Service", "flash-router"),
         ("ServiceAccount", "flash-router"),
         ("RoleBinding", "flash-router-discovery"),
+        ("PodDisruptionBudget", "flash-router"),
         ("NetworkPolicy", "flash-engines"),
     }
     for obj in objs.values():
