@@ -52,15 +52,37 @@ def console_scripts(project):
     return set(pyproject["project"]["scripts"])
 
 
+def global_args(image):
+    """The ARGs declared before the first FROM, with their defaults: what a FROM may name
+    (the production base unless `make images` passes another)."""
+    args = {}
+    for word, rest in instructions(image):
+        if word == "FROM":
+            break
+        if word == "ARG":
+            name, _, default = rest.partition("=")
+            args[name] = default
+    return args
+
+
+def froms(image):
+    """(base reference with ARG defaults filled in, stage alias or None) of every FROM."""
+    defaults = global_args(image)
+    out = []
+    for word, rest in instructions(image):
+        if word == "FROM":
+            named, *alias = rest.split()
+            ref = re.sub(r"\$\{(\w+)\}", lambda m: defaults[m.group(1)], named)
+            out.append((ref, alias[-1] if alias else None))
+    return out
+
+
 @pytest.mark.parametrize("image", IMAGES)
 def test_every_base_image_is_pinned_by_a_tag_and_never_latest(image):
     stages = set()
-    for word, rest in instructions(image):
-        if word != "FROM":
-            continue
-        ref, *alias = rest.split()
+    for ref, alias in froms(image):
         if alias:
-            stages.add(alias[-1])
+            stages.add(alias)
         if ref in stages:
             continue
         name, sep, tag = ref.rpartition(":")
@@ -81,7 +103,7 @@ def test_the_image_runs_as_a_non_root_user(image):
 
 def test_the_engine_image_is_sglang_of_the_pinned_version_on_cuda_13():
     pinned = re.search(r"^sglang==(\S+)$", (ROOT / "requirements" / "sglang.txt").read_text(), re.M)
-    (base,) = [rest for word, rest in instructions("engine") if word == "FROM"]
+    ((base, _),) = froms("engine")
     assert base == f"lmsysorg/sglang:v{pinned.group(1)}-cu130"
 
 
