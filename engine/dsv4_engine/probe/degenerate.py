@@ -13,8 +13,9 @@ markdown tables, bilingual text, and argument values in any mix of scripts — s
   and whitespace (a batch of calls to one tool: its values differ, and are judged apart),
   and a drawn line — a line of up to 200 rule characters such as a markdown table's
   delimiter row (``| --- | --- |`` … one cell per column), a title's ``====`` underline,
-  an ASCII table's ``+-----+-----+`` border or a code comment's ``# -----`` banner (a
-  decoder stuck on one such character runs one line far past that; ``!!!!`` is no rule).
+  an ASCII table's ``+-----+-----+`` border or a code comment's ``# -----`` banner, ended
+  by a line break or the value's end (a decoder stuck on one such character runs one line
+  far past that, or into max_tokens; ``!!!!`` is no rule).
   Values of complete parameters are user data: they are judged only when the prompt is
   known (then a loop must come from it), otherwise the echo and schema judge them.
 * **Runaway** — text after the tool-call block (the format ends the turn there) is found by
@@ -72,8 +73,8 @@ def degeneracy(answer: Language, context: RequestContext | None = None) -> str |
         if (m := _SPECIAL.search(text)) and not _explained(m[0], context):
             return f"stray special token {m[0]!r}"
     judged_values = answer.values if context is not None and context.prompt_known else ()
-    for text in (answer.prose, *judged_values):
-        if why := _garbled(text, context) or _loop(text, context):
+    for text, complete in ((answer.prose, False), *((v, True) for v in judged_values)):
+        if why := _garbled(text, context) or _loop(text, context, complete):
             return why
     return _salad(answer.prose, context)
 
@@ -98,7 +99,9 @@ def _may_loop(text: str) -> bool:
     return grams.most_common(1)[0][1] >= 5
 
 
-def _loop(text: str, context: RequestContext | None) -> str | None:
+def _loop(text: str, context: RequestContext | None, complete: bool) -> str | None:
+    """The first loop in `text`; `complete`: the text ends where its writer ended it (a
+    value), not possibly where max_tokens cut it (the prose)."""
     if not _may_loop(text):
         return None
     for m in _REPEAT.finditer(text):
@@ -108,16 +111,19 @@ def _loop(text: str, context: RequestContext | None) -> str | None:
             continue
         if len(unit.strip()) < _SHORT_UNIT and repeats < _MIN_SHORT_UNIT_REPEATS:
             continue
-        if _explained(m[0], context) or _in_drawn_line(text, m.start(), m.end()):
+        if _explained(m[0], context) or _in_drawn_line(text, m.start(), m.end(), complete):
             continue
         return f"loop: {unit!r:.40} repeated {repeats} times"
     return None
 
 
-def _in_drawn_line(text: str, start: int, end: int) -> bool:
-    """Whether text[start:end] lies within one drawn line (see the module's docstring)."""
+def _in_drawn_line(text: str, start: int, end: int, complete: bool) -> bool:
+    """Whether text[start:end] lies within one drawn line (see the module's docstring): a
+    line that ends — a run still going where the text was cut may be a loop."""
     line_start = text.rfind("\n", 0, start) + 1
     line_end = text.find("\n", end)
+    if line_end == -1 and not complete:
+        return False
     line = text[line_start : len(text) if line_end == -1 else line_end]
     return len(line) <= _MAX_RULE_LINE and _RULE_CHARS.issuperset(line)
 

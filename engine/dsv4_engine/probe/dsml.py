@@ -345,10 +345,15 @@ def _bad_marker(body: str, start: int, state: _State) -> NoReturn:
 
 
 def _ends_with_partial_marker(tail: str) -> bool:
+    """Whether the text was cut inside a tag: a ``<``, ``</`` or part of the marker at the
+    end — a lone ``<`` only where the block begins (after the blank line), since prose may
+    end in one."""
     lt = tail.rfind("<")
     if lt == -1 or ">" in tail[lt:]:
         return False
     fragment = tail[lt:]
+    if fragment == "<":
+        return tail.endswith(BLOCK_PREFIX + "<")
     return len(fragment) >= 2 and (
         ("<" + MARKER).startswith(fragment) or ("</" + MARKER).startswith(fragment)
     )

@@ -18,7 +18,9 @@ generator:
   asked for from the mutated text (the validator may refuse what lenient parsers repair);
 * ``loop``, ``salad``, ``garbled``: a derailed decoder — a span of the prose or of a value
   repeated until max_tokens, tokens from other scripts glued into the prose's words, byte
-  tokens that form no UTF-8 character in the prose or a value — all DEGENERATE_TEXT.
+  tokens that form no UTF-8 character in the prose or a value — all DEGENERATE_TEXT;
+* ``runaway``, ``special``: text after the block, where the format ends the turn, and a
+  chat-template token mid-answer — DEGENERATE_TEXT (LEAKED_MARKUP too, for a second block).
 
 Half the realistic cases are judged with their prompt, half without (a user's log): the
 judge must hold either way.
@@ -38,7 +40,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from dsv4_engine.probe.context import RequestContext
-from dsv4_engine.probe.dsml import MARKER, DsmlFormat, split_reasoning
+from dsv4_engine.probe.dsml import EOS, MARKER, DsmlFormat, split_reasoning
 from dsv4_engine.probe.outcome import VALIDATOR_OUTCOMES, Judgement, Outcome
 from dsv4_engine.probe.scripts import CJK, LATIN, script
 from dsv4_engine.probe.tools import Echo
@@ -237,6 +239,8 @@ def loop_case(rng: random.Random, fmt: DsmlFormat) -> Case:
     if not unit.strip():
         unit = "".join(tokens[:at])
     repeats = max(rng.randint(8, 30), math.ceil(60 / len(unit)) + 1, 13)
+    while unit * repeats in text:  # the request holds the values: copying them is no loop
+        repeats += 1
     looped = text[:start] + "".join(tokens[:at]) + unit * repeats
     return Case("loop", fmt, turn, looped, DEGENERATE, rng.random() < 0.5)
 
@@ -280,6 +284,40 @@ def garbled_case(rng: random.Random, fmt: DsmlFormat) -> Case:
     return Case("garbled", fmt, turn, garbled, DEGENERATE, known)
 
 
+RUNAWAY_PROSE = ("\n\nDone!", "\n\nLet me know if you need anything else.", " 好的。", "\n")
+
+
+def runaway_case(rng: random.Random, fmt: DsmlFormat) -> Case:
+    """The decoder writes on past the block, where the format ends the turn: prose, or the
+    block again (markup outside the block, and a runaway: either class names it), ending
+    with end-of-sentence or running into max_tokens."""
+    turn, text = _rendered(rng, fmt)
+    body = served_text(text)
+    if rng.random() < 0.5:
+        tail, accepted = rng.choice(RUNAWAY_PROSE), DEGENERATE
+    else:
+        tail = body[text.index("<" + MARKER, len(split_reasoning(text)[0])) - 2 :]
+        accepted = DEGENERATE | {Outcome.LEAKED_MARKUP}
+    ending = rng.choice((EOS, ""))
+    return Case("runaway", fmt, turn, body + tail + ending, accepted, rng.random() < 0.5)
+
+
+CHAT_TOKENS = ("<｜User｜>", "<｜Assistant｜>", "<think>", EOS)
+"""Not ``</think>``: it ends the reasoning wherever it stands, so the text alone cannot
+tell a stray one from the end of a thinking turn."""
+
+
+def special_case(rng: random.Random, fmt: DsmlFormat) -> Case:
+    """A chat-template token mid-answer, in the prose or a value: the tokenizer never makes
+    one from text, only a derailed decoder writes it."""
+    in_value = rng.random() < 0.5
+    turn, text, start, end = _value_span(rng, fmt) if in_value else _with_prose(rng, fmt, 3)
+    token = rng.choice(CHAT_TOKENS)
+    at = rng.randint(start + 1, end - 1)
+    spliced = text[:at] + token + text[at:]
+    return Case("special", fmt, turn, spliced, DEGENERATE, rng.random() < 0.5)
+
+
 PRODUCERS: dict[str, Callable[[random.Random, DsmlFormat], Case]] = {
     "encoder": encoder_case,
     "sglang": sglang_case,
@@ -287,6 +325,8 @@ PRODUCERS: dict[str, Callable[[random.Random, DsmlFormat], Case]] = {
     "loop": loop_case,
     "salad": salad_case,
     "garbled": garbled_case,
+    "runaway": runaway_case,
+    "special": special_case,
 }
 
 

@@ -6,7 +6,7 @@ drawn lines read as loops (a ten-column markdown table's ``| --- |`` row, an 80-
 ``====`` underline, an ASCII table's ``+-----+`` border); U+FFFD — bytes that
 form no character — accepted as language; and a tag whose marker was misspelt or lost
 inside the block classed by what broke after it (UNBALANCED, TRUNCATED) instead of
-ENVELOPE_MISMATCH.
+ENVELOPE_MISMATCH; and a stream cut right after the block's first ``<`` read as prose.
 """
 
 from itertools import product
@@ -35,6 +35,8 @@ TOOLS = [
     }
 ]
 CITIES = ("Paris", "東京", "Москва", "القاهرة", "Αθήνα", "서울", "Zürich", "Kraków", "Lima")
+QUICK_PRODUCERS = ("encoder", "loop", "salad", "garbled", "runaway", "special")
+"""All but those that call SGLang (its served messages, the mutations' served-parser check)."""
 TEST_SEED = -1
 """The bench draws its held-out seed from 0 .. 2**32 - 1: never this one."""
 
@@ -44,9 +46,7 @@ def _judge(text: str, fmt: DsmlFormat, prompt: str | None = None) -> Outcome:
     return classify_completion(text, fmt, validators(TOOLS), None, context).outcome
 
 
-@pytest.mark.parametrize(
-    ("producer", "fmt"), list(product(("encoder", "loop", "salad", "garbled"), RECIPE_FORMATS))
-)
+@pytest.mark.parametrize(("producer", "fmt"), list(product(QUICK_PRODUCERS, RECIPE_FORMATS)))
 def test_a_sample_of_the_held_out_producers_is_judged_as_they_made_it(producer, fmt):
     for index in range(25):
         case = held_out(producer, fmt, TEST_SEED, index)
@@ -73,11 +73,11 @@ DRAWN_LINES = {
 
 
 @pytest.mark.parametrize("line", DRAWN_LINES.values(), ids=list(DRAWN_LINES))
-def test_a_drawn_line_is_no_loop_but_the_same_run_in_a_sentence_or_past_a_line_is(line):
+def test_a_drawn_line_is_no_loop_but_the_same_run_in_a_sentence_past_a_line_or_cut_is(line):
     prose = f"Plan:\n\n| a | b |\n{line}\n| x | y |"
     text = render(DsmlFormat.V4, TOOLS, [("get_weather", {"city": "Lima"})], prose)
     assert _judge(text, DsmlFormat.V4) is Outcome.VALID
-    for looping in (f"And then {line} and on.", line * 4):
+    for looping in (f"And then {line} and on.", line * 4, f"Plan:\n\n| a | b |\n{line}"):
         outcome = classify_completion(looping + EOS, DsmlFormat.V4).outcome
         assert outcome is Outcome.DEGENERATE_TEXT, looping
 
@@ -123,3 +123,11 @@ def test_a_misspelt_closing_tag_inside_the_block_is_an_envelope_mismatch(closing
 def test_a_value_cut_off_while_quoting_xml_is_still_truncated():
     text = render(DsmlFormat.V4, TOOLS, [("get_weather", {"city": "<invoke> and <calls>"})], "")
     assert _judge(text[: text.index("<calls>") + 9], DsmlFormat.V4) is Outcome.TRUNCATED
+
+
+def test_a_stream_cut_after_the_first_byte_of_the_block_is_truncated():
+    text = render(DsmlFormat.V41, TOOLS, [("get_weather", {"city": "Lima"})], "Ok.")
+    cut = text[: text.index("<" + MARKER) + 1]
+    assert cut.endswith("\n\n<")
+    assert _judge(cut, DsmlFormat.V41) is Outcome.TRUNCATED  # was SCHEMA: no tool call
+    assert _judge("Is 2 < 3? Yes: 2 <" + EOS, DsmlFormat.V41) is Outcome.VALID
