@@ -17,7 +17,8 @@ markdown tables, bilingual text, and argument values in any mix of scripts — s
   by a line break or the value's end (a decoder stuck on one such character runs one line
   far past that, or into max_tokens; ``!!!!`` is no rule).
   Values of complete parameters are user data: they are judged only when the prompt is
-  known (then a loop must come from it), otherwise the echo and schema judge them.
+  known (then a loop must come from it), otherwise the echo and schema judge them; a
+  complete value that is a JSON array or object is data, whose elements may repeat.
 * **Runaway** — text after the tool-call block (the format ends the turn there) is found by
   the parser; an answer that runs into max_tokens is the caller's `finish_reason` evidence.
 * **Stray special tokens** — chat-template tokens (``<｜User｜>``, ``</think>``, …) in the
@@ -41,6 +42,7 @@ markdown tables, bilingual text, and argument values in any mix of scripts — s
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from itertools import groupby
@@ -74,9 +76,20 @@ def degeneracy(answer: Language, context: RequestContext | None = None) -> str |
             return f"stray special token {m[0]!r}"
     judged_values = answer.values if context is not None and context.prompt_known else ()
     for text, complete in ((answer.prose, False), *((v, True) for v in judged_values)):
-        if why := _garbled(text, context) or _loop(text, context, complete):
+        if why := _garbled(text, context):
+            return why
+        if not (complete and _is_data(text)) and (why := _loop(text, context, complete)):
             return why
     return _salad(answer.prose, context)
+
+
+def _is_data(value: str) -> bool:
+    """A JSON array or object: data, whose elements may repeat (a board of zeros, a day of
+    empty counters) — a decoder stuck in one does not close it."""
+    try:
+        return isinstance(json.loads(value), list | dict)
+    except ValueError:
+        return False
 
 
 def _garbled(text: str, context: RequestContext | None) -> str | None:

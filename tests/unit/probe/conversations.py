@@ -149,6 +149,14 @@ def _todo(rng: random.Random) -> Args:
     }
 
 
+def _grid(rng: random.Random) -> Args:
+    """An empty board or a day of counters: data that repeats by nature."""
+    fill = rng.choice((0, 0.0, False, None, "", "."))
+    rows, columns = rng.randint(1, 12), rng.randint(3, 24)
+    cells = [[fill] * columns for _ in range(rows)]
+    return {"name": rng.choice(("board", "счётчики", "网格")), "cells": cells}
+
+
 def _ping(rng: random.Random) -> Args:
     return {}
 
@@ -209,6 +217,9 @@ TOOLS: dict[str, Tool] = {
         ["item"],
         _todo,
         ("item",),
+    ),
+    "init_grid": Tool(
+        {"name": STRING, "cells": {"type": "array"}}, ["name", "cells"], _grid, ("name",)
     ),
     "ping": Tool({}, [], _ping, ()),
 }

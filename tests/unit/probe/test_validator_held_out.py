@@ -6,7 +6,8 @@ drawn lines read as loops (a ten-column markdown table's ``| --- |`` row, an 80-
 ``====`` underline, an ASCII table's ``+-----+`` border); U+FFFD — bytes that
 form no character — accepted as language; and a tag whose marker was misspelt or lost
 inside the block classed by what broke after it (UNBALANCED, TRUNCATED) instead of
-ENVELOPE_MISMATCH; and a stream cut right after the block's first ``<`` read as prose.
+ENVELOPE_MISMATCH; a stream cut right after the block's first ``<`` read as prose; and a
+JSON value of repeated elements (a board of zeros) read as a loop.
 """
 
 from itertools import product
@@ -131,3 +132,16 @@ def test_a_stream_cut_after_the_first_byte_of_the_block_is_truncated():
     assert cut.endswith("\n\n<")
     assert _judge(cut, DsmlFormat.V41) is Outcome.TRUNCATED  # was SCHEMA: no tool call
     assert _judge("Is 2 < 3? Yes: 2 <" + EOS, DsmlFormat.V41) is Outcome.VALID
+
+
+def test_repeated_elements_of_a_json_value_are_data_not_a_loop():
+    tools = [{"type": "function", "function": {"name": "init", "parameters": {"type": "object"}}}]
+    context = RequestContext.of("Create an empty 10x10 board and 24 hourly counters", tools)
+
+    def judge(value: object) -> Outcome:
+        text = render(DsmlFormat.V4, tools, [("init", {"cells": value})], "Done.")
+        return classify_completion(text, DsmlFormat.V4, validators(tools), None, context).outcome
+
+    for cells in ([[0] * 10 for _ in range(10)], [0] * 24, [{"n": 0}] * 12):
+        assert judge(cells) is Outcome.VALID, cells
+    assert judge("0, " * 24) is Outcome.DEGENERATE_TEXT  # a string: language, and it loops
