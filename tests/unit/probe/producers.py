@@ -1,7 +1,7 @@
 """Producers of completions the validator was not written against, with their expected class.
 
 One place for them, imported by the property tests (`test_dsml_properties`,
-`test_held_out_producers`) and by `make bench-validator`, which scores the validator on a
+`test_validator_held_out`) and by `make bench-validator`, which scores the validator on a
 held-out set drawn from a seed the tests never use.  Each producer makes one `Case` from a
 generator:
 
