@@ -72,8 +72,8 @@ bench-rollout: venv control-plane ## On the shipped defaults: flag change -> FAI
 bench-scale: venv control-plane ## 500 DSV4Deployments on 1,000 fake GPU nodes: the cluster alone, then the operator (time to Ready and their ratio), passes, API requests, CPU, RSS, a 50-way flag change
 	$(PY) bench/bench_scale.py
 
-bench-validator: venv ## Validator per-class precision/recall on the combined DSML corpus, and its speed
-	$(PY) bench/bench_validator.py
+bench-validator: venv ## Validator per-class precision/recall on the combined DSML corpus and on a fresh held-out set (seed printed), and its speed
+	$(PY) -m bench.bench_validator
 
 bench-plan: venv ## Time `dsv4ctl plan` (must stay interactive: well under a second)
 	$(PY) bench/bench_plan.py

@@ -70,6 +70,8 @@ TAG = re.compile(
 _PARTIAL_TAG = re.compile(rf'</?{MARKER}\s*[A-Za-z_]*(?:\s+[A-Za-z_]+(?:="[^"<>]*"?|=)?)*\s*/?')
 _INSIDE_OUTCOMES = (Outcome.ENVELOPE_MISMATCH, Outcome.UNBALANCED)
 """Inside the block: a misspelt tag, and a bare marker fragment."""
+_CUT_OUTCOMES = (Outcome.ENVELOPE_MISMATCH, Outcome.TRUNCATED)
+"""Where the text ends inside the block: a misspelt tag, and a fragment (a cut tag)."""
 _INVOKE_ATTRS = re.compile(r' name="(?P<name>[^"<>]*)"')
 _PARAM_ATTRS = re.compile(r' name="(?P<name>[^"<>]*)" string="(?P<string>true|false)"')
 
@@ -118,6 +120,9 @@ class _Parser:
 
     def finish(self) -> tuple[ToolCall, ...]:
         if self.state is not _State.OUTSIDE and self.state is not _State.DONE:
+            # A misspelt closing tag left the block open: name it, not the cut it looks like.
+            between, in_block = "".join(self.pending), self.state is not _State.PARAM
+            _no_near_miss(between, self.spelling, self.state.value, *_CUT_OUTCOMES, in_block)
             raise DsmlError(Outcome.TRUNCATED, f"text ends {self.state.value}")
         if self.state is _State.DONE and (rest := "".join(self.pending)):
             raise DsmlError(
@@ -133,11 +138,14 @@ class _Parser:
         if self.state in (_State.ENVELOPE, _State.INVOKE):
             # A misspelt tag among exact ones: name it before the structure breaks on it.
             between = "".join(self.pending)
-            _no_near_miss(between, self.spelling, self.state.value, *_INSIDE_OUTCOMES)
+            _no_near_miss(between, self.spelling, self.state.value, *_INSIDE_OUTCOMES, True)
         if name not in ELEMENT_NAMES and name.lower() not in ELEMENT_NAMES:
             where = Outcome.LEAKED_MARKUP if self.state is _State.OUTSIDE else Outcome.UNBALANCED
             raise DsmlError(where, f"unknown DSML tag {m[0]!r} {self.state.value}")
         if self.state is _State.PARAM and not (close and name.lower() == PARAMETER):
+            # The value ran on past a misspelt closing tag: the spelling is the damage.
+            between = "".join(self.pending)
+            _no_near_miss(between, self.spelling, self.state.value, *_INSIDE_OUTCOMES, True)
             raise DsmlError(Outcome.UNBALANCED, f"{m[0]!r} inside parameter {self.param_name!r}")
         self._check_spelling(m)
         if name in ENVELOPE_NAMES:
@@ -170,7 +178,7 @@ class _Parser:
         chunk = "".join(self.pending)
         if chunk in allowed:
             return
-        _no_near_miss(chunk, self.spelling, where, *_INSIDE_OUTCOMES)
+        _no_near_miss(chunk, self.spelling, where, *_INSIDE_OUTCOMES, True)
         if not chunk.strip():
             raise DsmlError(
                 Outcome.ENVELOPE_MISMATCH,
@@ -263,9 +271,11 @@ def _no_near_miss(
     where: str,
     tag_outcome: Outcome,
     fragment_outcome: Outcome = Outcome.LEAKED_MARKUP,
+    in_block: bool = False,
 ) -> None:
-    """Raise when `text` holds something shaped like DSML that is not the exact spelling."""
-    near = nearmiss.find(text, spelling)
+    """Raise when `text` holds something shaped like DSML that is not the exact spelling
+    (`in_block`: `text` lies between the block's tags, see `nearmiss.find`)."""
+    near = nearmiss.find(text, spelling, in_block)
     if near is None:
         return
     what = "DSML-like tag" if near.is_tag else "DSML marker fragment"
@@ -335,10 +345,15 @@ def _bad_marker(body: str, start: int, state: _State) -> NoReturn:
 
 
 def _ends_with_partial_marker(tail: str) -> bool:
+    """Whether the text was cut inside a tag: a ``<``, ``</`` or part of the marker at the
+    end — a lone ``<`` only where the block begins (after the blank line), since prose may
+    end in one."""
     lt = tail.rfind("<")
     if lt == -1 or ">" in tail[lt:]:
         return False
     fragment = tail[lt:]
+    if fragment == "<":
+        return tail.endswith(BLOCK_PREFIX + "<")
     return len(fragment) >= 2 and (
         ("<" + MARKER).startswith(fragment) or ("</" + MARKER).startswith(fragment)
     )

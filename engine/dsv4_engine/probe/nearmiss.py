@@ -6,7 +6,8 @@ deepseek-recipe look for those exact bytes.  A tag written with ASCII `|` instea
 name is therefore not a tool call to them: the call is lost and the client gets markup.
 The strict parser asks this module, for every stretch of text that holds no exact marker,
 whether something there is shaped like a DSML tag or marker, and if so what deviates — so
-the verdict names the deviation instead of calling the text prose.
+the verdict names the deviation instead of calling the text prose.  Between the block's own
+tags, where no prose belongs, any tag named like a DSML element counts.
 
 What counts as DSML-shaped: `<`, optionally a marker-like `?dsml?` (any case, any single
 character or none for each bar), then one of DSML's element names.  Without a marker the
@@ -49,10 +50,14 @@ class NearMiss:
     """True for a whole tag (`<…>`), False for a bare marker fragment."""
 
 
-def find(text: str, spelling: Spelling) -> NearMiss | None:
-    """The first DSML-shaped tag or marker in `text` (which holds no exact marker)."""
+def find(text: str, spelling: Spelling, in_block: bool = False) -> NearMiss | None:
+    """The first DSML-shaped tag or marker in `text` (which holds no exact marker).
+
+    `in_block`: the text stands between the block's own tags, where there is no prose, so
+    any tag named like a DSML element (``</invoke>``, ``<calls>``) is one of the block's
+    tags with its marker lost — not an XML explanation."""
     for m in _NEAR_TAG.finditer(text):
-        if m["word"] is None and not _looks_like_element(m["name"], m["rest"]):
+        if m["word"] is None and not in_block and not _looks_like_element(m["name"], m["rest"]):
             continue
         return NearMiss(m[0], "; ".join(_tag_deviations(m, spelling)), True)
     if m := _NEAR_MARKER.search(text):

@@ -14,7 +14,7 @@ change the text a client is served have been judged.  Two proofs count:
   witness to ask (`test_a_lost_end_of_sentence_..._no_served_parser_reads_right`);
 - the served parsers (SGLang 0.5.23's detector and deepseek-recipe) that read the intact
   completion right give the client the very same calls from the mutated one
-  (`_served_unchanged`: a float digit past double precision, a JSON key repeated with its
+  (`served_unchanged`: a float digit past double precision, a JSON key repeated with its
   value).  The test counts these exemptions by kind and bounds them.
 
 Fixed seeds: the i-th example is `turn(i)` (dsml_strategies says why not Hypothesis), so
@@ -25,25 +25,20 @@ millisecond.
 
 from __future__ import annotations
 
-import random
 import subprocess
 import sys
 from collections import Counter
-from itertools import accumulate, islice
+from itertools import islice
 from pathlib import Path
 
 import pytest
-from jsonschema import Draft202012Validator
 
-from dsv4_engine.probe.context import RequestContext
 from dsv4_engine.probe.dsml import EOS, MARKER, DsmlFormat, parse, split_reasoning
-from dsv4_engine.probe.outcome import Judgement
-from dsv4_engine.probe.tools import Echo
-from dsv4_engine.probe.validate import classify_completion
 from tests.unit.probe.dsml_strategies import Turn, turns
 from tests.unit.probe.encoders import render
+from tests.unit.probe.producers import block_mutation, judge_turn, served_unchanged
 from tests.unit.probe.served_parsers import recipe_serve, served_text, sglang_serve
-from tests.unit.probe.token_mutations import SPECIAL_TOKENS, Kind, Mutation, tokenize
+from tests.unit.probe.token_mutations import Kind, Mutation, tokenize
 
 pytestmark = pytest.mark.sglang  # V3.2's encoder and the served parsers are SGLang's
 
@@ -51,24 +46,12 @@ EXAMPLES = 2000
 FORMATS = list(DsmlFormat)
 
 
-def _judge(turn: Turn, text: str, fmt: DsmlFormat) -> Judgement:
-    echo = Echo(*turn.calls[0]) if len(turn.calls) == 1 else None
-    context = RequestContext.of(turn.prompt, turn.tools, echo)
-    return classify_completion(text, fmt, _validators(turn.tools), echo, context)
-
-
-def _validators(tools: list[dict]) -> dict[str, Draft202012Validator]:
-    """`tool_validators` without its metaschema check (3 ms a tool set, most of an example's
-    cost): `schema_of` builds valid schemas by construction."""
-    return {t["function"]["name"]: Draft202012Validator(t["function"]["parameters"]) for t in tools}
-
-
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_every_completion_the_encoders_render_is_valid(fmt):
     several = 0
     for seed, _, turn in islice(turns(), EXAMPLES):
         text = render(fmt, turn.tools, turn.calls, turn.prose, turn.reasoning)
-        judged = _judge(turn, text, fmt)
+        judged = judge_turn(turn, text, fmt)
         assert judged.valid, (seed, judged.detail, text)
         parsed = parse(split_reasoning(text)[1], fmt)
         assert [(c.name, c.args) for c in parsed] == turn.calls, (seed, text)
@@ -84,16 +67,16 @@ def test_every_token_stream_mutation_is_caught_unless_the_served_call_is_unchang
         text = render(fmt, turn.tools, turn.calls, turn.prose, turn.reasoning)
         tokens = tokenize(text)
         assert "".join(tokens) == text
-        mutation = _mutation(rng, tokens, text)
+        mutation = block_mutation(rng, tokens, text)
         mutated = "".join(mutation.apply(tokens, tokenize(turn.prompt)))
         tally[mutation.kind] += 1
-        judged = _judge(turn, mutated, fmt)
+        judged = judge_turn(turn, mutated, fmt)
         if served_text(mutated) == served_text(text):
             assert judged.valid, (seed, mutation, judged.detail)
             tally["same served text"] += 1
             continue
         if judged.valid:
-            assert _served_unchanged(fmt, turn, text, mutated), (seed, mutation, mutated)
+            assert served_unchanged(fmt, turn, text, mutated), (seed, mutation, mutated)
             tally[f"unchanged for the client: {mutation.kind}"] += 1
         else:
             tally[judged.outcome] += 1
@@ -126,44 +109,11 @@ def test_a_lost_end_of_sentence_changes_no_call_even_one_no_served_parser_reads_
     dropped = Mutation(Kind.DROP_SPAN, len(tokens) - 1, 14).apply(tokens, tokenize(turn.prompt))
     mutated = "".join(dropped)
     assert mutated == text.removesuffix(EOS)  # the span held only end-of-sentence
-    assert _judge(turn, mutated, fmt).valid
+    assert judge_turn(turn, mutated, fmt).valid
     for serve in (sglang_serve, recipe_serve):
         intact = serve(text, fmt, turn.tools)
         assert intact.calls != tuple(turn.calls), f"{serve.__name__} reads it right now"
         assert serve(mutated, fmt, turn.tools) == intact, serve.__name__
-
-
-def _served_unchanged(fmt: DsmlFormat, turn: Turn, text: str, mutated: str) -> bool:
-    """Every served parser that reads the intact completion right (the calls asked for)
-    serves the same calls from the mutated one — and at least one reads it right.  (Each
-    has its own blind spots on intact text: SGLang strips string values, deepseek-recipe
-    splits a parameter name at a space and passes control characters into its JSON.)"""
-    asked = tuple(turn.calls)
-    witnesses = [s for s in (sglang_serve, recipe_serve) if s(text, fmt, turn.tools).calls == asked]
-    return bool(witnesses) and all(s(mutated, fmt, turn.tools).calls == asked for s in witnesses)
-
-
-def _mutation(rng: random.Random, tokens: list[str], text: str) -> Mutation:
-    """One mutation whose site lies in the tool-call region: from the blank line before
-    the block to end-of-sentence (a corrupted read in the prose changes prose, which the
-    degeneracy tests judge)."""
-    answer_start = len(split_reasoning(text)[0])
-    block_at = text.index("<" + MARKER, answer_start) - 2
-    offsets = list(accumulate(map(len, tokens), initial=0))
-    first = next(i for i, o in enumerate(offsets) if o >= block_at)
-    last = len(tokens) - 1
-    kind = rng.choice(list(Kind))
-    if kind in (Kind.MARKER_BYTE, Kind.MARKER_RESPELLED):
-        wanted = SPECIAL_TOKENS if kind is Kind.MARKER_BYTE else (MARKER,)
-        at = rng.choice([i for i in range(first, last + 1) if tokens[i] in wanted])
-        return Mutation(kind, at, rng.randrange(31), rng.randint(1, 255))
-    size = {
-        Kind.NEARBY: lambda: rng.choice([-8, -4, -3, -2, -1, 1, 2, 3, 4, 8]),
-        Kind.FROM_CONTEXT: lambda: rng.randrange(10_000),
-        Kind.DUPLICATE_SPAN: lambda: rng.randint(1, 16),
-        Kind.DROP_SPAN: lambda: rng.randint(1, 16),
-    }.get(kind, lambda: 1)
-    return Mutation(kind, rng.randint(max(first, 1), last), size())
 
 
 def test_the_examples_do_not_depend_on_what_the_process_ran_before():
