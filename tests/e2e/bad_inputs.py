@@ -179,6 +179,8 @@ def mutation(draw: st.DrawFn, obj: dict[str, Any], leaves: list[Leaf]) -> str:
         obj["metadata"]["name"] = draw(st.sampled_from([name, "n" + "x" * (length - 1)]))
     elif cls == "conflicting_parallelism":
         small = st.integers(1, 16)
+        if not isinstance(spec.get(role), dict):  # an earlier mutation replaced the section
+            spec[role] = {}
         section = spec[role]
         for field in ("tp", "dp", "ep", "gpusPerNode", "nodesPerReplica"):
             if draw(st.booleans()):
