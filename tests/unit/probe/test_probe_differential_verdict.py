@@ -4,24 +4,15 @@ the excess's bound carries it where there are none."""
 
 from __future__ import annotations
 
-from dsv4_engine.probe.verdict import Divergence, Evidence, Verdict, decide
+from dataclasses import replace
 
-CONFIDENCE = 0.95
+from dsv4_engine.probe.verdict import Divergence, Evidence, Verdict, decide
+from tests.unit.probe.test_bound_display import evidence as judged_alone
 
 
 def evidence(judged: int, divergence: Divergence) -> Evidence:
-    return Evidence(
-        judged=judged,
-        corrupt=0,
-        transport_errors=0,
-        fail_at=None,
-        peak_concurrency=64,
-        target_concurrency=64,
-        threshold=0.005,
-        confidence=CONFIDENCE,
-        applicable_probes=2,
-        divergence=divergence,
-    )
+    """``judged`` samples judged alone, all clean, beside the differential ones."""
+    return replace(judged_alone(judged), divergence=divergence)
 
 
 def test_an_excess_over_the_stables_noise_fails_and_says_both_rates():
