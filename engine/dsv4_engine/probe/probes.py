@@ -49,11 +49,9 @@ class Sample:
     """Prompt tokens the engine read back from its host tier for the judged answers."""
     streamed: bool = False
     """The judged answer was streamed (`ProbeSettings.stream_share`)."""
-    differential: bool = False
-    """A consistency sample run on the canary and the baseline alike (`Baseline`): its
-    outcome is VALID or DIVERGED, judged against the baseline's rate, not alone."""
     baseline_diverged: bool | None = None
-    """The baseline's warm answer differed from its cold one; None: no baseline answer."""
+    """A differential consistency sample (`Baseline`): whether the baseline's warm answer
+    differed from its cold one; None: no baseline answer (or not differential)."""
 
     @property
     def exercised(self) -> bool:
@@ -70,7 +68,6 @@ class Checked:
     answer: ChatAnswer
     expected: str
     host_tokens: int
-    differential: bool = False
     baseline_diverged: bool | None = None
 
 
@@ -146,8 +143,7 @@ async def run_sample(probe: ProbeName, index: int, ctx: ProbeContext) -> Sample:
         checked.expected[:EXCERPT_CHARS],
         checked.host_tokens,
         checked.answer.streamed,
-        checked.differential,
-        checked.baseline_diverged,
+        baseline_diverged=checked.baseline_diverged,
     )
 
 
@@ -264,7 +260,7 @@ async def _differential(ctx: ProbeContext, baseline: Baseline, body: dict[str, A
     judgement = VALID
     if cold.comparable != warm.comparable:
         judgement = Judgement(Outcome.DIVERGED, _first_difference(cold, warm))
-    return Checked(judgement, warm, excerpt(cold), host, True, baseline_diverged)
+    return Checked(judgement, warm, excerpt(cold), host, baseline_diverged)
 
 
 def _first_difference(cold: ChatAnswer, warm: ChatAnswer) -> str:

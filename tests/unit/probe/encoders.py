@@ -18,6 +18,19 @@ import deepseek_recipe as dr
 from dsv4_engine.probe.dsml import EOS, DsmlFormat
 
 ASSISTANT = "<｜Assistant｜>"
+# One small tool the hand-written validator cases call (near misses, held-out fixes).
+WEATHER_TOOLS: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+            },
+        },
+    }
+]
 Call = tuple[str, dict[str, Any]]
 
 

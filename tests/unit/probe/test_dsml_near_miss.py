@@ -11,23 +11,12 @@ from dsv4_engine.probe.dsml import EOS, MARKER, DsmlFormat
 from dsv4_engine.probe.outcome import Outcome
 from dsv4_engine.probe.tools import Echo, tool_validators
 from dsv4_engine.probe.validate import classify_chat_message, classify_completion
+from tests.unit.probe.encoders import WEATHER_TOOLS as TOOLS
 from tests.unit.probe.encoders import render
 from tests.unit.probe.served_parsers import sglang_serve
 
 pytestmark = pytest.mark.sglang
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-            },
-        },
-    }
-]
 CALL = ("get_weather", {"city": "San Francisco", "days": 3})
 FORMATS = list(DsmlFormat)
 

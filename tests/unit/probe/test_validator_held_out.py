@@ -18,23 +18,12 @@ from dsv4_engine.probe.context import RequestContext
 from dsv4_engine.probe.dsml import EOS, MARKER, DsmlFormat
 from dsv4_engine.probe.outcome import Outcome
 from dsv4_engine.probe.validate import classify_completion
+from tests.unit.probe.encoders import WEATHER_TOOLS as TOOLS
 from tests.unit.probe.encoders import render
 from tests.unit.probe.producers import held_out, validators
 
 RECIPE_FORMATS = (DsmlFormat.V4, DsmlFormat.V41)
 """deepseek-recipe renders these without importing SGLang (seconds): the quick tests' own."""
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-            },
-        },
-    }
-]
 CITIES = ("Paris", "東京", "Москва", "القاهرة", "Αθήνα", "서울", "Zürich", "Kraków", "Lima")
 QUICK_PRODUCERS = ("encoder", "loop", "salad", "garbled", "runaway", "special")
 """All but those that call SGLang (its served messages, the mutations' served-parser check)."""
