@@ -18,6 +18,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "hack" / "images.sh"
 # podman's settings for this machine kind (runc, cgroupfs, ulimits, host network).
 CONTAINERS_CONF = REPO_ROOT / "hack" / "containers.conf"
+# Where a container run as a pod finds its kubeconfig ($KUBECONFIG), mounted read-only:
+# what a pod's mounted ServiceAccount token is to it.
+CONTAINER_KUBECONFIG = "/var/run/dsv4/kubeconfig"
 
 
 def build(target: str) -> str:
@@ -61,10 +64,44 @@ def pod_run(pod_spec: dict[str, Any], name: str, image: str, *options: str) -> l
     return [*run_options(pod_spec, name), *options, *entrypoint, image, *c.get("args", [])]
 
 
+def run_as_pod(
+    pod_spec: dict[str, Any],
+    name: str,
+    image: str,
+    container_name: str,
+    kubeconfig: Path,
+    args: list[str],
+    env: dict[str, str] | None = None,
+) -> list[str]:
+    """The `podman run` command line that runs container `name` of the pod spec from
+    ``image`` as its pod would, with ``args`` for its own: its settings, its literal
+    environment and ``env``, and ``kubeconfig`` (which its user must be able to read)
+    mounted read-only as its $KUBECONFIG, as the pod's ServiceAccount token would be."""
+    c = container(pod_spec, name)
+    spec = {**pod_spec, "containers": [{**c, "args": args}]}
+    variables = {e["name"]: e["value"] for e in c.get("env", []) if "value" in e}
+    variables.update(env or {})
+    variables["KUBECONFIG"] = CONTAINER_KUBECONFIG
+    return [
+        "podman", "run", "--rm", f"--name={container_name}",
+        *pod_run(
+            spec, name, image,
+            f"--volume={kubeconfig}:{CONTAINER_KUBECONFIG}:ro",
+            *(f"--env={k}={v}" for k, v in variables.items()),
+        ),
+    ]  # fmt: skip
+
+
+def run_as_user(pod_spec: dict[str, Any], name: str) -> int | None:
+    """The user container `name` of the pod spec runs as (its own setting, else the pod's)."""
+    own = container(pod_spec, name).get("securityContext") or {}
+    return own.get("runAsUser", (pod_spec.get("securityContext") or {}).get("runAsUser"))
+
+
 def _security(pod_spec: dict[str, Any], c: dict[str, Any]) -> list[str]:
     pod = pod_spec.get("securityContext", {})
     own = c.get("securityContext", {})
-    user = own.get("runAsUser", pod.get("runAsUser"))
+    user = run_as_user(pod_spec, c["name"])
     group = own.get("runAsGroup", pod.get("runAsGroup"))
     options = []
     if user is not None:

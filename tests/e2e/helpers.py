@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 import os
@@ -26,6 +25,7 @@ from dsv4_dev import images
 from dsv4_dev.cluster.binaries import kubectl
 from dsv4_dev.cluster.local import LocalCluster
 from dsv4_dev.localrun import accounts
+from dsv4_dev.localrun.probes import IMAGES_ENV
 from dsv4_dev.localrun.runtime import free_port
 from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.samples import shipped_sample
@@ -111,10 +111,23 @@ def operator_and_runtime(
         logs / "operator.log",
         env,
     )  # fmt: skip
-    runtime = Background(
+    return operator, local_runtime(cluster, logs)
+
+
+def local_runtime(
+    cluster: LocalCluster, logs: Path, images: dict[str, str] | None = None
+) -> Background:
+    """The local runtime (unstarted), its logs in ``logs``: a reference engine for each
+    engine pod of a `spec.engine: reference` deployment, a router for each router pod, and
+    each probe Job pod's command — from the local image ``images`` maps its image to."""
+    env = {
+        **cluster.env,
+        "DSV4_LOCALRUN_DIR": str(logs),
+        IMAGES_ENV: ",".join(f"{pod}={local}" for pod, local in (images or {}).items()),
+    }
+    return Background(
         [sys.executable, "-m", "dsv4_dev.localrun.runtime"], logs / "localrun.log", env
     )
-    return operator, runtime
 
 
 def dry_run_in_default(
@@ -301,6 +314,7 @@ MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 OPERATOR_NS = "dsv4-system"
 OPERATOR_SA = f"system:serviceaccount:{OPERATOR_NS}:dsv4-operator"
 OPERATOR_POD = "app.kubernetes.io/name=dsv4-operator"
+SETTINGS = "dsv4-operator-settings"  # what the operator and its fence allow (fence.yaml)
 # The container `installed_operator(image=...)` runs (one at a time per test process).
 IMAGE_OPERATOR_NAME = f"dsv4-operator-e2e-{os.getpid()}"
 
@@ -343,15 +357,24 @@ class Installed:
 
 @contextlib.contextmanager
 def installed_operator(
-    cluster: LocalCluster, overlay: Path, workdir: Path, image: str | None = None
+    cluster: LocalCluster,
+    overlay: Path,
+    workdir: Path,
+    image: str | None = None,
+    settings: dict[str, str] | None = None,
 ) -> Iterator[Installed]:
     """Installs ``overlay`` for real and runs the image's `dsv4-operator` with the installed
     Deployment's arguments and nothing but its ServiceAccount's token.  The operator stands
     in for the Deployment's pod (KWOK runs nothing): it gets that pod's name, as the
     downward API gives it, and so finds its probe image the same way.  It runs as a local
     process, or with ``image`` from that image (podman), under the installed Deployment's
-    user, read-only root filesystem, /tmp emptyDir and capabilities."""
+    user, read-only root filesystem, /tmp emptyDir and capabilities.  ``settings`` change
+    keys of the settings ConfigMap (fence.yaml) before the install, as a platform team's
+    kustomize patch would."""
     objects = kustomize(cluster, overlay)
+    for obj in objects:
+        if obj["kind"] == "ConfigMap" and obj["metadata"]["name"] == SETTINGS:
+            obj["data"] = {**obj.get("data", {}), **(settings or {})}
     cluster.kubectl(
         "apply", "--server-side", "--force-conflicts", "-f", "-", input=as_list(objects)
     )
@@ -379,7 +402,7 @@ def installed_operator(
         command = [str(Path(sys.executable).with_name("dsv4-operator")), *args]
         env = {**cluster.env, **env, "KUBECONFIG": str(kubeconfig)}
     else:
-        command = from_image(objects, image, kubeconfig, env, args, workdir)
+        command = from_image(objects, image, kubeconfig, env, args)
         env = {**os.environ, "CONTAINERS_CONF": str(images.CONTAINERS_CONF)}
     with log.open("w") as out:
         proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -400,28 +423,16 @@ def from_image(
     kubeconfig: Path,
     env: dict[str, str],
     args: list[str],
-    workdir: Path,
 ) -> list[str]:
     """`podman run` of the installed Deployment's operator container from ``image``: its
-    settings, ``env``, and ``kubeconfig`` made self-contained (the CA inline) and readable
-    by the container's user, as a mounted token would be."""
+    settings, ``env``, and ``kubeconfig`` (self-contained) made its user's, as a mounted
+    token would be."""
     deployment = next(o for o in objects if o["kind"] == "Deployment")
     pod_spec = deployment["spec"]["template"]["spec"]
-    config = yaml.safe_load(kubeconfig.read_text())
-    for entry in config["clusters"]:
-        ca = Path(entry["cluster"].pop("certificate-authority"))
-        entry["cluster"]["certificate-authority-data"] = base64.b64encode(ca.read_bytes()).decode()
-    mounted = workdir / "image-kubeconfig.yaml"
-    mounted.write_text(yaml.safe_dump(config))
-    mounted.chmod(0o644)
-    inside = "/var/run/dsv4/kubeconfig"
-    return [
-        "podman", "run", "--rm", f"--name={IMAGE_OPERATOR_NAME}",
-        *images.run_options(pod_spec, OPERATOR_CONTAINER),
-        f"--volume={mounted}:{inside}:ro",
-        *(f"--env={k}={v}" for k, v in {**env, "KUBECONFIG": inside}.items()),
-        image, *args,
-    ]  # fmt: skip
+    os.chown(kubeconfig, images.run_as_user(pod_spec, OPERATOR_CONTAINER), -1)
+    return images.run_as_pod(
+        pod_spec, OPERATOR_CONTAINER, image, IMAGE_OPERATOR_NAME, kubeconfig, args, env
+    )
 
 
 def as_account(

@@ -9,6 +9,8 @@ server judges each request by that account's RBAC — never by the admin's crede
 
 from __future__ import annotations
 
+import base64
+import os
 from pathlib import Path
 from typing import Any
 
@@ -39,23 +41,30 @@ def request_token(
 
 def token_kubeconfig(admin_kubeconfig: str | Path, user: str, token: str) -> dict[str, Any]:
     """A kubeconfig for the cluster ``admin_kubeconfig``'s current context points at, whose
-    only credential is ``token``."""
+    only credential is ``token``.  Self-contained (the cluster's CA inline, not a path), so
+    it works wherever it is mounted, inside a container too."""
     admin = yaml.safe_load(Path(admin_kubeconfig).read_text())
     context = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])
     name = context["context"]["cluster"]
-    cluster = next(c for c in admin["clusters"] if c["name"] == name)
+    cluster = dict(next(c for c in admin["clusters"] if c["name"] == name)["cluster"])
+    if "certificate-authority" in cluster:
+        ca = Path(cluster.pop("certificate-authority")).read_bytes()
+        cluster["certificate-authority-data"] = base64.b64encode(ca).decode()
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": name, "cluster": cluster["cluster"]}],
+        "clusters": [{"name": name, "cluster": cluster}],
         "users": [{"name": user, "user": {"token": token}}],
         "contexts": [{"name": user, "context": {"cluster": name, "user": user}}],
         "current-context": user,
     }
 
 
-def write_kubeconfig(path: Path, config: dict[str, Any]) -> Path:
-    """``config`` at ``path``, readable by this user only (it holds a credential)."""
+def write_kubeconfig(path: Path, config: dict[str, Any], owner: int | None = None) -> Path:
+    """``config`` at ``path``, readable by its owner only (it holds a credential): this
+    user, or the user ``owner`` (a container's, as kubelet hands a pod's token to it)."""
     path.touch(mode=0o600)
     path.write_text(yaml.safe_dump(config))
+    if owner is not None:
+        os.chown(path, owner, -1)
     return path

@@ -6,8 +6,9 @@ rendered `engine.yaml` (its role, its feature flags, fault injection included), 
 router in front of its slice's engines — on a loopback port, then publishes the port in
 the endpoint map (see `endpoints`).  A pod that goes away takes its process with it.  A pod
 is scheduled, and so Ready, only once its process answers (see `readiness`).  A canary's
-probe Job pod runs its `dsv4ctl probe` command here too, and its exit goes to the API
-server, so the Job controller completes or fails the Job (see `probes`).
+probe Job pod runs its `dsv4ctl probe` command here too (from the venv, or from the local
+image `$DSV4_LOCALRUN_IMAGES` maps its image to), and its exit goes to the API server, so
+the Job controller completes or fails the Job (see `probes`).
 
 Only what cannot run here is changed: parallelism 1, and ports are local.  Everything the
 canary is meant to catch (flags, HiCache, index-K dtype) is exactly what the operator
@@ -34,7 +35,7 @@ from typing import Any
 import yaml
 
 from dsv4_dev.localrun import endpoints, processes, readiness
-from dsv4_dev.localrun.probes import ProbePods
+from dsv4_dev.localrun.probes import IMAGES_ENV, ProbePods, parse_image_map
 from dsv4_engine.commands.launch import fault_env
 from dsv4_engine.engine_config import Backend, load_engine_yaml
 from dsv4_operator.render.engine import ENGINE_PORT, short_hash
@@ -448,6 +449,10 @@ def main() -> int:
     from kubernetes import client, config
     from kubernetes.config.kube_config import KUBE_CONFIG_DEFAULT_LOCATION
 
+    try:
+        image_map = parse_image_map(os.environ.get(IMAGES_ENV, ""))
+    except ValueError as err:
+        raise SystemExit(f"local runtime: {err}") from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s localrun %(message)s")
     config.load_kube_config()
     kubeconfig = Path(KUBE_CONFIG_DEFAULT_LOCATION.split(os.pathsep)[0]).expanduser()
@@ -458,7 +463,12 @@ def main() -> int:
         core,
         workdir,
         custom=client.CustomObjectsApi(),
-        probes=ProbePods(core, workdir, kubeconfig),
+        probes=ProbePods(
+            core,
+            workdir,
+            kubeconfig,
+            images=image_map,
+        ),
     )
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     log.info("local runtime watching DSV4 pods; logs in %s", workdir)
