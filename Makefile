@@ -33,8 +33,8 @@ test: venv system-deps control-plane kube-score lint ## Run every test: unit, re
 test-unit: venv system-deps kube-score ## Unit tests only (no cluster, no image)
 	$(PY) -m pytest tests -m "not e2e and not images"
 
-test-images: venv ## Build the images (make images) and run them as their pods do, the CPU engine image included
-	$(PY) -m pytest tests/images
+test-images: venv control-plane ## Build the images (make images) and run them as their pods do, the CPU engine image included: alone, and serving a canary on the local cluster
+	$(PY) -m pytest tests/images tests/e2e/test_engine_image.py
 
 test-e2e: venv control-plane ## End-to-end tests only
 	$(PY) -m pytest tests -m e2e

@@ -57,11 +57,12 @@ def run_options(pod_spec: dict[str, Any], name: str) -> list[str]:
 
 def pod_run(pod_spec: dict[str, Any], name: str, image: str, *options: str) -> list[str]:
     """`podman run` arguments that run container `name` of the pod spec from `image`: its
-    settings, then `options`, then its command (which replaces the image's entrypoint) and
-    args (which replace its CMD)."""
+    settings and literal environment, then `options` (a later `--env` wins), then its
+    command (which replaces the image's entrypoint) and args (which replace its CMD)."""
     c = container(pod_spec, name)
     entrypoint = ["--entrypoint", json.dumps(c["command"])] if c.get("command") else []
-    return [*run_options(pod_spec, name), *options, *entrypoint, image, *c.get("args", [])]
+    env = [f"--env={e['name']}={e['value']}" for e in c.get("env", []) if "value" in e]
+    return [*run_options(pod_spec, name), *env, *options, *entrypoint, image, *c.get("args", [])]
 
 
 def run_as_pod(
@@ -74,14 +75,11 @@ def run_as_pod(
     env: dict[str, str] | None = None,
 ) -> list[str]:
     """The `podman run` command line that runs container `name` of the pod spec from
-    ``image`` as its pod would, with ``args`` for its own: its settings, its literal
-    environment and ``env``, and ``kubeconfig`` (which its user must be able to read)
+    ``image`` as its pod would, with ``args`` for its own: `pod_run`'s, ``env``, and ``kubeconfig`` (which its user must be able to read)
     mounted read-only as its $KUBECONFIG, as the pod's ServiceAccount token would be."""
     c = container(pod_spec, name)
     spec = {**pod_spec, "containers": [{**c, "args": args}]}
-    variables = {e["name"]: e["value"] for e in c.get("env", []) if "value" in e}
-    variables.update(env or {})
-    variables["KUBECONFIG"] = CONTAINER_KUBECONFIG
+    variables = {**(env or {}), "KUBECONFIG": CONTAINER_KUBECONFIG}
     return [
         "podman", "run", "--rm", f"--name={container_name}",
         *pod_run(
@@ -125,6 +123,23 @@ def _empty_dirs(pod_spec: dict[str, Any], c: dict[str, Any]) -> list[str]:
         if "emptyDir" not in volume:
             continue
         options += ["--tmpfs", f"{mount['mountPath']}:rw,mode=1777"]
+    return options
+
+
+def host_volumes(
+    pod_spec: dict[str, Any], name: str, root: Path, files: dict[str, str]
+) -> list[str]:
+    """`--volume` options for container `name`'s mounts that are not emptyDirs, each a host
+    directory under ``root``: a ConfigMap volume's items written from ``files`` (item key ->
+    text; as kubelet projects them), any other volume (a model's PVC or host path) empty."""
+    volumes = {v["name"]: v for v in pod_spec.get("volumes", [])}
+    options = []
+    for path, volume in other_volumes(pod_spec, name).items():
+        host = root / volume
+        host.mkdir(parents=True, exist_ok=True)
+        for item in volumes[volume].get("configMap", {}).get("items", []):
+            (host / item["path"]).write_text(files[item["key"]])
+        options.append(f"--volume={host}:{path}:ro")
     return options
 
 

@@ -16,16 +16,16 @@ from typing import Any
 import pytest
 import yaml
 
-from dsv4_dev.images import REPO_ROOT, other_volumes, pod_run, podman
+from dsv4_dev.images import REPO_ROOT, host_volumes, pod_run, podman
 from dsv4_dev.localrun.runtime import free_port, local_engine_yaml
 from dsv4_operator.cli.render import render
+from dsv4_operator.render.meta import ENGINE_CONTAINER
 
 # The cold build is ~7 minutes and 6.6 GB (PyPI's torch with its CUDA libraries): `make
 # test` leaves these out, `make test-images` runs them.
 pytestmark = pytest.mark.engine_image
 
 SAMPLE = REPO_ROOT / "manifests" / "samples" / "flash-reference.yaml"
-ENGINE_CONTAINER = "engine"
 ROLE = "prefill"
 READY_WITHIN_S = 180
 
@@ -78,13 +78,7 @@ def test_serves_the_reference_engine_as_its_pod(
     port = free_port()
     engine_yaml, env = local_engine_yaml(config_map["data"][f"{ROLE}.yaml"], port, free_port())
     options = [f"--env={k}={v}" for k, v in env.items()]
-    volumes = {v["name"]: v for v in pod_spec["volumes"]}
-    for path, volume in other_volumes(pod_spec, ENGINE_CONTAINER).items():
-        host = tmp_path / volume
-        host.mkdir()
-        for item in volumes[volume].get("configMap", {}).get("items", []):
-            (host / item["path"]).write_text(engine_yaml)
-        options.append(f"--volume={host}:{path}:ro")
+    options += host_volumes(pod_spec, ENGINE_CONTAINER, tmp_path, {f"{ROLE}.yaml": engine_yaml})
     name = f"dsv4-engine-test-{port}"
     run = pod_run(pod_spec, ENGINE_CONTAINER, engine_cpu_image, *options)
     started = podman("run", "--detach", f"--name={name}", *run)

@@ -189,7 +189,7 @@ class ProbePods:
         log_path = self.workdir / f"{stem}.log"
         identity = accounts.token_kubeconfig(self.kubeconfig, pod.spec.service_account_name, token)
         local_image = self.images.get(container.image)
-        spec = _serialized(pod.spec)
+        spec = serialized(pod.spec)
         kubeconfig = accounts.write_kubeconfig(
             self.workdir / f"{stem}.kubeconfig",
             identity,
@@ -264,8 +264,9 @@ def _image_id(image: str) -> str:
     return f"sha256:{found.stdout.strip()}"
 
 
-def _serialized(spec: Any) -> dict[str, Any]:
-    """A pod spec of the Kubernetes client as its JSON (camelCase) dict."""
+def serialized(spec: Any) -> dict[str, Any]:
+    """A pod spec of the Kubernetes client as its JSON (camelCase) dict, as the images'
+    podman options read it."""
     from kubernetes.client import ApiClient
 
     return ApiClient().sanitize_for_serialization(spec)

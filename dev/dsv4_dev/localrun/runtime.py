@@ -10,6 +10,11 @@ probe Job pod runs its `dsv4ctl probe` command here too (from the venv, or from 
 image `$DSV4_LOCALRUN_IMAGES` maps its image to), and its exit goes to the API server, so
 the Job controller completes or fails the Job (see `probes`).
 
+An engine pod whose image `$DSV4_LOCALRUN_IMAGES` maps to a local build (the CPU engine
+image `make images` builds) runs that image with podman instead: the pod's command, user,
+security context and environment, its engine.yaml (made local, as below) where its
+ConfigMap volume would put it.
+
 Only what cannot run here is changed: parallelism 1, and ports are local.  Everything the
 canary is meant to catch (flags, HiCache, index-K dtype) is exactly what the operator
 rendered.  The engine is never swapped: a pod of a deployment that runs SGLang (it needs
@@ -34,14 +39,16 @@ from typing import Any
 
 import yaml
 
+from dsv4_dev import images
 from dsv4_dev.localrun import endpoints, processes, readiness
-from dsv4_dev.localrun.probes import IMAGES_ENV, ProbePods, parse_image_map
+from dsv4_dev.localrun.probes import IMAGES_ENV, ProbePods, parse_image_map, serialized
 from dsv4_engine.commands.launch import fault_env
 from dsv4_engine.engine_config import Backend, load_engine_yaml
 from dsv4_operator.render.engine import ENGINE_PORT, short_hash
 from dsv4_operator.render.meta import (
     ANNOTATION_CONFIG_HASH,
     APP,
+    ENGINE_CONTAINER,
     LABEL_COMPONENT,
     LABEL_INSTANCE,
     LABEL_NAME,
@@ -91,6 +98,7 @@ class Process:
     # FAILURE_THRESHOLD health checks in a row fail or the process exits.
     ready: bool = False
     failures: int = 0
+    container_name: str | None = None  # podman's, when it runs from a local image
 
 
 class NotReference(ValueError):
@@ -129,6 +137,8 @@ class LocalRuntime:
     workdir: Path
     custom: Any = None  # kubernetes.client.CustomObjectsApi: the readiness gate's policy
     extra_engine_args: dict[str, str] = field(default_factory=dict)
+    # Pod image -> local image: engine pods of these images run from them (podman).
+    images: dict[str, str] = field(default_factory=dict)
     processes: dict[str, Process] = field(default_factory=dict)
     # Health answers of this pass, by pod uid: the router, the endpoint map and the restart
     # checks all ask, and each answer is an HTTP round trip (up to 2 s on a busy machine).
@@ -215,10 +225,32 @@ class LocalRuntime:
                 self._refused.add(pod.metadata.uid)
                 log.warning("not running pod %s/%s: %s", ns, pod.metadata.name, why)
             return
-        config_path = self.workdir / f"{pod.metadata.name}-{pod.metadata.uid[:8]}.yaml"
-        config_path.write_text(local)
-        command = [sys.executable, "-m", "dsv4_engine.cli", "launch", "--config", str(config_path)]
-        self._spawn(pod, command, env, port, bootstrap)
+        stem = f"{pod.metadata.name}-{pod.metadata.uid[:8]}"
+        spec = serialized(pod.spec)
+        engine = [c["image"] for c in spec["containers"] if c["name"] == ENGINE_CONTAINER]
+        image = self.images.get(engine[0]) if engine else None
+        if image is None:
+            config_path = self.workdir / f"{stem}.yaml"
+            config_path.write_text(local)
+            command = [
+                sys.executable, "-m", "dsv4_engine.cli", "launch", "--config", str(config_path)
+            ]  # fmt: skip
+            self._spawn(pod, command, env, port, bootstrap)
+            return
+        # The pod's container from the image: its command, user and security context, its
+        # engine.yaml (made local) where its ConfigMap volume puts it.
+        name = f"dsv4-{role}-{pod.metadata.uid}"
+        volumes = images.host_volumes(
+            spec, ENGINE_CONTAINER, self.workdir / stem, {f"{role}.yaml": local}
+        )
+        command = [
+            "podman", "run", "--rm", f"--name={name}",
+            *images.pod_run(
+                spec, ENGINE_CONTAINER, image, *volumes, *(f"--env={k}={v}" for k, v in env.items())
+            ),
+        ]  # fmt: skip
+        self._spawn(pod, command, {"CONTAINERS_CONF": str(images.CONTAINERS_CONF)}, port, bootstrap)
+        self.processes[pod.metadata.uid].container_name = name
 
     def _discovered(
         self, namespace: str, selectors: tuple[dict[str, str], dict[str, str]]
@@ -344,6 +376,8 @@ class LocalRuntime:
 
     def _stop(self, process: Process) -> None:
         processes.terminate(process.popen)
+        if process.container_name is not None:  # not taken down with its `podman run`
+            images.podman("rm", "--force", "--ignore", process.container_name)
         log.info("stopped %s of %s/%s", process.component, process.namespace, process.instance)
 
     def _endpoint_map(self) -> dict[str, str]:
@@ -463,6 +497,7 @@ def main() -> int:
         core,
         workdir,
         custom=client.CustomObjectsApi(),
+        images=image_map,
         probes=ProbePods(
             core,
             workdir,

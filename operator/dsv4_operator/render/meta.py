@@ -23,6 +23,8 @@ LABEL_TRANSFER = "inference.dsv4.dev/transfer-revision"
 # children reconcile leaves them to the rollout (and the garbage collector).
 PROBE_COMPONENT = "probe"
 REPORT_COMPONENT = "rollout-report"
+# The engine container of every engine pod (what a pod's status names).
+ENGINE_CONTAINER = "engine"
 ANNOTATION_CONFIG_HASH = "inference.dsv4.dev/engine-config-hash"
 ANNOTATION_APPLIED_HASH = "inference.dsv4.dev/applied-hash"
 # What runs a role's engines: a StatefulSet (one node per replica) or a LeaderWorkerSet

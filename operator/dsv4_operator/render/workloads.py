@@ -32,6 +32,7 @@ from dsv4_operator.render.engine import (
 from dsv4_operator.render.lws import LWS_API_VERSION, LWS_GROUP_KEY, LWS_KIND
 from dsv4_operator.render.meta import (
     ANNOTATION_CONFIG_HASH,
+    ENGINE_CONTAINER,
     LABEL_GROUP_ROLE,
     LABEL_SLOT,
     LABEL_TRANSFER,
@@ -92,7 +93,7 @@ def _engine_container(
     env = [{"name": e.name, "value": e.value} for e in role_spec.env]
     ports = [{"name": "dist", "containerPort": DIST_INIT_PORT}]
     container: dict[str, Any] = {
-        "name": "engine",
+        "name": ENGINE_CONTAINER,
         "image": spec.image.name,
         "imagePullPolicy": spec.image.pull_policy.value,
         "command": ["dsv4-engine", "launch", "--config", f"{CONFIG_MOUNT}/engine.yaml"],

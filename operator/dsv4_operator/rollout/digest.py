@@ -11,9 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dsv4_engine.features import Role
-from dsv4_operator.render.meta import LABEL_COMPONENT
+from dsv4_operator.render.meta import ENGINE_CONTAINER, LABEL_COMPONENT
 
-ENGINE_CONTAINER = "engine"
 PULLABLE = "docker-pullable://"
 
 
