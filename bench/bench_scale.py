@@ -347,6 +347,9 @@ def fresh_cluster(
     cluster = LocalCluster(
         name=name, workdir=cache_dir() / name, pools=pools, controller_qps=CONTROLLER_QPS
     )
+    if cluster.exists():  # left by an earlier `--keep`: its deployments would be in the way
+        print(f"{name}: taking down the cluster an earlier --keep run left")
+        cluster.down(log=lambda message: None)
     started = time.monotonic()
     print(f"{name}: {args.nodes} GPU nodes + {CPU_NODES} CPU nodes, starting the cluster")
     try:
