@@ -43,7 +43,7 @@ lint: venv ## ruff, over every Python file of the project
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-demo: venv control-plane ## The incident's story on production defaults, ~5 min: garbled tool calls FAIL a canary, the gated engine PASSes (see README)
+demo: venv control-plane ## The incident's story on production defaults, ~2 min: garbled tool calls FAIL a canary, the gated engine PASSes (see README)
 	$(PY) -m dsv4_dev.demo
 
 cluster-up: venv control-plane ## Start the local cluster with fake Blackwell nodes and the local runtime (their engines answer)

@@ -14,8 +14,8 @@ host-tier loads (DSV4_INJECT_UNGATED_INDEX_K=<share>):
    samples and seconds until the production rule (0.5% at 95%) says FAIL, median of runs;
 3. the gated engine (no fault): seconds to PASS at the production default (598 samples).
 
-Prints one table; asserts nothing.  Takes about seven minutes on two shared cores (the gated
-PASS one to one and a half); docs/rollout.md has a measured run.
+Prints one table; asserts nothing.  Takes about five minutes on two cores (the gated PASS
+about half a minute); docs/rollout.md has a measured run.
 """
 
 from __future__ import annotations

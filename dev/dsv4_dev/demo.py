@@ -49,10 +49,10 @@ STEP_TIMEOUT_S = 900.0
 
 
 SAMPLE = "flash-echo"  # a shipped sample, applied unchanged
-# faultInjection.ungatedShare: on the echo model's PD slice a share of 0.35 garbled 14.5% of
-# 200 and 12% of 160 (at 0.3) of the probes' answers (`make bench-echo`'s slice;
+# faultInjection.ungatedShare: on the echo model's PD slice a share of 0.3 garbled 16.2% of
+# 160 of the probes' answers (10% at 0.25, 19.4% at 0.35; `make bench-echo`'s slice;
 # docs/rollout.md), near the incident's 12-18%.
-UNGATED_SHARE = 0.35
+UNGATED_SHARE = 0.3
 
 
 def say(message: str) -> None:

@@ -30,9 +30,9 @@ SESSIONS = 64
 BODIES = shared_prefix_bodies(
     SESSIONS, prefixes=8, prefix_words=60, max_tokens=8, seed=0, session_words=40
 )
-# 1 MB/s (the default is 16, after 30 ms per layer): a load's layer copy outlasts the
-# prefill batch's compute up to the indexer by a wide margin, even on a loaded 2-core
-# machine — here a batch of 64 chunks of the random model, which computes request by request.
+# 1 MB/s (the default is 64): a slow link, so the gated answers are shown equal while
+# loads are long in flight — here a batch of 64 chunks of the random model, which computes
+# request by request (the raced ones read stale keys at any speed: `LayerLoad.wait_released`).
 FLAGS = (
     *("--kv-canary", "log", "--enable-hierarchical-cache", "--hicache-ratio", "2"),
     *("--hicache-bandwidth", "1"),

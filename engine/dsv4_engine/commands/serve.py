@@ -88,9 +88,9 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         default=_DEFAULTS.hicache_layer_latency_ms,
         help=f"ms before each layer of a host→device load starts landing (default "
-        f"{_DEFAULTS.hicache_layer_latency_ms:g}).  It outlasts a batch's compute from one "
-        "layer's gated read to the next layer's indexer, as a GPU copy outlasts its kernels, "
-        "so DSV4_INJECT_UNGATED_INDEX_K=1 shows in answers; gated reads just wait",
+        f"{_DEFAULTS.hicache_layer_latency_ms:g}): gated reads wait for it.  "
+        "DSV4_INJECT_UNGATED_INDEX_K shows in answers at any latency and bandwidth: a raced "
+        "load's index-K lands after its step's indexer read it",
     )
     p.add_argument(
         "--max-running-requests", type=int, help=f"default: {_DEFAULTS.max_running_requests}"

@@ -23,18 +23,25 @@ On CUDA, as SGLang's cache controller does it:
 On CPU the copy is paced as a transfer costs: a fixed latency per layer (a copy's launch
 and setup, whatever its size) and then its bytes at a bandwidth, chunk by chunk: a layer's
 copy takes longer the more bytes it moves (bf16 index-K more than fp8), and a reader that
-skips the gate sees a layer not yet or partly copied, as it would on a GPU.  The latency is
-what keeps the race in reach at a bandwidth that does not cap throughput: one load per
-scheduler step carries every page the step's batch needs back, so a batch pays the latency
-once, while the time from a layer's gated read to the next layer's ungated indexer read
-stays shorter than it.  The verdict is known at once there: a corrupt layer fails the load
-before its readers are released.
+skips the gate sees a layer not yet or partly copied, as it would on a GPU.  The verdict is
+known at once there: a corrupt layer fails the load before its readers are released.
+
+Fault injection on CPU does not leave the race to timing: on a loaded machine a starved
+engine reaches its indexer after a fast copy has landed, and a raced canary that must FAIL
+measured ~2% corrupt.  A load that draws the race (`DevicePool._load_races`) holds each
+layer's index-K copy until the step reading it has done its index-K reads of that layer —
+its first KV access of the layer, which every model makes after all of them, batch-wide
+(`LayerLoad.wait_released`) — and its pages hold other pages' keys meanwhile
+(`_leave_stale`: a page an offload freed is handed back to the same prefix, still holding
+the keys it is about to load).  Every ungated index-K read of that step then reads stale
+keys, as the seed's reader did; a gated read waits, as without the fault.
 """
 
 from __future__ import annotations
 
 import logging
 import queue
+import random
 import threading
 import time
 from dataclasses import dataclass, field
@@ -48,6 +55,9 @@ from dsv4_engine.pools.gate import LayerLoad, TransferFailed
 from dsv4_engine.pools.layout import BufferKind, Segment
 
 logger = logging.getLogger(__name__)
+# Fault injection on CPU: how long a raced load holds a layer's index-K copy at most,
+# waiting for the step's first KV access of that layer (`LayerLoad.wait_released`).
+RACED_HOLD_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -99,6 +109,7 @@ class TransferController:
         self._stream = torch.cuda.Stream(pool.device) if self._cuda else None
         self._seg_index = {(s.layer, s.kind): i for i, s in enumerate(pool.layout.segments)}
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
+        self._stale_offsets = random.Random(0)  # fault injection: whose keys a raced page holds
         self._worker = threading.Thread(target=self._run, name="hicache-load", daemon=True)
         self._worker.start()
 
@@ -138,6 +149,8 @@ class TransferController:
             fence = torch.cuda.Event()
             fence.record()  # the load fence: what the caller queued on the pages so far
         load = LayerLoad(self.pool.shape.num_layers, events, raced=self.pool._load_races())
+        if load.raced and not self._cuda:
+            self._leave_stale(device_rows)
         self.host.pin(host_pages)
         self.pool.gate.register(load)
         self._jobs.put(
@@ -154,6 +167,19 @@ class TransferController:
             )
         )
         return load
+
+    def _leave_stale(self, device_rows: torch.Tensor) -> None:
+        """Fault injection on CPU, as a raced load starts: its pages' index-K rows hold
+        other pages' keys (stale keys of another sequence, as the incident's reader found),
+        not what a page freed by an offload and handed back to the same prefix may still
+        hold — the keys it is about to load, which would make the race invisible."""
+        pages = self.pool.allocator.num_pages
+        shift = 1 + self._stale_offsets.randrange(max(1, pages - 1))
+        others = (device_rows + shift) % pages
+        for seg in self.pool.layout.segments:
+            if seg.kind is BufferKind.INDEX_K:
+                buf = self.pool._transfer_buffer(seg.layer, seg.kind)
+                buf[device_rows] = buf[others]
 
     def close(self) -> None:
         self._jobs.put(None)
@@ -189,6 +215,9 @@ class TransferController:
         for layer in range(self.pool.shape.num_layers):
             due = self._pace(due, self.layer_latency_s)
             for seg in self.pool.layout.layer_segments(layer):
+                if seg.kind is BufferKind.INDEX_K and job.load.raced and not self._cuda:
+                    job.load.wait_released(layer, RACED_HOLD_S)
+                    due = max(due, time.monotonic())  # the hold is no link time
                 due = self._copy_segment(job, seg, due)
             ok = self._verify_layer(job, layer)
             self.pool._mark_landed(layer, job.device_rows, job.generation, ok)

@@ -115,10 +115,15 @@ class DevicePool:
 
         Call it for every access; do not keep the tensor across a load.
         """
-        if kind is not BufferKind.INDEX_K or not self.ungated_share:
+        if not self.ungated_share:
             self.gate.wait_layer(layer)
-        elif self.ungated_share < 1.0:
-            self.gate.wait_layer(layer, skip_raced=True)
+        elif kind is BufferKind.INDEX_K:
+            if self.ungated_share < 1.0:
+                self.gate.wait_layer(layer, skip_raced=True)
+        else:
+            if kind is BufferKind.KV:  # fault injection: past the layer's index-K reads
+                self.gate.release_raced(layer)
+            self.gate.wait_layer(layer)
         return self._lookup(layer, kind)
 
     @property

@@ -38,6 +38,10 @@ class LayerLoad:
         self.num_layers = num_layers
         self.cuda_events = cuda_events
         self.raced = raced  # fault injection: index-K reads do not wait for this load
+        # Raced loads on CPU: per layer, set once a KV access of that layer came (every
+        # index-K read of a layer precedes its KV accesses, batch-wide): until then the
+        # producer holds the layer's index-K copy (`wait_released`).
+        self._released = [threading.Event() for _ in range(num_layers)] if raced else []
         self._layers_done = 0
         self._error: TransferFailed | None = None
         self._failed_from = num_layers  # first layer the error covers
@@ -66,6 +70,19 @@ class LayerLoad:
         if self._layers_done <= layer or (self._error is not None and layer >= self._failed_from):
             return True
         return self.cuda_events is not None and not self.cuda_events[layer].query()
+
+    def release(self, layer: int) -> None:
+        """Consumer, fault injection: a KV access of `layer` came, after every index-K read
+        of it in the step; the held index-K copy of `layer` may land."""
+        self._released[layer].set()
+
+    def wait_released(self, layer: int, hold_s: float) -> None:
+        """Producer, fault injection on CPU: hold `layer`'s index-K copy until the step that
+        reads it has done its index-K reads of that layer (its first KV access; at most
+        `hold_s`).  Every ungated index-K read of the loading step then outruns the copy,
+        as the seed's reader did under load, whatever this machine's load: a raced load
+        corrupts by construction, not by how the CPU happened to schedule the copy."""
+        self._released[layer].wait(hold_s)
 
     def layer_done(self, layer: int) -> None:
         with self._cond:
@@ -104,6 +121,8 @@ class LayerLoad:
             torch.cuda.current_stream().wait_event(self.cuda_events[layer])
 
     def wait_all(self, timeout_s: float) -> None:
+        for event in self._released:  # whoever waits for the whole load reads none of it
+            event.set()
         self.wait_until(self.num_layers - 1, timeout_s)
 
 
@@ -138,6 +157,14 @@ class LayerGate:
         """Whether any load is registered: in flight, failed, or finished but not yet
         dropped.  With none, every page holds what it is owed."""
         return bool(self._loads)
+
+    def release_raced(self, layer: int) -> None:
+        """Fault injection: a KV access of `layer` is about to wait for it; raced loads
+        holding that layer's index-K copy may now copy it (`LayerLoad.wait_released`)."""
+        with self._lock:
+            raced = [ld for ld in self._loads if ld.raced and ld.needs_wait(layer)]
+        for load in raced:
+            load.release(layer)
 
     def wait_layer(self, layer: int, skip_raced: bool = False) -> None:
         """`skip_raced`: fault injection only — do not wait for loads marked raced."""

@@ -12,9 +12,12 @@ batch, over a page-aligned prefill chunk of every request still in prefill or, w
 is, one decode token of every running request; the echo model's copy heads look their
 entries up for the whole batch at once.  Each step starts one HiCache host→device load for
 every page its new requests need back, and the forward runs while it lands: the simulated
-copy costs ``--hicache-layer-latency`` per layer, then its bytes at ``--hicache-bandwidth``,
-so a batch pays the latency once and the copy is still in flight when an ungated indexer
-reads.
+copy costs ``--hicache-layer-latency`` per layer, then its bytes at ``--hicache-bandwidth``
+(64 MB/s by default: fast enough that a gated engine's loads do not cap its throughput).
+A load that draws the injected race (``DSV4_INJECT_UNGATED_INDEX_K``) lands each layer's
+index-K only once the step has done its index-K reads of that layer (its first KV access
+of it), and its pages hold other pages' keys until then: every ungated indexer read of
+that step reads stale keys, however loaded the machine (`hicache.transfer`).
 
 Running it (every process is ready when ``GET /health`` answers 200)::
 

@@ -55,7 +55,7 @@ class ServeSettings:
     hicache_mem_layout: HiCacheMemLayout = HiCacheMemLayout.PAGE_FIRST
     # The simulated host→device copy (`hicache.transfer`): a latency per layer, then bytes at
     # a bandwidth (0: unthrottled, memcpy speed).
-    hicache_bandwidth_mb_s: float = 2.0
+    hicache_bandwidth_mb_s: float = 64.0
     hicache_layer_latency_ms: float = 0.0
     max_running_requests: int = 64
     max_total_tokens: int = 131072
