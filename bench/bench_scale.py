@@ -28,6 +28,7 @@ import argparse
 import concurrent.futures
 import contextlib
 import json
+import math
 import os
 import signal
 import subprocess
@@ -44,7 +45,7 @@ from kubernetes import config as kube_config
 
 from dsv4_dev.cluster.binaries import cache_dir
 from dsv4_dev.cluster.local import LocalCluster
-from dsv4_dev.cluster.nodes import default_pools
+from dsv4_dev.cluster.nodes import CPU_NODE_CPUS, default_pools
 from dsv4_dev.localrun.runtime import free_port
 from dsv4_operator.api import KIND
 from dsv4_operator.api.crd import CRD_PATH
@@ -55,13 +56,23 @@ from dsv4_operator.kube.client import Kube
 from dsv4_operator.kube.informer import Informer, Watch
 from dsv4_operator.reconcile.controller import WORKERS
 from dsv4_operator.render.meta import WORKLOAD_KINDS
+from dsv4_operator.render.router import ROUTER_CPU
 from dsv4_operator.rollout.observe import settled
 from dsv4_operator.runtime import USER_AGENT
 
 SPEC = {"decode": {"replicas": 2}}  # 1 prefill + 2 decode, as in the issue's measurement
 SAMPLE = load_sample()  # read once: every deployment is this one with its name
 FLAG_CHANGE = {"spec": {"features": {"indexDtype": "fp4"}}}
-CPU_NODES = 10  # the routers' (no GPU, no toleration); 110 pods each
+
+
+def cpu_nodes(deployments: int) -> int:
+    """The routers' nodes (no GPU, no toleration): one router a deployment, each requesting
+    ROUTER_CPU's CPUs, with a node to spare.  A fixed 10 nodes (320 CPUs) left 180 of 500
+    routers Pending since routers request a CPU, and the floor never settled."""
+    per_node = CPU_NODE_CPUS // int(ROUTER_CPU[0])
+    return max(2, math.ceil(deployments / per_node) + 1)
+
+
 # The controller manager's and scheduler's client rate: a thousand-node cluster's, not the
 # defaults of a small one (20 and 50 requests/s), which would make node set-up and pod
 # creation, not the operator, what the bench measures.
@@ -343,7 +354,7 @@ def fresh_cluster(
     """A new local cluster of ``--nodes`` with the CRD and the namespaces, and the
     deployments' (namespace, name); torn down on the way out unless ``--keep``.  Each run
     starts from an empty cluster, so the floor and the operator run face the same one."""
-    pools = default_pools(gpu_nodes=args.nodes, cpu_nodes=CPU_NODES)
+    pools = default_pools(gpu_nodes=args.nodes, cpu_nodes=cpu_nodes(args.deployments))
     cluster = LocalCluster(
         name=name, workdir=cache_dir() / name, pools=pools, controller_qps=CONTROLLER_QPS
     )
@@ -351,7 +362,10 @@ def fresh_cluster(
         print(f"{name}: taking down the cluster an earlier --keep run left")
         cluster.down(log=lambda message: None)
     started = time.monotonic()
-    print(f"{name}: {args.nodes} GPU nodes + {CPU_NODES} CPU nodes, starting the cluster")
+    print(
+        f"{name}: {args.nodes} GPU nodes + {cpu_nodes(args.deployments)} CPU nodes, "
+        "starting the cluster"
+    )
     try:
         cluster.up(log=lambda message: None)
         print(f"  cluster up in {time.monotonic() - started:.0f}s", flush=True)
@@ -490,7 +504,7 @@ def report(args: argparse.Namespace, r: dict[str, Any]) -> None:
         if not v.startswith("lease") and v not in ("watch", ALL_CLIENTS)
     }
     print(f"\nScale: {n} DSV4Deployments (1 prefill + 2 decode) in {args.namespaces} namespaces,")
-    print(f"{args.nodes} fake B200 nodes (8 GPUs each) + {CPU_NODES} CPU nodes; one operator")
+    print(f"{args.nodes} fake B200 nodes (8 GPUs each) + {cpu_nodes(n)} CPU nodes; one operator")
     print(f"on {os.cpu_count()} CPUs, load average {r['load']:.1f} over the last 15 minutes")
     rows = [
         ("created (API requests of the bench)", f"{r['created_s']:.1f} s"),
@@ -532,7 +546,8 @@ def report(args: argparse.Namespace, r: dict[str, Any]) -> None:
 
 def report_floor(args: argparse.Namespace, r: dict[str, Any]) -> None:
     print(f"\nThe cluster alone: the children of {args.deployments} DSV4Deployments (1 prefill +")
-    print(f"2 decode), no operator; {args.nodes} fake B200 nodes + {CPU_NODES} CPU nodes, on")
+    nodes = cpu_nodes(args.deployments)
+    print(f"2 decode), no operator; {args.nodes} fake B200 nodes + {nodes} CPU nodes, on")
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[2]:.1f} over the last 15 minutes")
     rows = [
         (f"{r['objects']} objects applied, {WORKERS} at once", f"{r['applied_s']:.1f} s"),

@@ -48,6 +48,10 @@ class NodePool:
         return f"{FAKE_CLUSTER_UUID}.{index // per_clique}"
 
 
+# A CPU node's CPUs (where routers run: no GPU, no toleration).
+CPU_NODE_CPUS = 32
+
+
 def default_pools(
     gpu_nodes: int = 4,
     gpu_product: str = "NVIDIA-B200",
@@ -76,7 +80,7 @@ def default_pools(
             gpu_product=gpu_product,
             cliques=gpu_cliques,
         ),
-        NodePool(prefix="cpu", count=cpu_nodes, cpus=32, memory="128Gi"),
+        NodePool(prefix="cpu", count=cpu_nodes, cpus=CPU_NODE_CPUS, memory="128Gi"),
     ]
 
 
