@@ -358,8 +358,8 @@ def fresh_cluster(
     cluster = LocalCluster(
         name=name, workdir=cache_dir() / name, pools=pools, controller_qps=CONTROLLER_QPS
     )
-    if cluster.exists():  # left by an earlier `--keep`: its deployments would be in the way
-        print(f"{name}: taking down the cluster an earlier --keep run left")
+    if cluster.exists():  # left by `--keep` or a run stopped early: its objects are in the way
+        print(f"{name}: taking down the cluster an earlier run left")
         cluster.down(log=lambda message: None)
     started = time.monotonic()
     print(
