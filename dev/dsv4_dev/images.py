@@ -65,6 +65,17 @@ def pod_run(pod_spec: dict[str, Any], name: str, image: str, *options: str) -> l
     return [*run_options(pod_spec, name), *env, *options, *entrypoint, image, *c.get("args", [])]
 
 
+def podman_run(
+    pod_spec: dict[str, Any], name: str, image: str, container_name: str, *options: str
+) -> list[str]:
+    """The `podman run` command line (removed when it exits, named ``container_name``) that
+    runs container `name` of the pod spec from ``image`` as `pod_run` says."""
+    return [
+        "podman", "run", "--rm", f"--name={container_name}",
+        *pod_run(pod_spec, name, image, *options),
+    ]  # fmt: skip
+
+
 def run_as_pod(
     pod_spec: dict[str, Any],
     name: str,
@@ -74,20 +85,20 @@ def run_as_pod(
     args: list[str],
     env: dict[str, str] | None = None,
 ) -> list[str]:
-    """The `podman run` command line that runs container `name` of the pod spec from
-    ``image`` as its pod would, with ``args`` for its own: `pod_run`'s, ``env``, and ``kubeconfig`` (which its user must be able to read)
-    mounted read-only as its $KUBECONFIG, as the pod's ServiceAccount token would be."""
+    """`podman_run` of container `name` with ``args`` for its own, ``env`` added, and
+    ``kubeconfig`` (which its user must be able to read) mounted read-only as its
+    $KUBECONFIG, as the pod's ServiceAccount token would be."""
     c = container(pod_spec, name)
     spec = {**pod_spec, "containers": [{**c, "args": args}]}
     variables = {**(env or {}), "KUBECONFIG": CONTAINER_KUBECONFIG}
-    return [
-        "podman", "run", "--rm", f"--name={container_name}",
-        *pod_run(
-            spec, name, image,
-            f"--volume={kubeconfig}:{CONTAINER_KUBECONFIG}:ro",
-            *(f"--env={k}={v}" for k, v in variables.items()),
-        ),
-    ]  # fmt: skip
+    return podman_run(
+        spec,
+        name,
+        image,
+        container_name,
+        f"--volume={kubeconfig}:{CONTAINER_KUBECONFIG}:ro",
+        *(f"--env={k}={v}" for k, v in variables.items()),
+    )
 
 
 def run_as_user(pod_spec: dict[str, Any], name: str) -> int | None:

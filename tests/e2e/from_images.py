@@ -9,8 +9,8 @@ would.  The local runtime runs each probe Job pod from the image the operator pu
 Job — the operator pod's own — mapped to the local build (`$DSV4_LOCALRUN_IMAGES`), under
 the Job's own security settings; and, given the CPU engine image, each engine pod from it.
 
-The canary judges against a 5% budget (`spec.canary`, as a user sets it): the evidence the
-default canary demands is test_rollout.py's.
+The canary runs the shipped defaults (`spec.canary` unset: 598 clean samples at most 0.5%
+corrupt, 95% confidence, 64 in flight), as a user who applies the sample gets it.
 """
 
 from __future__ import annotations
@@ -40,9 +40,8 @@ from tests.unit.operator.harness import MODEL_HOST_PATHS
 
 NAME = "flash"
 SAMPLE = "flash-reference"
-BUDGET = {"maxCorruptionRate": 0.05, "concurrency": 16}
 HICACHE_BF16 = {"hicache": {"enabled": True, "ratio": 2.0}, "indexDtype": "bf16"}
-VERDICT_TIMEOUT = 600
+VERDICT_TIMEOUT = 900  # spec.canary.probeTimeoutSeconds, the default
 
 
 def operator_image_name(installed: Installed) -> str:
@@ -107,7 +106,7 @@ def pass_a_clean_flag_change(
     rollout status once the new revision is Ready."""
     assert status(cluster, namespace).get("phase") == "Ready", "the sample Ready first"
     before = status(cluster, namespace).get("rollout") or {}
-    patch = {"spec": {"features": HICACHE_BF16, "canary": BUDGET}}
+    patch = {"spec": {"features": HICACHE_BF16}}
     cluster.kubectl("patch", "dsv4", NAME, "-n", namespace, "--type=merge", "-p", json.dumps(patch))
     started = wait_for(
         "a canary for the flag change",

@@ -154,7 +154,7 @@ class ProbePods:
         for uid, run in list(self.runs.items()):
             pod = probes.get(uid)
             if pod is None or pod.metadata.deletion_timestamp is not None:
-                _stop(run)
+                processes.terminate(run.popen, run.container_name)
                 del self.runs[uid]
                 log.info("stopped probe of %s/%s: its pod is gone", run.namespace, run.pod)
             elif run.popen.poll() is not None:
@@ -168,7 +168,7 @@ class ProbePods:
         """Stop every probe and report how it ended (as when kubelet kills a container):
         the Job controller, not this runtime, decides what comes next."""
         for uid, run in list(self.runs.items()):
-            _stop(run)
+            processes.terminate(run.popen, run.container_name)
             self._report(uid, run)
 
     def _start(self, pod: Any, published: dict[str, str]) -> None:
@@ -189,14 +189,14 @@ class ProbePods:
         log_path = self.workdir / f"{stem}.log"
         identity = accounts.token_kubeconfig(self.kubeconfig, pod.spec.service_account_name, token)
         local_image = self.images.get(container.image)
-        spec = serialized(pod.spec)
+        spec = None if local_image is None else serialized(pod.spec)
         kubeconfig = accounts.write_kubeconfig(
             self.workdir / f"{stem}.kubeconfig",
             identity,
-            owner=None if local_image is None else images.run_as_user(spec, container.name),
+            owner=None if spec is None else images.run_as_user(spec, container.name),
         )
         image_id, container_name = "", None
-        if local_image is None:
+        if spec is None:
             executable = self.bin_dir / container.command[0]
             command = [
                 str(executable) if executable.exists() else container.command[0],
@@ -248,14 +248,6 @@ class ProbePods:
         del self.runs[uid]
         self._reported.add(uid)
         log.info("probe pod %s/%s exited %d: reported", run.namespace, run.pod, code)
-
-
-def _stop(run: ProbeRun) -> None:
-    """Stop a probe as kubelet kills a container; a container podman did not take down with
-    its `run` (killed past its grace) is removed."""
-    processes.terminate(run.popen)
-    if run.container_name is not None:
-        images.podman("rm", "--force", "--ignore", run.container_name)
 
 
 def _image_id(image: str) -> str:

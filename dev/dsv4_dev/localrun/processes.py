@@ -7,6 +7,8 @@ import signal
 import subprocess
 from pathlib import Path
 
+from dsv4_dev import images
+
 
 def popen(command: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen:
     """``command`` in its own session (so stopping it stops its children too), its output
@@ -21,13 +23,16 @@ def popen(command: list[str], env: dict[str, str], log_path: Path) -> subprocess
         )
 
 
-def terminate(process: subprocess.Popen) -> None:
-    """SIGTERM, as kubelet stops a container, then SIGKILL after a grace period."""
-    if process.poll() is not None:
-        return
-    os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(10)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(5)
+def terminate(process: subprocess.Popen, container: str | None = None) -> None:
+    """SIGTERM, as kubelet stops a container, then SIGKILL after a grace period.  For a
+    process that is `podman run` of ``container``, the container goes too: podman passes
+    the SIGTERM on, but a `run` killed past its grace leaves its container behind."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(5)
+    if container is not None:
+        images.podman("rm", "--force", "--ignore", container)

@@ -243,12 +243,14 @@ class LocalRuntime:
         volumes = images.host_volumes(
             spec, ENGINE_CONTAINER, self.workdir / stem, {f"{role}.yaml": local}
         )
-        command = [
-            "podman", "run", "--rm", f"--name={name}",
-            *images.pod_run(
-                spec, ENGINE_CONTAINER, image, *volumes, *(f"--env={k}={v}" for k, v in env.items())
-            ),
-        ]  # fmt: skip
+        command = images.podman_run(
+            spec,
+            ENGINE_CONTAINER,
+            image,
+            name,
+            *volumes,
+            *(f"--env={k}={v}" for k, v in env.items()),
+        )
         self._spawn(pod, command, {"CONTAINERS_CONF": str(images.CONTAINERS_CONF)}, port, bootstrap)
         self.processes[pod.metadata.uid].container_name = name
 
@@ -375,9 +377,7 @@ class LocalRuntime:
         return self._health[process.pod_uid]
 
     def _stop(self, process: Process) -> None:
-        processes.terminate(process.popen)
-        if process.container_name is not None:  # not taken down with its `podman run`
-            images.podman("rm", "--force", "--ignore", process.container_name)
+        processes.terminate(process.popen, process.container_name)
         log.info("stopped %s of %s/%s", process.component, process.namespace, process.instance)
 
     def _endpoint_map(self) -> dict[str, str]:
@@ -498,12 +498,7 @@ def main() -> int:
         workdir,
         custom=client.CustomObjectsApi(),
         images=image_map,
-        probes=ProbePods(
-            core,
-            workdir,
-            kubeconfig,
-            images=image_map,
-        ),
+        probes=ProbePods(core, workdir, kubeconfig, images=image_map),
     )
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     log.info("local runtime watching DSV4 pods; logs in %s", workdir)
