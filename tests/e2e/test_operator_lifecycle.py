@@ -257,7 +257,7 @@ def test_sample_creates_every_child_and_becomes_ready_on_b200(ns, operator):
         return {e["reason"] for e in items}
 
     # A pass writes its Events after the status that records its decision: wait for them.
-    wait_for("the pass's Events", lambda: {"Applied", "PhaseReady"} <= reasons(), 30)
+    wait_for("the pass's Events", lambda: {"Initialized", "PhaseReady"} <= reasons(), 30)
 
 
 def test_steady_state_passes_send_no_request_at_all(ns, operator):

@@ -303,18 +303,13 @@ class Kube:
         finally:
             response.response.release_conn()
 
-    def apply(
-        self, obj: dict[str, Any], subresource: str | None = None, manager: str = FIELD_MANAGER
-    ) -> dict[str, Any]:
+    def apply(self, obj: dict[str, Any], manager: str = FIELD_MANAGER) -> dict[str, Any]:
         """Server-side apply, conflicts forced, under the operator's one field manager (a
         probe filing its report uses its own, so it leaves the operator's fields alone)."""
         meta = obj["metadata"]
-        url = path(obj["kind"], meta.get("namespace"), meta["name"])
-        if subresource:
-            url = f"{url}/{subresource}"
         return self.request(
             "PATCH",
-            url,
+            path(obj["kind"], meta.get("namespace"), meta["name"]),
             body=obj,
             content_type="application/apply-patch+yaml",
             query=[("fieldManager", manager), ("force", "true")],
@@ -327,6 +322,18 @@ class Kube:
             path(kind, namespace, name),
             changes,
             content_type="application/merge-patch+json",
+        )
+
+    def patch_status(self, kind: str, namespace: str, name: str, ops: list[dict[str, Any]]) -> Any:
+        """A JSON patch (RFC 6902) of the status subresource, under the operator's field
+        manager; an op that sets ``/metadata/resourceVersion`` makes it conditional (409
+        when the object moved on)."""
+        return self.request(
+            "PATCH",
+            f"{path(kind, namespace, name)}/status",
+            ops,
+            content_type="application/json-patch+json",
+            query=[("fieldManager", FIELD_MANAGER)],
         )
 
     def create(self, obj: dict[str, Any], timeout: float = REQUEST_TIMEOUT_S) -> dict[str, Any]:

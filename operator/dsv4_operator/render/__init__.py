@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dsv4_engine.engine_config import dump_engine_yaml
 from dsv4_engine.features import Role
 from dsv4_operator.api.spec import DSV4DeploymentSpec
-from dsv4_operator.render.engine import config_map, engine_config, short_hash
+from dsv4_operator.render.engine import config_map, engine_yaml, short_hash
 from dsv4_operator.render.memory import pod_memory
 from dsv4_operator.render.meta import Owner, Slot
 from dsv4_operator.render.network import engine_network_policy
@@ -34,7 +33,7 @@ def render_slot(
     while the other still runs the stable ones (flags of one transfer format, always).
     """
     role_spec = by_role or {role: spec for role in Role}
-    yamls = {role: dump_engine_yaml(engine_config(role_spec[role], role)) for role in Role}
+    yamls = {role: engine_yaml(role_spec[role], role) for role in Role}
     transfer = transfer_key(spec)
     objects = []
     for role in Role:

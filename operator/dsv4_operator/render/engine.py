@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import threading
+from collections import OrderedDict
 from typing import Any
 
-from dsv4_engine.engine_config import EngineConfig, MultiNode
+from dsv4_engine.engine_config import EngineConfig, MultiNode, dump_engine_yaml
 from dsv4_engine.features import EngineFeatures, HiCacheFeature, Role
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.render.meta import Owner, Slot, metadata
@@ -63,6 +65,31 @@ def engine_config(spec: DSV4DeploymentSpec, role: Role) -> EngineConfig:
         extra_args=role_spec.extra_args,
         port=ENGINE_PORT,
     )
+
+
+RENDERED_MAX = 2048  # engine.yaml texts kept: two roles of ~1,000 deployments' revisions
+_rendered: OrderedDict[tuple[str, Role], str] = OrderedDict()
+_rendered_lock = threading.Lock()
+
+
+def engine_yaml(spec: DSV4DeploymentSpec, role: Role) -> str:
+    """The role's `engine.yaml` text, rendered once per spec: a deployment's every pass
+    renders its children to compare them with the live ones, and the YAML dump was the
+    largest part of a pass's own CPU at 500 deployments (`make bench-scale`).  Keyed by the
+    spec's JSON, so an edit of any field renders anew; byte-equal to rendering it again
+    (`tests/unit/operator/test_op_render.py`)."""
+    key = (spec.model_dump_json(), role)
+    with _rendered_lock:
+        text = _rendered.get(key)
+        if text is not None:
+            _rendered.move_to_end(key)
+            return text
+    text = dump_engine_yaml(engine_config(spec, role))
+    with _rendered_lock:
+        _rendered[key] = text
+        while len(_rendered) > RENDERED_MAX:
+            _rendered.popitem(last=False)
+    return text
 
 
 def short_hash(text: str) -> str:

@@ -124,27 +124,13 @@ class MemoryApi:
         return sum(self.lists.values()) + sum(self.gets.values()) + len(self.log)
 
     # -- writes -------------------------------------------------------------------------
-    def apply(
-        self, obj: dict[str, Any], subresource: str | None = None, manager: str = "dsv4-operator"
-    ) -> dict[str, Any]:
+    def apply(self, obj: dict[str, Any], manager: str = "dsv4-operator") -> dict[str, Any]:
         key = _key(obj)
         self._write("apply", key)
         current = self.objects.get(key)
         wanted = obj["metadata"].get("resourceVersion")
         if wanted and current is not None and current["metadata"]["resourceVersion"] != wanted:
             raise ApiError(409, f"{key}: the object has been modified")
-        if subresource == "status":
-            if current is None:
-                raise ApiError(404, f"{key} not found")
-            if self.before_status_write is not None:
-                self.before_status_write(self, key)
-                current = self.objects[key]
-                if wanted and current["metadata"]["resourceVersion"] != wanted:
-                    raise ApiError(409, f"{key}: the object has been modified")
-            current["status"] = copy.deepcopy(obj.get("status"))
-            self._bump(current)
-            self.log.append(Write("status", key, copy.deepcopy(obj)))
-            return copy.deepcopy(current)
         created = current is None
         if created:
             current = self._new(obj)
@@ -202,6 +188,28 @@ class MemoryApi:
         current.update(copy.deepcopy(changes))
         self._bump(current)
         self.log.append(Write("patch_merge", key, copy.deepcopy(changes)))
+        return copy.deepcopy(current)
+
+    def patch_status(
+        self, kind: str, namespace: str, name: str, ops: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """A JSON patch of the status subresource, as the API server applies one: an op
+        that sets the resourceVersion to another than the object's is a 409, and only the
+        status changes (logged as a "status" write: the status after it, and the ops)."""
+        key = (kind, namespace, name)
+        self._write("status", key)
+        if key not in self.objects:
+            raise ApiError(404, f"{key} not found")
+        if self.before_status_write is not None:
+            self.before_status_write(self, key)
+        current = self.objects[key]
+        patched = apply_json_patch(current, ops)
+        if patched["metadata"]["resourceVersion"] != current["metadata"]["resourceVersion"]:
+            raise ApiError(409, f"{key}: the object has been modified")
+        current["status"] = patched.get("status")
+        self._bump(current)
+        after = {"status": current["status"], "ops": ops}
+        self.log.append(Write("status", key, copy.deepcopy(after)))
         return copy.deepcopy(current)
 
     # -- what a user does (not the operator: never counted as its writes) ----------------
@@ -413,3 +421,26 @@ def _own_data(config_map: dict[str, Any], manager: str) -> None:
     ]
     fields.append({"manager": manager, "operation": "Apply", "fieldsV1": {"f:data": {}}})
     config_map["metadata"]["managedFields"] = fields
+
+
+def apply_json_patch(doc: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
+    """``doc`` with RFC 6902 add/replace/remove ops applied (a copy); a path that does not
+    exist where an op needs it is a 422, as the API server answers."""
+    doc = copy.deepcopy(doc)
+    for op in ops:
+        *parents, last = [
+            k.replace("~1", "/").replace("~0", "~") for k in op["path"].split("/")[1:]
+        ]
+        target = doc
+        for k in parents:
+            if not isinstance(target.get(k), dict):
+                raise ApiError(422, f"{op['path']}: no such path")
+            target = target[k]
+        if op["op"] == "remove" or op["op"] == "replace":
+            if last not in target:
+                raise ApiError(422, f"{op['op']} {op['path']}: no such path")
+        if op["op"] == "remove":
+            del target[last]
+        else:
+            target[last] = copy.deepcopy(op["value"])
+    return doc

@@ -19,16 +19,33 @@ def events(api: MemoryApi) -> list[dict]:
     return [obj for (kind, _, _), obj in api.objects.items() if kind == "Event"]
 
 
-def test_a_pass_that_writes_every_child_records_one_event_naming_them():
+def test_a_first_pass_records_one_event_with_its_flags_children_and_phase():
     world = World()
     world.create("flash", {"decode": {"replicas": 2}})
-    world.step("flash")
+    world.reconcile("flash")
     applied = [w for w in world.api.log if w.verb == "apply" and w.key[0] != "DSV4Deployment"]
     assert len(applied) >= 12  # the engine ConfigMap, StatefulSets, Services, router, RBAC
-    recorded = world.events("Applied")
-    assert len(recorded) == 1
+    assert [e["reason"] for e in events(world.api)] == ["Initialized"]
+    message = events(world.api)[0]["message"]
+    revision = world.rollout()["stableRevision"]
+    assert message.startswith(f"revision {revision}: hicache=off")
+    assert message.endswith("; phase Progressing")
     for _, _, name in {w.key for w in applied}:
-        assert name in recorded[0]["message"]
+        assert name in message
+
+
+def test_a_later_pass_that_writes_every_child_records_one_applied_event_naming_them():
+    world = World()
+    world.create("flash")
+    world.until("Ready", lambda: (world.obj().get("status") or {}).get("phase") == "Ready")
+    world.patch_spec("flash", {"decode": {"replicas": 2}, "prefill": {"replicas": 2}})
+    start = len(world.api.log)
+    world.reconcile("flash")
+    written = {w.key for w in world.api.log[start:] if w.verb == "apply"}
+    (recorded,) = world.events("Applied")
+    assert len(written) >= 2
+    for _, _, name in written:
+        assert name in recorded["message"]
 
 
 def test_a_recurring_event_is_counted_on_the_first_one_not_copied():

@@ -2,12 +2,13 @@
 
 import yaml
 
-from dsv4_engine.engine_config import load_engine_yaml
+from dsv4_engine.engine_config import dump_engine_yaml, load_engine_yaml
 from dsv4_engine.features import Role
 from dsv4_operator.api.samples import load_sample, merge_patch
 from dsv4_operator.api.spec import DSV4DeploymentSpec
+from dsv4_operator.render import engine as rendered
 from dsv4_operator.render import render_all
-from dsv4_operator.render.engine import short_hash
+from dsv4_operator.render.engine import engine_config, short_hash
 from dsv4_operator.render.meta import ANNOTATION_CONFIG_HASH, LABEL_COMPONENT, Owner
 
 OWNER = Owner(name="flash", namespace="serving", uid="uid-1")
@@ -222,3 +223,17 @@ def test_no_child_holds_an_empty_list_the_api_server_would_drop():
     kept: it means "all".)"""
     for (kind, name), obj in render().items():
         assert not _empty_lists(obj), f"{kind}/{name}: {_empty_lists(obj)}"
+
+
+def test_engine_yaml_is_rendered_once_per_spec_and_equal_to_a_fresh_render():
+    spec = DSV4DeploymentSpec.model_validate(load_sample()["spec"])
+    edited = DSV4DeploymentSpec.model_validate(
+        merge_patch(load_sample()["spec"], {"features": {"hicache": {"enabled": True, "ratio": 2}}})
+    )
+    for role in Role:
+        assert rendered.engine_yaml(spec, role) == dump_engine_yaml(engine_config(spec, role))
+        assert rendered.engine_yaml(spec, role) is rendered.engine_yaml(
+            spec, role
+        )  # the same text, kept
+        assert rendered.engine_yaml(edited, role) == dump_engine_yaml(engine_config(edited, role))
+        assert rendered.engine_yaml(edited, role) != rendered.engine_yaml(spec, role)
