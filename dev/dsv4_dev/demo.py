@@ -35,7 +35,7 @@ from typing import Any
 
 from dsv4_dev.cluster.binaries import MissingBinaryError, cache_dir
 from dsv4_dev.cluster.local import ClusterError, LocalCluster
-from dsv4_dev.localrun.runtime import free_port
+from dsv4_dev.localrun.runtime import READY, free_port
 from dsv4_engine.probe.html_report import render_html
 from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.rollout import Transfer
@@ -60,10 +60,15 @@ def say(message: str) -> None:
 
 
 @contextlib.contextmanager
-def background(command: list[str], log_path: Path, env: dict[str, str]) -> Iterator[None]:
+def background(
+    command: list[str], log_path: Path, env: dict[str, str], ready: str | None = None
+) -> Iterator[None]:
+    """``command`` running, logging to ``log_path``; with ``ready``, once it logged that."""
     with log_path.open("w") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
+        if ready is not None:
+            wait(f"{ready!r} in {log_path}", lambda: _logged(proc, log_path, ready))
         yield
     finally:
         if proc.poll() is None:
@@ -72,6 +77,12 @@ def background(command: list[str], log_path: Path, env: dict[str, str]) -> Itera
                 proc.wait(30)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+def _logged(proc: subprocess.Popen, log_path: Path, line: str) -> bool:
+    if proc.poll() is not None:
+        raise ClusterError(f"{proc.args} exited: {log_path.read_text()[-2000:]}")
+    return line in log_path.read_text()
 
 
 def wait(what: str, probe: Callable[[], Any], timeout: float = STEP_TIMEOUT_S) -> Any:
@@ -214,7 +225,7 @@ def local_world(
         cluster.kubectl("create", "namespace", NAMESPACE, check=False)
         with (
             background(operator, out_dir / "operator.log", env),
-            background(runtime, out_dir / "localrun.log", env),
+            background(runtime, out_dir / "localrun.log", env, READY),
         ):
             say(f"operator and local runtime started; logs in {out_dir}")
             apply_sample(cluster, sample)

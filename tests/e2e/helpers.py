@@ -26,7 +26,7 @@ from dsv4_dev.cluster.binaries import kubectl
 from dsv4_dev.cluster.local import LocalCluster
 from dsv4_dev.localrun import accounts
 from dsv4_dev.localrun.probes import IMAGES_ENV
-from dsv4_dev.localrun.runtime import free_port
+from dsv4_dev.localrun.runtime import READY, free_port
 from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.samples import shipped_sample
 from dsv4_operator.runtime import OPERATOR_CONTAINER
@@ -67,18 +67,36 @@ def audit_events(cluster: LocalCluster, offset: int) -> list[dict[str, Any]]:
     return events
 
 
-class Background:
-    """A long-running process of a test (the operator, the local runtime), logging to a file."""
+READY_TIMEOUT_S = 120
 
-    def __init__(self, command: list[str], log: Path, env: dict[str, str]) -> None:
-        self.command, self.log, self.env = command, log, env
+
+class Background:
+    """A long-running process of a test (the operator, the local runtime), logging to a file;
+    with ``ready``, `start` returns once the process has logged that line (after
+    `READY_TIMEOUT_S` it fails, with the log's tail)."""
+
+    def __init__(
+        self, command: list[str], log: Path, env: dict[str, str], ready: str | None = None
+    ) -> None:
+        self.command, self.log, self.env, self.ready = command, log, env, ready
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
+        offset = self.log.stat().st_size if self.log.exists() else 0
         with self.log.open("a") as out:
             self.proc = subprocess.Popen(
                 self.command, stdout=out, stderr=subprocess.STDOUT, env=self.env
             )
+        if self.ready is not None:
+            ready = self.ready
+
+            def logged() -> bool:
+                assert self.proc is not None and self.proc.poll() is None, (
+                    f"{self.command} exited: {self.text()[-3000:]}"
+                )
+                return ready in self.text()[offset:]
+
+            wait_for(f"{ready!r} in {self.log}", logged, READY_TIMEOUT_S)
 
     def text(self) -> str:
         return self.log.read_text()
@@ -126,7 +144,7 @@ def local_runtime(
         IMAGES_ENV: ",".join(f"{pod}={local}" for pod, local in (images or {}).items()),
     }
     return Background(
-        [sys.executable, "-m", "dsv4_dev.localrun.runtime"], logs / "localrun.log", env
+        [sys.executable, "-m", "dsv4_dev.localrun.runtime"], logs / "localrun.log", env, READY
     )
 
 

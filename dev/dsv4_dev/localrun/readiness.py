@@ -14,10 +14,16 @@ then is the pod scheduled and marked Ready.  A probe Job's pod keeps its gate fo
 completes every Job pod it runs, so the runtime reports the probe's exit itself (`probes`).
 When the runtime stops it removes the policy and lifts every gate it still holds on a pod
 that has not ended: without a runtime KWOK plays every pod, as before.
+
+The API server applies a new policy some time after it is created; a pod made meanwhile is
+KWOK's (Ready at once, a probe pod completed without running).  So the runtime says it
+plays kubelet only once a server-side dry run of a DSV4 pod comes back gated
+(`wait_effective`), and whoever starts it waits for that line (`READY`).
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from dsv4_operator.render.meta import APP, LABEL_COMPONENT, LABEL_NAME, PROBE_COMPONENT
@@ -26,6 +32,7 @@ GATE = "inference.dsv4.dev/local-runtime"
 POLICY = "dsv4-local-runtime-gate"
 _GROUP, _VERSION = "admissionregistration.k8s.io", "v1"
 _COMPONENTS = ("prefill", "decode", "router", PROBE_COMPONENT)
+EFFECTIVE_TIMEOUT_S = 60.0
 
 
 def policy_objects() -> list[tuple[str, dict[str, Any]]]:
@@ -88,6 +95,27 @@ def install(custom: Any) -> None:
             continue
         body = {**body, "metadata": {**body["metadata"], **_version_of(current)}}
         custom.replace_cluster_custom_object(_GROUP, _VERSION, plural, name, body)
+
+
+def wait_effective(core: Any, namespace: str, timeout_s: float = EFFECTIVE_TIMEOUT_S) -> None:
+    """Until the API server gates a new DSV4 pod (a server-side dry run of one in
+    ``namespace``, nothing made); RuntimeError after ``timeout_s``."""
+    from kubernetes import client
+
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(
+            generate_name="dsv4-gate-check-", labels={LABEL_NAME: APP, LABEL_COMPONENT: "router"}
+        ),
+        spec=client.V1PodSpec(containers=[client.V1Container(name="check", image="none")]),
+    )
+    deadline = time.monotonic() + timeout_s
+    while not gated(core.create_namespaced_pod(namespace, pod, dry_run="All")):
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"the API server did not apply MutatingAdmissionPolicy {POLICY} within "
+                f"{timeout_s:.0f}s: new DSV4 pods would not wait for the local runtime"
+            )
+        time.sleep(0.2)
 
 
 def uninstall(custom: Any) -> None:

@@ -59,6 +59,8 @@ from dsv4_operator.render.router import ROUTER_PORT, router_name
 
 log = logging.getLogger("dsv4_dev.localrun")
 READY_TIMEOUT_S = 60.0
+# Logged once new DSV4 pods wait for this runtime (`readiness`): who starts it waits for it.
+READY = "local runtime watching DSV4 pods"
 # A vanished pod's process keeps running this long after it stopped being published and
 # routed to, then gets SIGTERM and finishes what it has in flight — as a Service drops a
 # terminating pod's endpoint before the pod stops.
@@ -419,6 +421,8 @@ class LocalRuntime:
     def run_forever(self, interval: float = 1.0) -> None:
         if self.custom is not None:
             readiness.install(self.custom)
+            readiness.wait_effective(self.core, endpoints.NAMESPACE)
+        log.info("%s; logs in %s", READY, self.workdir)
         try:
             while True:
                 try:
@@ -501,7 +505,6 @@ def main() -> int:
         probes=ProbePods(core, workdir, kubeconfig, images=image_map),
     )
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    log.info("local runtime watching DSV4 pods; logs in %s", workdir)
     runtime.run_forever()
     return 0
 
