@@ -91,7 +91,7 @@ def wait(what: str, probe: Callable[[], Any], timeout: float = STEP_TIMEOUT_S) -
         value = probe()
         if value:
             return value
-        time.sleep(2)
+        time.sleep(0.5)
     raise ClusterError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
@@ -137,8 +137,6 @@ def show_report(cluster: LocalCluster, out_dir: Path, label: str) -> None:
 
 
 def apply_sample(cluster: LocalCluster, name: str) -> None:
-    cluster.kubectl("apply", "--server-side", "-f", str(CRD_PATH))
-    cluster.wait_established("crd/dsv4deployments.inference.dsv4.dev")
     sample = shipped_sample(name)
     cluster.kubectl("apply", "-n", NAMESPACE, "-f", "-", input=json.dumps(sample))
     model = sample["spec"]["model"].get("referenceModel", "random")
@@ -223,6 +221,9 @@ def local_world(
     try:
         cluster.up(log=say)
         cluster.kubectl("create", "namespace", NAMESPACE, check=False)
+        # Before the operator: limited to a namespace, it serves the CRD it finds at start.
+        cluster.kubectl("apply", "--server-side", "-f", str(CRD_PATH))
+        cluster.wait_established("crd/dsv4deployments.inference.dsv4.dev")
         with (
             background(operator, out_dir / "operator.log", env),
             background(runtime, out_dir / "localrun.log", env, READY),
