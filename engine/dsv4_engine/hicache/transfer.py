@@ -193,6 +193,10 @@ class TransferController:
             )
 
     def _run(self) -> None:
+        with torch.inference_mode():  # as the engine's loop: no autograd here either
+            self._serve()
+
+    def _serve(self) -> None:
         while (job := self._jobs.get()) is not None:
             try:
                 if self._stream is None:

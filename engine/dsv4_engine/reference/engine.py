@@ -167,23 +167,28 @@ class Engine:
     # -- the loop -------------------------------------------------------------------------
 
     def _loop(self) -> None:
-        while not self._stop.is_set():
-            self._drain(block=not (self._running or self._waiting))
-            try:
-                self._admit()
-                if self._running:
-                    self._step()
-            except Exception as exc:  # never leave clients hanging on a dead engine
-                logger.exception("engine step failed")
-                for req in list(self._running):
-                    self._finish(req, "abort", f"engine error: {exc}")
-            self.stats.running = len(self._running)
-            self.stats.queued = len(self._waiting)
-            now = time.monotonic()
-            if now >= self._cache_stats_due or not (self._running or self._waiting):
-                # A walk of the whole prefix tree: a few times a second, not every step.
-                self.stats.set_cache(*self.radix.cached_tokens(), self.pool.allocator.free_pages)
-                self._cache_stats_due = now + CACHE_STATS_PERIOD_S
+        # Serving never differentiates: inference mode skips the autograd bookkeeping
+        # (version counters, view tracking) of every small op, ~14% of a step's CPU.
+        with torch.inference_mode():
+            while not self._stop.is_set():
+                self._drain(block=not (self._running or self._waiting))
+                try:
+                    self._admit()
+                    if self._running:
+                        self._step()
+                except Exception as exc:  # never leave clients hanging on a dead engine
+                    logger.exception("engine step failed")
+                    for req in list(self._running):
+                        self._finish(req, "abort", f"engine error: {exc}")
+                self.stats.running = len(self._running)
+                self.stats.queued = len(self._waiting)
+                now = time.monotonic()
+                if now >= self._cache_stats_due or not (self._running or self._waiting):
+                    # A walk of the whole prefix tree: a few times a second, not every step.
+                    self.stats.set_cache(
+                        *self.radix.cached_tokens(), self.pool.allocator.free_pages
+                    )
+                    self._cache_stats_due = now + CACHE_STATS_PERIOD_S
 
     def _drain(self, block: bool) -> None:
         try:
