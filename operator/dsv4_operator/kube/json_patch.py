@@ -2,11 +2,11 @@
 
 The reconciler writes a deployment's status as the JSON patch from what the API server
 holds to what the pass decided, not as a server-side apply of the whole status: most
-passes change a condition or two, and a small patch costs the API server a fraction of a
-whole-status apply (no typed merge of every field, no managed-fields walk of the rest).
-At 500 deployments that is most of what the operator adds to the cluster's own work
-(`make bench-scale`).  A JSON patch and not a merge patch (RFC 7386): a merge patch cannot
-write a null, and a rollout's revisions are hashes of spec fields that may be null.
+passes change a condition or two, and the API server then merges and tracks only those
+fields instead of every field of the status (`make bench-scale` measures what the operator
+adds to the cluster's own work).  A JSON patch and not a merge patch (RFC 7386): a merge
+patch cannot write a null, and a rollout's revisions are hashes of spec fields that may be
+null.
 """
 
 from __future__ import annotations

@@ -364,13 +364,19 @@ class Reconciler:
         try:
             written = self.kube.patch_status(KIND, owner.namespace, owner.name, [guard, *ops])
         except ApiError as err:
-            if err.status == 409:
+            # A patch of paths the object no longer has (its status edited meanwhile) is
+            # refused before the resourceVersion is compared: a 422, a conflict all the same.
+            if err.status == 409 or (err.status == 422 and self._moved(owner, version)):
                 raise StatusConflict(str(err)) from None
             raise
         after = str((written or {}).get("metadata", {}).get("resourceVersion", version))
         if after != version:
             self.expectations.wrote(key, Write(KIND, owner.namespace, owner.name, version))
         return {**obj, "metadata": {**obj["metadata"], "resourceVersion": after}, "status": held}
+
+    def _moved(self, owner: Owner, version: str) -> bool:
+        current = self.kube.get(KIND, owner.namespace, owner.name)
+        return current is None or current["metadata"].get("resourceVersion") != version
 
     # -- reading ------------------------------------------------------------------------
     def _children(

@@ -89,3 +89,24 @@ def test_a_status_write_on_a_moved_object_is_refused_and_decided_again():
     world.reconcile("flash")
     status = world.obj()["status"]
     assert status["observedGeneration"] == world.obj()["metadata"]["generation"]
+
+
+def test_a_status_edited_under_the_pass_so_its_patch_no_longer_applies_is_decided_again():
+    """Someone removes a status field the pass's patch replaces: the API server refuses the
+    patch (a 422, before it compares resourceVersions); the pass reads again and writes."""
+    world = World()
+    world.create("flash")
+    world.until("Ready", lambda: (world.obj().get("status") or {}).get("phase") == "Ready")
+
+    def edit(api, key):
+        api.before_status_write = None
+        obj = api.objects[key]
+        del obj["status"]["conditions"]
+        api._bump(obj)
+
+    world.patch_spec("flash", {"decode": {"replicas": 2}})
+    world.api.before_status_write = edit
+    world.reconcile("flash")
+    status = world.obj()["status"]
+    assert status["observedGeneration"] == world.obj()["metadata"]["generation"]
+    assert {c["type"] for c in status["conditions"]} >= {"Ready", "Progressing"}
