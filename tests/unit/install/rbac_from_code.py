@@ -44,8 +44,7 @@ INFORMER = "informer.py"
 SAMPLES = sorted((PACKAGE.parents[1] / "manifests" / "samples").glob("*-*.yaml"))
 
 # What each `Kube` method sends, in RBAC verbs.  A server-side apply creates the object
-# when it is missing, and the API server then checks `create` as well as `patch`; an apply
-# to a subresource only ever updates.
+# when it is missing, and the API server then checks `create` as well as `patch`.
 KUBE_VERBS: dict[str, tuple[str, ...]] = {
     "get": ("get",),
     "list": ("list",),
@@ -56,12 +55,15 @@ KUBE_VERBS: dict[str, tuple[str, ...]] = {
     "replace": ("update",),
     "delete": ("delete",),
     "patch_merge": ("patch",),
+    "patch_status": ("patch",),
 }
+# Methods that address a subresource of the kind they are given.
+SUBRESOURCE_OF = {"patch_status": "status"}
 # `kube.request(...)` is the raw door: a call to it cannot be mapped to a permission here.
 RAW = "request"
 SENDERS = ("request", "_send")  # the private methods that put a request on the wire
 # Methods whose first argument is a kind (the others take an object).
-BY_KIND = ("get", "list", "snapshot", "watch", "delete", "patch_merge")
+BY_KIND = ("get", "list", "snapshot", "watch", "delete", "patch_merge", "patch_status")
 
 
 class UnresolvedAccess(AssertionError):
@@ -381,15 +383,12 @@ def kube_calls() -> Iterator[Access]:
             method = node.func.attr
             if method == RAW:
                 raise resolver.fail(node, "what a raw kube.request() needs")
-            subresource = next(
-                (resolver.constant(k.value) for k in node.keywords if k.arg == "subresource"),
-                None,
-            )
+            subresource = SUBRESOURCE_OF.get(method)
             if method in BY_KIND:
                 kinds = resolver.kind_argument(node.args[0])
             else:
                 kinds = resolver.object_kinds(node.args[0])
-            verbs = ("patch",) if subresource else KUBE_VERBS[method]
+            verbs = KUBE_VERBS[method]
             for kind in kinds:
                 group, plural = api_group(kind)
                 resource = f"{plural}/{subresource}" if subresource else plural
