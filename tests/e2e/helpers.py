@@ -67,13 +67,13 @@ def audit_events(cluster: LocalCluster, offset: int) -> list[dict[str, Any]]:
     return events
 
 
-READY_TIMEOUT_S = 120
+LOGGED_TIMEOUT_S = 120  # a background process's start, to the line it logs when ready
 
 
 class Background:
     """A long-running process of a test (the operator, the local runtime), logging to a file;
     with ``ready``, `start` returns once the process has logged that line (after
-    `READY_TIMEOUT_S` it fails, with the log's tail)."""
+    `LOGGED_TIMEOUT_S` it fails, with the log's tail)."""
 
     def __init__(
         self, command: list[str], log: Path, env: dict[str, str], ready: str | None = None
@@ -96,7 +96,7 @@ class Background:
                 )
                 return ready in self.text()[offset:]
 
-            wait_for(f"{ready!r} in {self.log}", logged, READY_TIMEOUT_S)
+            wait_for(f"{ready!r} in {self.log}", logged, LOGGED_TIMEOUT_S)
 
     def text(self) -> str:
         return self.log.read_text()

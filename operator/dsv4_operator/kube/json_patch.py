@@ -2,8 +2,8 @@
 
 The reconciler writes a deployment's status as the JSON patch from what the API server
 holds to what the pass decided, not as a server-side apply of the whole status: most
-passes change a condition or two, and the API server then merges and tracks only those
-fields instead of every field of the status (`make bench-scale` measures what the operator
+passes change a condition or two, and the request then carries those fields alone, with no
+server-side-apply merge of the whole status (`make bench-scale` measures what the operator
 adds to the cluster's own work).  A JSON patch and not a merge patch (RFC 7386): a merge
 patch cannot write a null, and a rollout's revisions are hashes of spec fields that may be
 null.
