@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
+
+from dsv4_dev.localrun import processes
 
 READY_TIMEOUT_S = 60.0
 
@@ -27,14 +27,16 @@ def free_port() -> Callable[[], int]:
 
 
 def engine_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "dsv4_engine.cli", *args]
+    return [*processes.ENGINE_CLI, *args]
 
 
-def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = READY_TIMEOUT_S) -> None:
+def wait_ready(
+    url: str, proc: processes.Started, log: Path, timeout_s: float = READY_TIMEOUT_S
+) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}: {proc.stderr.read()}")
+            raise RuntimeError(f"server exited with {proc.returncode}: {log.read_text()}")
         try:
             with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
                 if resp.status == 200:
@@ -44,41 +46,33 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = READY_TIMEOU
     raise TimeoutError(f"{url}/health not ready after {timeout_s}s")
 
 
-def _servers() -> Iterator[Callable[..., str]]:
-    """start(*flags, env={...}) -> base URL; every server started is stopped at the end."""
-    procs: list[subprocess.Popen] = []
+def _servers(logs: Path) -> Iterator[Callable[..., str]]:
+    """start(*flags, env={...}) -> base URL; every server started is stopped at the end.
+    Started as the local runtime starts engines (forked: `dsv4_dev.localrun.forks`), each
+    with its log in ``logs``."""
+    procs: list[processes.Started] = []
 
     def start(*flags: str, env: dict[str, str] | None = None, cmd: str = "serve") -> str:
         port = _free_port()
-        proc = subprocess.Popen(
-            engine_cmd(cmd, "--port", str(port), *flags),
-            env={**os.environ, **(env or {})},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        log = logs / f"{cmd}-{port}.log"
+        proc = processes.popen(engine_cmd(cmd, "--port", str(port), *flags), env or {}, log)
         procs.append(proc)
         url = f"http://127.0.0.1:{port}"
-        wait_ready(url, proc)
+        wait_ready(url, proc, log)
         return url
 
     yield start
     for proc in procs:
-        proc.terminate()
-    for proc in procs:
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        processes.terminate(proc)
 
 
 @pytest.fixture
-def start_server() -> Iterator[Callable[..., str]]:
+def start_server(tmp_path: Path) -> Iterator[Callable[..., str]]:
     """start_server(*flags, env={...}) -> base URL; stopped when the test ends."""
-    yield from _servers()
+    yield from _servers(tmp_path)
 
 
 @pytest.fixture(scope="module")
-def start_server_module() -> Iterator[Callable[..., str]]:
+def start_server_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., str]]:
     """The same, for servers a module's tests share; stopped when the module ends."""
-    yield from _servers()
+    yield from _servers(tmp_path_factory.mktemp("servers"))

@@ -1,4 +1,9 @@
-"""Starting and stopping the local processes that stand in for pods' containers."""
+"""Starting and stopping the local processes that stand in for pods' containers.
+
+A `dsv4-engine` command (an engine's `serve`, a router) is forked from the fork server
+(`forks`): the same argv, environment, log and session as a fresh process, without each
+one importing torch again.  Anything else (podman, Prometheus, a probe) is started as it is.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +11,31 @@ import os
 import signal
 import subprocess
 from pathlib import Path
+from typing import Protocol
 
 from dsv4_dev import images
+from dsv4_dev.localrun.forks import ENGINE_CLI, ForkServer
+
+FORKS = ForkServer()
 
 
-def popen(command: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen:
+class Started(Protocol):
+    """What the runtime asks of a started process (`subprocess.Popen` and `forks.Forked`)."""
+
+    pid: int
+    returncode: int | None
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+def popen(command: list[str], env: dict[str, str], log_path: Path) -> Started:
     """``command`` in its own session (so stopping it stops its children too), its output
-    appended to ``log_path``, with ``env`` over this process's environment."""
+    appended to ``log_path``, with ``env`` over this process's environment.  A
+    `dsv4-engine` command is forked (see the module)."""
+    if tuple(command[: len(ENGINE_CLI)]) == ENGINE_CLI:
+        return FORKS.fork(command, env, log_path)
     with log_path.open("a") as out:
         return subprocess.Popen(
             command,
@@ -23,16 +46,28 @@ def popen(command: list[str], env: dict[str, str], log_path: Path) -> subprocess
         )
 
 
-def terminate(process: subprocess.Popen, container: str | None = None) -> None:
+def terminate(process: Started, container: str | None = None) -> None:
     """SIGTERM, as kubelet stops a container, then SIGKILL after a grace period.  For a
     process that is `podman run` of ``container``, the container goes too: podman passes
     the SIGTERM on, but a `run` killed past its grace leaves its container behind."""
     if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
+        _signal(process, signal.SIGTERM)
         try:
             process.wait(10)
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
+            _signal(process, signal.SIGKILL)
             process.wait(5)
     if container is not None:
         images.podman("rm", "--force", "--ignore", container)
+
+
+def _signal(process: Started, sig: signal.Signals) -> None:
+    """``sig`` to the process's session; to the process alone if it has not made its
+    session yet (a fork stopped the instant it started)."""
+    try:
+        os.killpg(process.pid, sig)
+    except ProcessLookupError:
+        try:
+            os.kill(process.pid, sig)
+        except ProcessLookupError:
+            pass  # it has just exited: wait() collects it

@@ -29,7 +29,6 @@ import logging
 import os
 import signal
 import socket
-import subprocess
 import sys
 import time
 import urllib.request
@@ -42,7 +41,7 @@ import yaml
 from dsv4_dev import images
 from dsv4_dev.localrun import endpoints, processes, readiness
 from dsv4_dev.localrun.probes import IMAGES_ENV, ProbePods, parse_image_map, serialized
-from dsv4_engine.commands.launch import fault_env
+from dsv4_engine.commands import launch
 from dsv4_engine.engine_config import Backend, load_engine_yaml
 from dsv4_operator.render.engine import ENGINE_PORT, short_hash
 from dsv4_operator.render.meta import (
@@ -84,7 +83,7 @@ class Process:
     instance: str  # the slice: `<name>` or `<name>--canary`
     component: str  # prefill | decode | router
     url: str
-    popen: subprocess.Popen
+    popen: processes.Started
     command: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     bootstrap_port: int | None = None
@@ -128,9 +127,9 @@ def local_engine_yaml(text: str, port: int, bootstrap_port: int) -> tuple[str, d
             "extra_args": (),
         }
     )
-    return yaml.safe_dump(local.model_dump(mode="json", by_alias=True), sort_keys=True), fault_env(
-        config
-    )
+    return yaml.safe_dump(
+        local.model_dump(mode="json", by_alias=True), sort_keys=True
+    ), launch.fault_env(config)
 
 
 @dataclass
@@ -232,11 +231,8 @@ class LocalRuntime:
         engine = [c["image"] for c in spec["containers"] if c["name"] == ENGINE_CONTAINER]
         image = self.images.get(engine[0]) if engine else None
         if image is None:
-            config_path = self.workdir / f"{stem}.yaml"
-            config_path.write_text(local)
-            command = [
-                sys.executable, "-m", "dsv4_engine.cli", "launch", "--config", str(config_path)
-            ]  # fmt: skip
+            # What the image's `dsv4-engine launch` would exec for this engine.yaml.
+            command, env = launch.command(load_engine_yaml(local))
             self._spawn(pod, command, env, port, bootstrap)
             return
         # The pod's container from the image: its command, user and security context, its
@@ -279,7 +275,7 @@ class LocalRuntime:
         if not prefill or not decode:
             return  # engines first, like a router whose workers are not up yet
         port = free_port()
-        command = [sys.executable, "-m", "dsv4_engine.cli", "router", "--port", str(port)]
+        command = [*processes.ENGINE_CLI, "router", "--port", str(port)]
         for worker in prefill:
             command += ["--prefill", *worker.split()]
         for url in decode:
@@ -419,6 +415,7 @@ class LocalRuntime:
         return data
 
     def run_forever(self, interval: float = 1.0) -> None:
+        processes.FORKS.start()  # the engine's imports, while the gate is set up
         if self.custom is not None:
             readiness.install(self.custom)
             readiness.wait_effective(self.core, endpoints.NAMESPACE)

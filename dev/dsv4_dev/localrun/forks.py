@@ -1,0 +1,184 @@
+"""A fork server for `dsv4-engine` commands: the engine imported once, each engine forked.
+
+A fresh `python -m dsv4_engine.cli serve` spends ~3 CPU-seconds importing torch, aiohttp
+and the engine before it serves anything, and a canary e2e test starts a dozen engines
+and routers on a two-core machine.  The server (`python -m dsv4_dev.localrun.forks`)
+imports them once; each command is then a fork of it that runs the same argv through
+`dsv4_engine.cli.main` — the same code a fresh process runs, the environment given on
+top of the server's (which is its starter's), output to the log given, in its own session.
+
+The server reads one JSON request per line on stdin and answers one JSON line each:
+``{"fork": [args], "env": {...}, "log": path}`` → ``{"pid": n}``, and ``{"exit": pid}`` →
+``{"code": n}`` (None while it runs; minus the signal that ended it, as Popen's).  It
+exits when its stdin closes; the forked commands keep running, as processes a runtime
+started would.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+ENGINE_CLI = (sys.executable, "-m", "dsv4_engine.cli")
+# What an engine or a router imports before it serves.
+PRELOAD = (
+    "dsv4_engine.cli",
+    "dsv4_engine.commands.router",
+    "dsv4_engine.commands.serve",
+    "dsv4_engine.reference.router",
+    "dsv4_engine.reference.server",
+)
+POLL_S = 0.05
+
+
+class ForkServerError(RuntimeError):
+    """The fork server is gone, so the commands it forked cannot be followed."""
+
+
+class ForkServer:
+    """The starting side: starts the server on first use, asks it to fork and for exits."""
+
+    def __init__(self) -> None:
+        self._server: subprocess.Popen | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """Start the server now (its imports take seconds) rather than at the first fork."""
+        with self._lock:
+            self._started()
+
+    def fork(self, command: list[str], env: dict[str, str], log_path: Path) -> Forked:
+        """``command`` (``ENGINE_CLI`` + arguments) forked, as `processes.popen` starts it."""
+        if tuple(command[: len(ENGINE_CLI)]) != ENGINE_CLI:
+            raise ValueError(f"not a dsv4-engine command: {command}")
+        args = command[len(ENGINE_CLI) :]
+        answer = self._ask({"fork": args, "env": env, "log": str(log_path)})
+        return Forked(self, command, answer["pid"])
+
+    def exit_code(self, pid: int) -> int | None:
+        return self._ask({"exit": pid})["code"]
+
+    def _started(self) -> subprocess.Popen:
+        if self._server is None or self._server.poll() is not None:
+            self._server = subprocess.Popen(
+                [sys.executable, "-m", __name__],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                start_new_session=True,  # a Ctrl-C meant for its starter is not for it
+            )
+        return self._server
+
+    def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            server = self._started()
+            assert server.stdin is not None and server.stdout is not None
+            try:
+                server.stdin.write(json.dumps(request) + "\n")
+                server.stdin.flush()
+                line = server.stdout.readline()
+            except OSError as err:
+                line = f"{err}"
+            if not line.endswith("\n"):
+                raise ForkServerError(
+                    f"the fork server exited ({server.poll()}): {line or 'no answer'}"
+                )
+            return json.loads(line)
+
+
+class Forked:
+    """A forked command with the face of the `subprocess.Popen` it replaces."""
+
+    def __init__(self, server: ForkServer, args: list[str], pid: int) -> None:
+        self.args = args
+        self.pid = pid
+        self.returncode: int | None = None
+        self._server = server
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._server.exit_code(self.pid)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+            time.sleep(POLL_S)
+        return code
+
+
+def serve() -> None:
+    """The server: preload, then fork and report exits until stdin closes."""
+    for name in PRELOAD:
+        importlib.import_module(name)
+    # Answers go on a private copy of stdout: a stray print of an import cannot garble them.
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    exits: dict[int, int] = {}
+    for line in sys.stdin:
+        request = json.loads(line)
+        if "fork" in request:
+            pid = os.fork()
+            if pid == 0:
+                answers.close()
+                _child(request["fork"], request["env"], request["log"])
+            answer: dict[str, Any] = {"pid": pid}
+        else:
+            _reap(exits)
+            answer = {"code": exits.get(request["exit"])}
+        answers.write(json.dumps(answer) + "\n")
+        answers.flush()
+
+
+def _reap(exits: dict[int, int]) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        exits[pid] = os.waitstatus_to_exitcode(status)
+
+
+def _child(args: list[str], env: dict[str, str], log_path: str) -> None:
+    """What `python -m dsv4_engine.cli ARGS` does, in a forked server: never returns."""
+    code = 1
+    try:
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDONLY)
+        log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.dup2(null, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(null)
+        os.close(log)
+        os.environ.update(env)
+        from dsv4_engine import cli
+
+        code = cli.main(args)
+    except SystemExit as exit_:
+        if isinstance(exit_.code, int) or exit_.code is None:
+            code = exit_.code or 0
+        else:
+            print(exit_.code, file=sys.stderr)
+    except BaseException:  # noqa: BLE001 - reported as a fresh interpreter reports it
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+if __name__ == "__main__":
+    serve()

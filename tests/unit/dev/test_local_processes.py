@@ -1,0 +1,84 @@
+"""The local runtime's processes: a `dsv4-engine` command is forked from the fork server
+(the engine imported once) and behaves as the fresh process it replaces — its argv, its
+environment, its log, its exit code, its own session, stopped by SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from dsv4_dev.localrun import processes
+from dsv4_dev.localrun.forks import Forked
+from dsv4_dev.localrun.runtime import free_port
+
+WAIT_S = 60.0
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def _until(what: str, check, timeout_s: float = WAIT_S) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"not {what} after {timeout_s} s"
+        time.sleep(0.1)
+
+
+def test_an_engine_command_is_forked_and_logs_and_exits_as_a_fresh_process_would(tmp_path):
+    log = tmp_path / "router.log"
+    started = processes.popen([*processes.ENGINE_CLI, "router", "--port", "1"], {}, log)
+    assert isinstance(started, Forked)
+    assert started.wait(WAIT_S) == 2  # argparse: --prefill and --decode are required
+    assert "the following arguments are required: --prefill" in log.read_text()
+    assert started.returncode == started.poll() == 2
+
+
+def test_the_environment_reaches_the_forked_engine(tmp_path):
+    log = tmp_path / "engine.log"
+    env = {"DSV4_INJECT_UNGATED_INDEX_K": "sometimes"}
+    port = free_port()
+    started = processes.popen([*processes.ENGINE_CLI, "serve", "--port", str(port)], env, log)
+    assert started.wait(WAIT_S) != 0
+    assert "DSV4_INJECT_UNGATED_INDEX_K='sometimes'" in log.read_text()
+    assert "DSV4_INJECT_UNGATED_INDEX_K" not in os.environ  # the child's, not the runtime's
+
+
+def test_a_forked_engine_serves_in_its_own_session_and_stops_on_sigterm(tmp_path):
+    log = tmp_path / "engine.log"
+    port = free_port()
+    started = processes.popen([*processes.ENGINE_CLI, "serve", "--port", str(port)], {}, log)
+    try:
+
+        def answers() -> bool:
+            assert started.poll() is None, log.read_text()
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                    return r.status == 200
+            except OSError:
+                return False
+
+        _until("serving", answers)
+        assert os.getpgid(started.pid) == started.pid  # its own session, as Popen's
+        assert _parent(started.pid) != os.getpid()  # forked by the fork server, not here
+        with pytest.raises(subprocess.TimeoutExpired):
+            started.wait(0.1)
+    finally:
+        processes.terminate(started)
+    assert started.poll() is not None
+    assert started.returncode in (0, -signal.SIGTERM)
+
+
+def test_other_commands_are_started_as_they_are(tmp_path):
+    log = tmp_path / "echo.log"
+    started = processes.popen([sys.executable, "-c", "print('plain')"], {}, log)
+    assert isinstance(started, subprocess.Popen)
+    assert started.wait(WAIT_S) == 0
+    assert log.read_text() == "plain\n"
