@@ -11,6 +11,19 @@ import pytest
 from dsv4_engine.probe.scripted_server import ScriptedCompletionServer
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the group marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests that share a costly session- or module-scoped fixture (a real SGLang process,
+    Triton's interpreter, seeded race trials) run on one pytest-xdist worker: every worker
+    that runs one of them computes the fixture again.  `sglang` tests share session
+    fixtures across files; a `shared_fixture` module's, its own."""
+    for item in items:
+        if item.get_closest_marker("sglang") is not None:
+            item.add_marker(pytest.mark.xdist_group("sglang"))
+        elif item.get_closest_marker("shared_fixture") is not None:
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
 class ScriptedServerThread:
     """The scripted server on its own loop and thread: the CLI runs its own asyncio.run."""
 

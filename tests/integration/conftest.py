@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from dsv4_dev.localrun import processes
+from dsv4_dev.localrun.forks import ENGINE_CLI
 
 READY_TIMEOUT_S = 60.0
 
@@ -27,7 +28,7 @@ def free_port() -> Callable[[], int]:
 
 
 def engine_cmd(*args: str) -> list[str]:
-    return [*processes.ENGINE_CLI, *args]
+    return [*ENGINE_CLI, *args]
 
 
 def wait_ready(

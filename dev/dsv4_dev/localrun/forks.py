@@ -1,17 +1,19 @@
-"""A fork server for `dsv4-engine` commands: the engine imported once, each engine forked.
+"""A fork server for the project's own commands: imported once, each command forked.
 
 A fresh `python -m dsv4_engine.cli serve` spends ~3 CPU-seconds importing torch, aiohttp
-and the engine before it serves anything, and a canary e2e test starts a dozen engines
-and routers on a two-core machine.  The server (`python -m dsv4_dev.localrun.forks`)
-imports them once; each command is then a fork of it that runs the same argv through
-`dsv4_engine.cli.main` — the same code a fresh process runs, the environment given on
-top of the server's (which is its starter's), output to the log given, in its own session.
+and the engine before it serves anything (a probe Job's `dsv4ctl probe`, ~1.3 s), and a
+canary e2e test starts a dozen engines and routers and a probe on a two-core machine.  The
+server (`python -m dsv4_dev.localrun.forks`) imports them once; each command is then a
+fork of it that calls the entry point a fresh process would (`python -m dsv4_engine.cli`,
+or the venv's console script) with the same `sys.argv` — the same code, the environment
+given on top of the server's (which is its starter's), output to the log given, in its own
+session.
 
 The server reads one JSON request per line on stdin and answers one JSON line each:
-``{"fork": [args], "env": {...}, "log": path}`` → ``{"pid": n}``, and ``{"exit": pid}`` →
-``{"code": n}`` (None while it runs; minus the signal that ended it, as Popen's).  It
-exits when its stdin closes; the forked commands keep running, as processes a runtime
-started would.
+``{"fork": entry, "argv": [...], "env": {...}, "log": path}`` → ``{"pid": n}``, and
+``{"exit": pid}`` → ``{"code": n}`` (None while it runs; minus the signal that ended it, as
+Popen's).  It exits when its stdin closes; the forked commands keep running, as processes
+a runtime started would.
 """
 
 from __future__ import annotations
@@ -28,13 +30,17 @@ from pathlib import Path
 from typing import Any
 
 ENGINE_CLI = (sys.executable, "-m", "dsv4_engine.cli")
-# What an engine or a router imports before it serves.
+# The venv's console scripts forked (what the pods the local runtime plays run), by name.
+SCRIPTS = {"dsv4ctl": "dsv4_operator.cli.main:main"}
+# What an engine, a router or a probe imports before it works.
 PRELOAD = (
     "dsv4_engine.cli",
     "dsv4_engine.commands.router",
     "dsv4_engine.commands.serve",
     "dsv4_engine.reference.router",
     "dsv4_engine.reference.server",
+    "dsv4_operator.cli.main",
+    "dsv4_operator.cli.probe",
 )
 POLL_S = 0.05
 
@@ -56,11 +62,12 @@ class ForkServer:
             self._started()
 
     def fork(self, command: list[str], env: dict[str, str], log_path: Path) -> Forked:
-        """``command`` (``ENGINE_CLI`` + arguments) forked, as `processes.popen` starts it."""
-        if tuple(command[: len(ENGINE_CLI)]) != ENGINE_CLI:
-            raise ValueError(f"not a dsv4-engine command: {command}")
-        args = command[len(ENGINE_CLI) :]
-        answer = self._ask({"fork": args, "env": env, "log": str(log_path)})
+        """``command`` forked, as `processes.popen` starts it (see `entry`)."""
+        found = entry_point(command)
+        if found is None:
+            raise ValueError(f"not a command the fork server runs: {command}")
+        entry, argv = found
+        answer = self._ask({"fork": entry, "argv": argv, "env": env, "log": str(log_path)})
         return Forked(self, command, answer["pid"])
 
     def exit_code(self, pid: int) -> int | None:
@@ -92,6 +99,21 @@ class ForkServer:
                     f"the fork server exited ({server.poll()}): {line or 'no answer'}"
                 )
             return json.loads(line)
+
+
+def forkable(command: list[str]) -> bool:
+    return entry_point(command) is not None
+
+
+def entry_point(command: list[str]) -> tuple[str, list[str]] | None:
+    """(entry point, sys.argv) a fresh process of ``command`` would run: `python -m
+    dsv4_engine.cli ARGS`, or one of ``SCRIPTS`` in this interpreter's bin folder."""
+    if tuple(command[: len(ENGINE_CLI)]) == ENGINE_CLI:
+        return "dsv4_engine.cli:main", ["-m", *command[len(ENGINE_CLI) :]]
+    script = Path(command[0]) if command else Path()
+    if script.parent == Path(sys.executable).parent and script.name in SCRIPTS:
+        return SCRIPTS[script.name], command
+    return None
 
 
 class Forked:
@@ -131,7 +153,7 @@ def serve() -> None:
             pid = os.fork()
             if pid == 0:
                 answers.close()
-                _child(request["fork"], request["env"], request["log"])
+                _child(request["fork"], request["argv"], request["env"], request["log"])
             answer: dict[str, Any] = {"pid": pid}
         else:
             _reap(exits)
@@ -151,8 +173,9 @@ def _reap(exits: dict[int, int]) -> None:
         exits[pid] = os.waitstatus_to_exitcode(status)
 
 
-def _child(args: list[str], env: dict[str, str], log_path: str) -> None:
-    """What `python -m dsv4_engine.cli ARGS` does, in a forked server: never returns."""
+def _child(entry: str, argv: list[str], env: dict[str, str], log_path: str) -> None:
+    """What a fresh process would do, in a forked server: ``entry()`` with ``argv`` as
+    sys.argv (``-m`` for the module's file, as `python -m` sets it).  Never returns."""
     code = 1
     try:
         os.setsid()
@@ -164,9 +187,10 @@ def _child(args: list[str], env: dict[str, str], log_path: str) -> None:
         os.close(null)
         os.close(log)
         os.environ.update(env)
-        from dsv4_engine import cli
-
-        code = cli.main(args)
+        module, _, name = entry.partition(":")
+        loaded = importlib.import_module(module)
+        sys.argv = [loaded.__file__ or module, *argv[1:]] if argv[0] == "-m" else argv
+        code = getattr(loaded, name)()
     except SystemExit as exit_:
         if isinstance(exit_.code, int) or exit_.code is None:
             code = exit_.code or 0

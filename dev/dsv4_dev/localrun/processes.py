@@ -1,8 +1,9 @@
 """Starting and stopping the local processes that stand in for pods' containers.
 
-A `dsv4-engine` command (an engine's `serve`, a router) is forked from the fork server
-(`forks`): the same argv, environment, log and session as a fresh process, without each
-one importing torch again.  Anything else (podman, Prometheus, a probe) is started as it is.
+The project's own commands (an engine's `serve`, a router, a probe Job's `dsv4ctl probe`)
+are forked from the fork server (`forks`): the same argv, environment, log and session as
+a fresh process, without each one importing torch again.  Anything else (podman,
+Prometheus) is started as it is.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Protocol
 
 from dsv4_dev import images
-from dsv4_dev.localrun.forks import ENGINE_CLI, ForkServer
+from dsv4_dev.localrun.forks import ForkServer, forkable
 
 FORKS = ForkServer()
 
@@ -32,9 +33,9 @@ class Started(Protocol):
 
 def popen(command: list[str], env: dict[str, str], log_path: Path) -> Started:
     """``command`` in its own session (so stopping it stops its children too), its output
-    appended to ``log_path``, with ``env`` over this process's environment.  A
-    `dsv4-engine` command is forked (see the module)."""
-    if tuple(command[: len(ENGINE_CLI)]) == ENGINE_CLI:
+    appended to ``log_path``, with ``env`` over this process's environment.  The
+    project's own commands are forked (see the module)."""
+    if forkable(command):
         return FORKS.fork(command, env, log_path)
     with log_path.open("a") as out:
         return subprocess.Popen(

@@ -40,6 +40,7 @@ import yaml
 
 from dsv4_dev import images
 from dsv4_dev.localrun import endpoints, processes, readiness
+from dsv4_dev.localrun.forks import ENGINE_CLI
 from dsv4_dev.localrun.probes import IMAGES_ENV, ProbePods, parse_image_map, serialized
 from dsv4_engine.commands import launch
 from dsv4_engine.engine_config import Backend, load_engine_yaml
@@ -275,7 +276,7 @@ class LocalRuntime:
         if not prefill or not decode:
             return  # engines first, like a router whose workers are not up yet
         port = free_port()
-        command = [*processes.ENGINE_CLI, "router", "--port", str(port)]
+        command = [*ENGINE_CLI, "router", "--port", str(port)]
         for worker in prefill:
             command += ["--prefill", *worker.split()]
         for url in decode:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from dsv4_dev.localrun import processes
-from dsv4_dev.localrun.forks import Forked
+from dsv4_dev.localrun.forks import ENGINE_CLI, Forked
 from dsv4_dev.localrun.runtime import free_port
 
 WAIT_S = 60.0
@@ -34,7 +34,7 @@ def _until(what: str, check, timeout_s: float = WAIT_S) -> None:  # noqa: ANN001
 
 def test_an_engine_command_is_forked_and_logs_and_exits_as_a_fresh_process_would(tmp_path):
     log = tmp_path / "router.log"
-    started = processes.popen([*processes.ENGINE_CLI, "router", "--port", "1"], {}, log)
+    started = processes.popen([*ENGINE_CLI, "router", "--port", "1"], {}, log)
     assert isinstance(started, Forked)
     assert started.wait(WAIT_S) == 2  # argparse: --prefill and --decode are required
     assert "the following arguments are required: --prefill" in log.read_text()
@@ -45,7 +45,7 @@ def test_the_environment_reaches_the_forked_engine(tmp_path):
     log = tmp_path / "engine.log"
     env = {"DSV4_INJECT_UNGATED_INDEX_K": "sometimes"}
     port = free_port()
-    started = processes.popen([*processes.ENGINE_CLI, "serve", "--port", str(port)], env, log)
+    started = processes.popen([*ENGINE_CLI, "serve", "--port", str(port)], env, log)
     assert started.wait(WAIT_S) != 0
     assert "DSV4_INJECT_UNGATED_INDEX_K='sometimes'" in log.read_text()
     assert "DSV4_INJECT_UNGATED_INDEX_K" not in os.environ  # the child's, not the runtime's
@@ -54,7 +54,7 @@ def test_the_environment_reaches_the_forked_engine(tmp_path):
 def test_a_forked_engine_serves_in_its_own_session_and_stops_on_sigterm(tmp_path):
     log = tmp_path / "engine.log"
     port = free_port()
-    started = processes.popen([*processes.ENGINE_CLI, "serve", "--port", str(port)], {}, log)
+    started = processes.popen([*ENGINE_CLI, "serve", "--port", str(port)], {}, log)
     try:
 
         def answers() -> bool:
@@ -82,3 +82,17 @@ def test_other_commands_are_started_as_they_are(tmp_path):
     assert isinstance(started, subprocess.Popen)
     assert started.wait(WAIT_S) == 0
     assert log.read_text() == "plain\n"
+
+
+def test_a_probe_jobs_dsv4ctl_is_forked_with_its_argv(tmp_path):
+    log = tmp_path / "probe.log"
+    dsv4ctl = str(Path(sys.executable).parent / "dsv4ctl")
+    started = processes.popen([dsv4ctl, "probe", "--help"], {}, log)
+    assert isinstance(started, Forked)
+    assert started.wait(WAIT_S) == 0
+    assert log.read_text().startswith("usage: dsv4ctl probe")
+
+
+def test_a_command_the_fork_server_does_not_know_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="not a command the fork server runs"):
+        processes.FORKS.fork(["sleep", "1"], {}, tmp_path / "x.log")

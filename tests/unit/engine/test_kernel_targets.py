@@ -19,6 +19,8 @@ import pytest
 
 from dsv4_engine.kernels.limits import TARGETS, Compiled
 
+pytestmark = pytest.mark.shared_fixture
+
 KERNELS = {"store_kernel", "read_kernel", "copy_kernel", "topk_kernel", "score_kernel"}
 
 

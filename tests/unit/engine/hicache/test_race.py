@@ -21,6 +21,8 @@ import pytest
 from dsv4_engine.features import IndexDtype
 from dsv4_engine.hicache.race import RaceConfig, run_trial
 
+pytestmark = pytest.mark.shared_fixture
+
 SEEDS = range(8)
 DTYPES = (IndexDtype.FP8, IndexDtype.BF16)
 
