@@ -30,6 +30,7 @@ from dsv4_dev.localrun.runtime import READY, free_port
 from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.samples import shipped_sample
 from dsv4_operator.runtime import OPERATOR_CONTAINER
+from tests.e2e import kubectl_get
 from tests.unit.operator.harness import MODEL_HOST_PATHS
 
 
@@ -48,7 +49,8 @@ def wait_for(
 
 
 def get_json(cluster: LocalCluster, *args: str) -> dict[str, Any]:
-    return json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
+    """What `kubectl get ARGS -o json` prints (read in process where it can: `kubectl_get`)."""
+    return kubectl_get.get_json(cluster, *args)
 
 
 def apply(cluster: LocalCluster, manifest: dict[str, Any], namespace: str = "default") -> None:
