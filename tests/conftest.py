@@ -13,15 +13,19 @@ from dsv4_engine.probe.scripted_server import ScriptedCompletionServer
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests that share a costly session- or module-scoped fixture (a real SGLang process,
-    Triton's interpreter, seeded race trials) run on one pytest-xdist worker: every worker
-    that runs one of them computes the fixture again.  `sglang` tests share session
-    fixtures across files; a `shared_fixture` module's, its own."""
+    """Tests that share a costly session- or module-scoped fixture (real SGLang processes,
+    Triton in a child, seeded race trials) run on one pytest-xdist worker: every worker
+    that runs one of them computes the fixture again.  `shared_fixture("name")` groups
+    several modules (tests/sglang's session fixtures); a bare one, its own module.
+
+    Only fixtures computed out of process belong here: a group is scheduled as one block,
+    so a module that imports Triton compiled would then run before the in-process Triton
+    interpreter tests of its worker (tests/unit/engine/hicache), which need it first."""
     for item in items:
-        if item.get_closest_marker("sglang") is not None:
-            item.add_marker(pytest.mark.xdist_group("sglang"))
-        elif item.get_closest_marker("shared_fixture") is not None:
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+        marker = item.get_closest_marker("shared_fixture")
+        if marker is not None:
+            group = marker.args[0] if marker.args else item.module.__name__
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 class ScriptedServerThread:
