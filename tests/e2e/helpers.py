@@ -24,7 +24,7 @@ import yaml
 from dsv4_dev import images
 from dsv4_dev.cluster.binaries import kubectl
 from dsv4_dev.cluster.local import LocalCluster
-from dsv4_dev.localrun import accounts, forks
+from dsv4_dev.localrun import accounts
 from dsv4_dev.localrun.probes import IMAGES_ENV
 from dsv4_dev.localrun.runtime import READY, free_port
 from dsv4_operator.api.crd import CRD_PATH
@@ -72,32 +72,23 @@ def audit_events(cluster: LocalCluster, offset: int) -> list[dict[str, Any]]:
 LOGGED_TIMEOUT_S = 120  # a background process's start, to the line it logs when ready
 
 
-# The operator and the local runtime, imported once and forked for each start
-# (`dsv4_dev.localrun.forks`): the e2e modules start ~25 of them.
-FORKS = forks.ForkServer(preload=("dsv4_dev.operator", "dsv4_dev.localrun.runtime"))
-
-
 class Background:
     """A long-running process of a test (the operator, the local runtime), logging to a file;
     with ``ready``, `start` returns once the process has logged that line (after
-    `LOGGED_TIMEOUT_S` it fails, with the log's tail).  Forked where the fork server runs
-    the command (`dsv4_dev.localrun.forks`), else a fresh process."""
+    `LOGGED_TIMEOUT_S` it fails, with the log's tail)."""
 
     def __init__(
         self, command: list[str], log: Path, env: dict[str, str], ready: str | None = None
     ) -> None:
         self.command, self.log, self.env, self.ready = command, log, env, ready
-        self.proc: subprocess.Popen | forks.Forked | None = None
+        self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
         offset = self.log.stat().st_size if self.log.exists() else 0
-        if forks.forkable(self.command):
-            self.proc = FORKS.fork(self.command, self.env, self.log)
-        else:
-            with self.log.open("a") as out:
-                self.proc = subprocess.Popen(
-                    self.command, stdout=out, stderr=subprocess.STDOUT, env=self.env
-                )
+        with self.log.open("a") as out:
+            self.proc = subprocess.Popen(
+                self.command, stdout=out, stderr=subprocess.STDOUT, env=self.env
+            )
         if self.ready is not None:
             ready = self.ready
 

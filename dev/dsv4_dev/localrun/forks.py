@@ -21,7 +21,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -31,12 +30,10 @@ from pathlib import Path
 from typing import Any
 
 ENGINE_CLI = (sys.executable, "-m", "dsv4_engine.cli")
-# `python -m MODULE` commands forked, by module (the module's `main` reads sys.argv).
-MODULES = ("dsv4_engine.cli", "dsv4_dev.operator", "dsv4_dev.localrun.runtime")
 # The venv's console scripts forked (what the pods the local runtime plays run), by name.
 SCRIPTS = {"dsv4ctl": "dsv4_operator.cli.main:main"}
-# What an engine, a router or a probe imports before it works (the local runtime's server).
-ENGINE_PRELOAD = (
+# What an engine, a router or a probe imports before it works.
+PRELOAD = (
     "dsv4_engine.cli",
     "dsv4_engine.commands.router",
     "dsv4_engine.commands.serve",
@@ -55,8 +52,7 @@ class ForkServerError(RuntimeError):
 class ForkServer:
     """The starting side: starts the server on first use, asks it to fork and for exits."""
 
-    def __init__(self, preload: tuple[str, ...] = ENGINE_PRELOAD) -> None:
-        self.preload = preload
+    def __init__(self) -> None:
         self._server: subprocess.Popen | None = None
         self._lock = threading.Lock()
 
@@ -71,7 +67,6 @@ class ForkServer:
         if found is None:
             raise ValueError(f"not a command the fork server runs: {command}")
         entry, argv = found
-        log_path.touch()  # there once this returns, as Popen's redirected output is
         answer = self._ask({"fork": entry, "argv": argv, "env": env, "log": str(log_path)})
         return Forked(self, command, answer["pid"])
 
@@ -81,7 +76,7 @@ class ForkServer:
     def _started(self) -> subprocess.Popen:
         if self._server is None or self._server.poll() is not None:
             self._server = subprocess.Popen(
-                [sys.executable, "-m", __name__, *self.preload],
+                [sys.executable, "-m", __name__],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 text=True,
@@ -112,10 +107,9 @@ def forkable(command: list[str]) -> bool:
 
 def entry_point(command: list[str]) -> tuple[str, list[str]] | None:
     """(entry point, sys.argv) a fresh process of ``command`` would run: `python -m
-    MODULE ARGS` of one of ``MODULES``, or one of ``SCRIPTS`` in this interpreter's bin
-    folder."""
-    if command[:2] == [sys.executable, "-m"] and len(command) > 2 and command[2] in MODULES:
-        return f"{command[2]}:main", ["-m", *command[3:]]
+    dsv4_engine.cli ARGS`, or one of ``SCRIPTS`` in this interpreter's bin folder."""
+    if tuple(command[: len(ENGINE_CLI)]) == ENGINE_CLI:
+        return "dsv4_engine.cli:main", ["-m", *command[len(ENGINE_CLI) :]]
     script = Path(command[0]) if command else Path()
     if script.parent == Path(sys.executable).parent and script.name in SCRIPTS:
         return SCRIPTS[script.name], command
@@ -144,17 +138,10 @@ class Forked:
             time.sleep(POLL_S)
         return code
 
-    def send_signal(self, sig: int) -> None:
-        if self.poll() is None:
-            os.kill(self.pid, sig)
 
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
-
-
-def serve(preload: list[str]) -> None:
-    """The server: import ``preload``, then fork and report exits until stdin closes."""
-    for name in preload:
+def serve() -> None:
+    """The server: preload, then fork and report exits until stdin closes."""
+    for name in PRELOAD:
         importlib.import_module(name)
     # Answers go on a private copy of stdout: a stray print of an import cannot garble them.
     answers = os.fdopen(os.dup(1), "w")
@@ -218,4 +205,4 @@ def _child(entry: str, argv: list[str], env: dict[str, str], log_path: str) -> N
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1:])
+    serve()

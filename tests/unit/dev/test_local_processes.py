@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from dsv4_dev.localrun import processes
-from dsv4_dev.localrun.forks import ENGINE_CLI, Forked, ForkServer
-from dsv4_dev.localrun.probes import IMAGES_ENV
+from dsv4_dev.localrun.forks import ENGINE_CLI, Forked
 from dsv4_dev.localrun.runtime import free_port
 
 WAIT_S = 60.0
@@ -97,25 +96,3 @@ def test_a_probe_jobs_dsv4ctl_is_forked_with_its_argv(tmp_path):
 def test_a_command_the_fork_server_does_not_know_is_refused(tmp_path):
     with pytest.raises(ValueError, match="not a command the fork server runs"):
         processes.FORKS.fork(["sleep", "1"], {}, tmp_path / "x.log")
-
-
-def test_a_python_m_module_it_knows_is_forked_with_its_environment(tmp_path):
-    """The e2e tests' operator and local runtime (`python -m MODULE`), from a fork server
-    that preloaded them: the runtime reads its environment as a fresh one would, and a
-    SystemExit message is printed and exits 1, as the interpreter does."""
-    server = ForkServer(preload=("dsv4_dev.localrun.runtime",))
-    log = tmp_path / "runtime.log"
-    env = {IMAGES_ENV: "no-equals-sign"}
-    started = server.fork([sys.executable, "-m", "dsv4_dev.localrun.runtime"], env, log)
-    assert started.wait(WAIT_S) == 1
-    assert "local runtime: $DSV4_LOCALRUN_IMAGES: 'no-equals-sign' is not" in log.read_text()
-
-
-def test_a_forked_process_takes_signals_as_popen_does(tmp_path):
-    log = tmp_path / "router.log"
-    command = [*ENGINE_CLI, "router", "--port", str(free_port()), "--prefill", "http://127.0.0.1:1"]
-    started = processes.popen([*command, "--decode", "http://127.0.0.1:1"], {}, log)
-    assert isinstance(started, Forked)
-    _until("serving", lambda: "dsv4-engine router: ready on" in log.read_text())
-    started.kill()
-    assert started.wait(WAIT_S) == -signal.SIGKILL
