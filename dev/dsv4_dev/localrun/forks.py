@@ -7,7 +7,9 @@ server (`python -m dsv4_dev.localrun.forks`) imports them once; each command is 
 fork of it that calls the entry point a fresh process would (`python -m dsv4_engine.cli`,
 or the venv's console script) with the same `sys.argv` — the same code, the environment
 given on top of the server's (which is its starter's), output to the log given, in its own
-session.
+session.  What the server imports must not read the environment as it is imported, and a
+command is forked only with variables read when used (``CALL_TIME_ENV``): anything else
+would see the server's value, not the command's.
 
 The server reads one JSON request per line on stdin and answers one JSON line each:
 ``{"fork": entry, "argv": [...], "env": {...}, "log": path}`` → ``{"pid": n}``, and
@@ -32,7 +34,11 @@ from typing import Any
 ENGINE_CLI = (sys.executable, "-m", "dsv4_engine.cli")
 # The venv's console scripts forked (what the pods the local runtime plays run), by name.
 SCRIPTS = {"dsv4ctl": "dsv4_operator.cli.main:main"}
-# What an engine, a router or a probe imports before it works.
+# What an engine, a router or a probe imports before it works.  Never a module that reads
+# the environment as it is imported (``READ_AT_IMPORT``): the fork would keep the server's
+# value, not the command's.  The kubernetes client is one (its default kubeconfig is
+# $KUBECONFIG as imported): a probe that kept its starter's would probe as the runtime's
+# admin, not as its pod's ServiceAccount; so `dsv4ctl probe` imports it after its fork.
 PRELOAD = (
     "dsv4_engine.cli",
     "dsv4_engine.commands.router",
@@ -40,7 +46,13 @@ PRELOAD = (
     "dsv4_engine.reference.router",
     "dsv4_engine.reference.server",
     "dsv4_operator.cli.main",
-    "dsv4_operator.cli.probe",
+)
+READ_AT_IMPORT = ("kubernetes", "triton")  # TRITON_INTERPRET decides how kernels decorate
+# The variables a forked command may be given: each is read when used, not at import
+# (fault injection, the kernel backend, Triton's interpreter, a probe's kubeconfig).  A
+# command given any other is started fresh instead.
+CALL_TIME_ENV = frozenset(
+    {"DSV4_INJECT_UNGATED_INDEX_K", "DSV4_KERNEL_BACKEND", "TRITON_INTERPRET", "KUBECONFIG"}
 )
 POLL_S = 0.05
 
@@ -64,9 +76,10 @@ class ForkServer:
     def fork(self, command: list[str], env: dict[str, str], log_path: Path) -> Forked:
         """``command`` forked, as `processes.popen` starts it (see `entry`)."""
         found = entry_point(command)
-        if found is None:
-            raise ValueError(f"not a command the fork server runs: {command}")
+        if found is None or not forkable(command, env):
+            raise ValueError(f"not a command the fork server runs: {command} with {env}")
         entry, argv = found
+        log_path.touch()  # there once this returns, as Popen's redirected output is
         answer = self._ask({"fork": entry, "argv": argv, "env": env, "log": str(log_path)})
         return Forked(self, command, answer["pid"])
 
@@ -101,8 +114,9 @@ class ForkServer:
             return json.loads(line)
 
 
-def forkable(command: list[str]) -> bool:
-    return entry_point(command) is not None
+def forkable(command: list[str], env: dict[str, str]) -> bool:
+    """Whether the fork server runs ``command`` with ``env`` as a fresh process would."""
+    return entry_point(command) is not None and env.keys() <= CALL_TIME_ENV
 
 
 def entry_point(command: list[str]) -> tuple[str, list[str]] | None:

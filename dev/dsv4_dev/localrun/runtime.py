@@ -15,6 +15,10 @@ image `make images` builds) runs that image with podman instead: the pod's comma
 security context and environment, its engine.yaml (made local, as below) where its
 ConfigMap volume would put it.
 
+Engines, routers and probes run from the venv are forked from one fork server that
+imported them once (`forks`): the same entry point, arguments, environment and log as a
+fresh process, without each importing torch again.
+
 Only what cannot run here is changed: parallelism 1, and ports are local.  Everything the
 canary is meant to catch (flags, HiCache, index-K dtype) is exactly what the operator
 rendered.  The engine is never swapped: a pod of a deployment that runs SGLang (it needs

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from dsv4_dev.localrun import processes
-from dsv4_dev.localrun.forks import ENGINE_CLI, Forked
+from dsv4_dev.localrun.forks import ENGINE_CLI, PRELOAD, READ_AT_IMPORT, Forked, ForkServer
 from dsv4_dev.localrun.runtime import free_port
 
 WAIT_S = 60.0
@@ -96,3 +96,50 @@ def test_a_probe_jobs_dsv4ctl_is_forked_with_its_argv(tmp_path):
 def test_a_command_the_fork_server_does_not_know_is_refused(tmp_path):
     with pytest.raises(ValueError, match="not a command the fork server runs"):
         processes.FORKS.fork(["sleep", "1"], {}, tmp_path / "x.log")
+
+
+def test_the_fork_server_imports_nothing_that_reads_the_environment_as_it_is_imported():
+    """A module that reads a variable at import would keep the fork server's value in every
+    fork: the kubernetes client's default kubeconfig ($KUBECONFIG), which would make a
+    forked probe act as the runtime's admin instead of its pod's ServiceAccount."""
+    check = (
+        "import importlib, sys\n"
+        f"for name in {PRELOAD!r}: importlib.import_module(name)\n"
+        f"print(sorted(m for m in {READ_AT_IMPORT!r} if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "http://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+"""
+
+
+def test_a_forked_probe_reads_its_own_kubeconfig(tmp_path, monkeypatch):
+    """The kubeconfig a forked `dsv4ctl` uses is the one its environment names, not the one
+    its fork server started with: here the server's is valid (a cluster that refuses) and
+    the command's is none at all, so reading the server's would fail otherwise."""
+    servers = tmp_path / "server.kubeconfig"
+    servers.write_text(KUBECONFIG)
+    monkeypatch.setenv("KUBECONFIG", str(servers))
+    server = ForkServer()
+    log = tmp_path / "rollout.log"
+    dsv4ctl = str(Path(sys.executable).parent / "dsv4ctl")
+    command = [dsv4ctl, "rollout", "status", "flash", "-n", "default"]
+    started = server.fork(command, {"KUBECONFIG": str(tmp_path / "absent")}, log)
+    assert started.wait(WAIT_S) != 0
+    assert "cannot load kubeconfig" in log.read_text(), log.read_text()
+
+
+def test_a_command_given_a_variable_read_at_import_is_started_fresh(tmp_path):
+    log = tmp_path / "router.log"
+    command = [*ENGINE_CLI, "router", "--port", "1"]
+    started = processes.popen(command, {"PYTHONWARNINGS": "error"}, log)
+    assert isinstance(started, subprocess.Popen)
+    assert started.wait(WAIT_S) == 2
