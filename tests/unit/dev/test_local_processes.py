@@ -17,6 +17,7 @@ import pytest
 from dsv4_dev.localrun import processes
 from dsv4_dev.localrun.forks import ENGINE_CLI, PRELOAD, READ_AT_IMPORT, Forked, ForkServer
 from dsv4_dev.localrun.runtime import free_port
+from tests.unit.operator.test_op_startup import KUBECONFIG
 
 WAIT_S = 60.0
 
@@ -110,15 +111,6 @@ def test_the_fork_server_imports_nothing_that_reads_the_environment_as_it_is_imp
     done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
-
-
-KUBECONFIG = """apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "http://127.0.0.1:1"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: x, context: {cluster: c, user: u}}]
-current-context: x
-"""
 
 
 def test_a_forked_probe_reads_its_own_kubeconfig(tmp_path, monkeypatch):
