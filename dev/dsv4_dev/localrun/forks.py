@@ -1,9 +1,10 @@
 """A fork server for the project's own commands: imported once, each command forked.
 
 A fresh `python -m dsv4_engine.cli serve` spends ~3 CPU-seconds importing torch, aiohttp
-and the engine before it serves anything (a probe Job's `dsv4ctl probe`, ~1.3 s), and a
-canary e2e test starts a dozen engines and routers and a probe on a two-core machine.  The
-server (`python -m dsv4_dev.localrun.forks`) imports them once; each command is then a
+and the engine before it serves anything, and a canary e2e test starts a dozen engines and
+routers and a probe on a two-core machine.  The server (`python -m
+dsv4_dev.localrun.forks`) imports the engine and the CLIs once (``PRELOAD``; a probe still
+imports the kubernetes client itself, below); each command is then a
 fork of it that calls the entry point a fresh process would (`python -m dsv4_engine.cli`,
 or the venv's console script) with the same `sys.argv` — the same code, the environment
 given on top of the server's (which is its starter's), output to the log given, in its own
@@ -74,9 +75,9 @@ class ForkServer:
             self._started()
 
     def fork(self, command: list[str], env: dict[str, str], log_path: Path) -> Forked:
-        """``command`` forked, as `processes.popen` starts it (see `entry`)."""
+        """``command`` forked, as `processes.popen` starts it (see `forkable`)."""
         found = entry_point(command)
-        if found is None or not forkable(command, env):
+        if found is None or not env.keys() <= CALL_TIME_ENV:
             raise ValueError(f"not a command the fork server runs: {command} with {env}")
         entry, argv = found
         log_path.touch()  # there once this returns, as Popen's redirected output is
@@ -87,7 +88,10 @@ class ForkServer:
         return self._ask({"exit": pid})["code"]
 
     def _started(self) -> subprocess.Popen:
-        if self._server is None or self._server.poll() is not None:
+        """The server, started on first use.  One that has exited is not started again:
+        a new one would not know the commands the old one forked, and would answer that
+        they still run."""
+        if self._server is None:
             self._server = subprocess.Popen(
                 [sys.executable, "-m", __name__],
                 stdin=subprocess.PIPE,
@@ -105,12 +109,10 @@ class ForkServer:
                 server.stdin.write(json.dumps(request) + "\n")
                 server.stdin.flush()
                 line = server.stdout.readline()
-            except OSError as err:
-                line = f"{err}"
+            except OSError:
+                line = ""
             if not line.endswith("\n"):
-                raise ForkServerError(
-                    f"the fork server exited ({server.poll()}): {line or 'no answer'}"
-                )
+                raise ForkServerError(f"the fork server exited ({server.poll()})")
             return json.loads(line)
 
 

@@ -15,7 +15,14 @@ from pathlib import Path
 import pytest
 
 from dsv4_dev.localrun import processes
-from dsv4_dev.localrun.forks import ENGINE_CLI, PRELOAD, READ_AT_IMPORT, Forked, ForkServer
+from dsv4_dev.localrun.forks import (
+    ENGINE_CLI,
+    PRELOAD,
+    READ_AT_IMPORT,
+    Forked,
+    ForkServer,
+    ForkServerError,
+)
 from dsv4_dev.localrun.runtime import free_port
 from tests.unit.operator.test_op_startup import KUBECONFIG
 
@@ -135,3 +142,17 @@ def test_a_command_given_a_variable_read_at_import_is_started_fresh(tmp_path):
     started = processes.popen(command, {"PYTHONWARNINGS": "error"}, log)
     assert isinstance(started, subprocess.Popen)
     assert started.wait(WAIT_S) == 2
+
+
+def test_a_fork_server_that_died_is_an_error_not_a_command_still_running(tmp_path):
+    """A new server would not know the old one's commands and would answer that they
+    run: the runtime is told the server is gone instead."""
+    server = ForkServer()
+    log = tmp_path / "router.log"
+    started = server.fork([*ENGINE_CLI, "router", "--port", "1"], {}, log)
+    assert started.wait(WAIT_S) == 2
+    assert server._server is not None
+    server._server.kill()
+    server._server.wait(WAIT_S)
+    with pytest.raises(ForkServerError, match="the fork server exited"):
+        server.fork([*ENGINE_CLI, "router", "--port", "1"], {}, log)
