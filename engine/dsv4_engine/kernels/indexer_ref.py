@@ -37,27 +37,17 @@ def index_scores(
     return indexer_scores(q, w, index_k_ref.read_index_k(buf, locs, fmt, entries))
 
 
-# Up to this many rows, one stable sort is cheaper than building the keys for `torch.topk`
-# (a decode step scores one row per request: ~4x faster there; 128-row prefill chunks
-# the other way round).
-SORTED_ROWS_MAX = 8
-
-
 def topk(scores: torch.Tensor, k: int) -> torch.Tensor:
     """Indices [T, k] of each row's k best scores, best first; ties go to the lower index
     (a stable descending sort's first k, so every backend picks the same set).  Needs k <= n.
 
-    Up to SORTED_ROWS_MAX rows it is that sort.  Beyond, each score becomes one unique
-    int64 key, so `torch.topk` (O(n), unlike a full sort) has no ties to break: the float's
-    bits mapped to an order-preserving int32 in the high half (-0.0 folded into 0.0 first),
-    the bit-inverted index in the low half.
+    Each score becomes one unique int64 key, so `torch.topk` (O(n), unlike a full sort) has
+    no ties to break: the float's bits mapped to an order-preserving int32 in the high half
+    (-0.0 folded into 0.0 first), the bit-inverted index in the low half.
     """
     n = scores.shape[-1]
     if k > n:
         raise ValueError(f"top-k: k={k} exceeds the {n} scores of a row")
-    if scores[..., 0].numel() <= SORTED_ROWS_MAX:
-        ordered = torch.sort(scores.to(torch.float32), dim=-1, descending=True, stable=True)
-        return ordered.indices[..., :k]
     bits = (scores.to(torch.float32) + 0.0).view(torch.int32)  # + 0.0: -0.0 becomes 0.0
     ordered = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits).to(torch.int64)
     low = (1 << 32) - 1 - torch.arange(n, device=scores.device)

@@ -14,7 +14,6 @@ import torch
 from dsv4_engine.features import IndexDtype
 from dsv4_engine.index_k import index_key_format
 from dsv4_engine.kernels import get_ops
-from dsv4_engine.kernels.indexer_ref import SORTED_ROWS_MAX
 
 ENTRIES = 32
 REF = get_ops("torch")
@@ -128,14 +127,12 @@ def test_topk_kernel_picks_the_references_entries_in_order(triton_ops, kernel_de
     assert torch.equal(triton_ops.topk(scores, k), REF.topk(scores, k))
 
 
-@pytest.mark.parametrize("rows", [1, SORTED_ROWS_MAX, SORTED_ROWS_MAX + 1, 128])
-def test_reference_topk_is_a_stable_descending_sort(rows):
-    """On both of its paths: the sort itself (a decode step's few rows) and the int64 keys."""
+def test_reference_topk_is_a_stable_descending_sort():
     gen = torch.Generator().manual_seed(11)
-    scores = torch.randint(-3, 4, (rows, 300), generator=gen).to(torch.float32) / 2  # ties
+    scores = torch.randint(-3, 4, (4, 300), generator=gen).to(torch.float32) / 2  # many ties
     scores[0, ::7] = float("-inf")
-    scores[-1, ::5] = -0.0
-    scores[rows // 2] = torch.randn(300, generator=gen) * 1e-30  # subnormal-small, both signs
+    scores[1, ::5] = -0.0
+    scores[2] = torch.randn(300, generator=gen) * 1e-30  # subnormal-small, both signs
     for k in (1, 16, 300):
         want = torch.sort(scores, dim=-1, descending=True, stable=True).indices[:, :k]
         assert torch.equal(REF.topk(scores, k), want)
