@@ -75,9 +75,9 @@ class ForkServer:
             self._started()
 
     def fork(self, command: list[str], env: dict[str, str], log_path: Path) -> Forked:
-        """``command`` forked, as `processes.popen` starts it (see `forkable`)."""
-        found = entry_point(command)
-        if found is None or not env.keys() <= CALL_TIME_ENV:
+        """``command`` forked, as `processes.popen` starts it (see `fork_target`)."""
+        found = fork_target(command, env)
+        if found is None:
             raise ValueError(f"not a command the fork server runs: {command} with {env}")
         entry, argv = found
         log_path.touch()  # there once this returns, as Popen's redirected output is
@@ -116,14 +116,13 @@ class ForkServer:
             return json.loads(line)
 
 
-def forkable(command: list[str], env: dict[str, str]) -> bool:
-    """Whether the fork server runs ``command`` with ``env`` as a fresh process would."""
-    return entry_point(command) is not None and env.keys() <= CALL_TIME_ENV
-
-
-def entry_point(command: list[str]) -> tuple[str, list[str]] | None:
-    """(entry point, sys.argv) a fresh process of ``command`` would run: `python -m
-    dsv4_engine.cli ARGS`, or one of ``SCRIPTS`` in this interpreter's bin folder."""
+def fork_target(command: list[str], env: dict[str, str]) -> tuple[str, list[str]] | None:
+    """(entry point, sys.argv) a fresh process of ``command`` would run — `python -m
+    dsv4_engine.cli ARGS`, or one of ``SCRIPTS`` in this interpreter's bin folder — or None
+    where the fork server does not run it as that process would: another command, or an
+    ``env`` with a variable not in ``CALL_TIME_ENV``."""
+    if not env.keys() <= CALL_TIME_ENV:
+        return None
     if tuple(command[: len(ENGINE_CLI)]) == ENGINE_CLI:
         return "dsv4_engine.cli:main", ["-m", *command[len(ENGINE_CLI) :]]
     script = Path(command[0]) if command else Path()

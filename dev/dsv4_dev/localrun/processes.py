@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Protocol
 
 from dsv4_dev import images
-from dsv4_dev.localrun.forks import ForkServer, forkable
+from dsv4_dev.localrun.forks import ForkServer, fork_target
 
 FORKS = ForkServer()
 
@@ -35,7 +35,7 @@ def popen(command: list[str], env: dict[str, str], log_path: Path) -> Started:
     """``command`` in its own session (so stopping it stops its children too), its output
     appended to ``log_path``, with ``env`` over this process's environment.  The
     project's own commands are forked (see the module)."""
-    if forkable(command, env):
+    if fork_target(command, env) is not None:
         return FORKS.fork(command, env, log_path)
     with log_path.open("a") as out:
         return subprocess.Popen(

@@ -16,8 +16,8 @@ security context and environment, its engine.yaml (made local, as below) where i
 ConfigMap volume would put it.
 
 Engines, routers and probes run from the venv are forked from one fork server that
-imported the engine and the CLIs once (`forks`): the same entry point, arguments, environment and log as a
-fresh process, without each importing torch again.
+imported the engine and the CLIs once (`forks`): the same entry point, arguments,
+environment and log as a fresh process, without each importing torch again.
 
 Only what cannot run here is changed: parallelism 1, and ports are local.  Everything the
 canary is meant to catch (flags, HiCache, index-K dtype) is exactly what the operator
