@@ -30,7 +30,6 @@ from dsv4_engine.probe.validate import classify_chat_message
 from dsv4_engine.probe.workload import ECHO_TOOL, document, echo_instruction, filler, random_echo
 
 EXCERPT_CHARS = 400
-_SINGLE_PROMPT_WORDS = 256
 _ECHO_VALIDATORS = tool_validators([ECHO_TOOL])
 
 
@@ -213,7 +212,7 @@ async def _consistency(
     elif probe is ProbeName.CACHE_CONSISTENCY_LONG_CONTEXT:
         system = document(rng, ctx.settings.long_prompt_words, f"L{index}")
     else:
-        system = document(rng, _SINGLE_PROMPT_WORDS, f"S{index}")
+        system = document(rng, ctx.settings.single_prompt_words, f"S{index}")
     question = f"Request {index}: continue the text. {filler(rng, 24)}"
     messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
     body = ctx.body(messages, ctx.settings.consistency_tokens, tools=False)

@@ -78,27 +78,40 @@ class Workload:
 
     prefix_words: int
     long_context_words: int
+    single_prompt_words: int
+    """The single-request consistency probe's unique prompt."""
     consistency_max_tokens: int
     echo_max_tokens: int
 
 
 # SGLang serves DeepSeek-V4-Flash: a filler word is ~1 token for its tokenizer, so the long
 # context (4096 words) exceeds V4-Flash's index_topk × compress ratio = 512 × 4 = 2048
-# tokens and its indexer truly selects.  The reference engine's model selects top 16 of
-# entries compressed 4:1 (64 tokens) and tokenizes bytes (~7 tokens per word): 200 words
-# are ~1400 tokens, twenty times its selection, and a 64-word prefix is ~450 tokens, three
-# full pages that a warm request loads back from the host tier while its indexer reads.
-# Its warm-vs-cold answers diverge within a few tokens when a read races a load, so 8
-# tokens judge it: a canary at the production defaults (598 samples) then runs in minutes
-# on two CPU cores instead of the better part of an hour.  An echo call of the probes' tool
+# tokens and its indexer truly selects, and a single request's 256 words fill four of its
+# 64-token pages.  The reference engine's model selects top 16 of entries compressed 4:1
+# (64 tokens) and tokenizes bytes (~6.5 tokens per word): 100 words are ~670 tokens, ten
+# times its selection, and a 64-word prefix or single prompt is ~450 tokens, three full
+# pages that a warm request loads back from the host tier while its indexer reads.  Under
+# the seed's race these lengths lose nothing: raced, 62 of 73 long-context samples diverged
+# at 100 words (65 at 200) and 57 of 73 single ones at 64 words (68 at 256), and a PASS
+# prefills half the chunks.  Its warm-vs-cold answers diverge within a few tokens when a
+# read races a load, so 8 tokens judge it: a canary at the production defaults (598
+# samples) then runs in under a minute on two CPU cores.  An echo call of the probes' tool
 # is about 100 tokens for DeepSeek's tokenizer and 110 for the reference engine's (bytes,
 # its markup in pieces); each budget leaves room for a value or two longer than the probes'.
 DEFAULT_WORKLOAD: dict[Backend, Workload] = {
     Backend.SGLANG: Workload(
-        prefix_words=1024, long_context_words=4096, consistency_max_tokens=32, echo_max_tokens=256
+        prefix_words=1024,
+        long_context_words=4096,
+        single_prompt_words=256,
+        consistency_max_tokens=32,
+        echo_max_tokens=256,
     ),
     Backend.REFERENCE: Workload(
-        prefix_words=64, long_context_words=200, consistency_max_tokens=8, echo_max_tokens=256
+        prefix_words=64,
+        long_context_words=100,
+        single_prompt_words=64,
+        consistency_max_tokens=8,
+        echo_max_tokens=256,
     ),
 }
 
@@ -198,6 +211,10 @@ class ProbeSettings(BaseModel):
     @property
     def long_prompt_words(self) -> int:
         return self.long_context_words or DEFAULT_WORKLOAD[self.backend].long_context_words
+
+    @property
+    def single_prompt_words(self) -> int:
+        return DEFAULT_WORKLOAD[self.backend].single_prompt_words
 
     @property
     def echo_tokens(self) -> int:

@@ -267,8 +267,9 @@ def test_long_context_prompts_exceed_the_indexer_selection_and_fit_the_engine():
     prompt = document(random.Random(0), reference.long_prompt_words, "L0")
     selected = ModelConfig().index_topk * INDEXED_RATIO
     assert 10 * selected < len(prompt.encode()) < 16384 - 1024
-    prefix = document(random.Random(0), reference.shared_prefix_words, "P0")
-    assert len(prefix.encode()) > 2 * REFERENCE_SHAPE.page_size  # full pages to load back
+    for words in (reference.shared_prefix_words, reference.single_prompt_words):
+        prompt = document(random.Random(0), words, "P0")
+        assert len(prompt.encode()) > 3 * REFERENCE_SHAPE.page_size  # full pages to load back
 
 
 @pytest.mark.asyncio
