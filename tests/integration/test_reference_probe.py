@@ -47,3 +47,23 @@ def test_gated_engine_passes(start_server):
 def test_ungated_index_k_fails(start_server):
     url = start_server(*FLAGS, env={"DSV4_INJECT_UNGATED_INDEX_K": "1"})
     assert probe(url, max_rate=0.02).verdict is Verdict.FAIL
+
+
+def test_the_reference_workloads_prompts_show_the_race_on_every_consistency_probe(start_server):
+    """The reference backend's default prompt lengths (`DEFAULT_WORKLOAD`: a 64-word single
+    prompt, a 100-word long context, a 64-word shared prefix) are short enough to be cheap
+    and long enough that the race shows: raced, most samples of each probe diverge (measured
+    at 73 samples: 78%, 85% and more)."""
+    url = start_server("--enable-hierarchical-cache", "--hicache-ratio", "2", "--index-dtype", "bf16",
+                       env={"DSV4_INJECT_UNGATED_INDEX_K": "1"})  # fmt: skip
+    for name in (
+        ProbeName.CACHE_CONSISTENCY,
+        ProbeName.CACHE_CONSISTENCY_LONG_CONTEXT,
+        ProbeName.CACHE_CONSISTENCY_PREFIX_REUSE,
+    ):
+        settings = ProbeSettings(
+            base_url=url, backend="reference", probes=(name,), concurrency=24, requests=24,
+            hicache=True,
+        )  # fmt: skip
+        result = asyncio.run(run_probes(settings))
+        assert result.judged == 24 and result.corrupt >= 12, (name, result.corrupt)
