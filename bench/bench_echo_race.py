@@ -7,14 +7,14 @@ consistency) at concurrency 64.  The index-K race is injected into a share of th
 host-tier loads (DSV4_INJECT_UNGATED_INDEX_K=<share>):
 
 1. aim: the corruption rate with every load raced, measured over a fixed budget; the
-   share for a target rate is target / that rate, a first guess corrected once by how far
-   its measured rate missed (the rate grows with the share but less than in proportion),
-   and the rate measured at the share used is printed;
+   share for a target rate is searched between the shares measured so far (share 0 is
+   gated, rate 0), a few tries at most (the rate grows with the share, far from in
+   proportion), and the rate measured at the share used is printed;
 2. for targets around 5%, 15% and 50%: the rate measured at that share, then the judged
    samples and seconds until the production rule (0.5% at 95%) says FAIL, median of runs;
 3. the gated engine (no fault): seconds to PASS at the production default (598 samples).
 
-Prints one table; asserts nothing.  Takes about five minutes on two cores (the gated PASS
+Prints one table; asserts nothing.  Takes three to four minutes on two cores (the gated PASS
 about half a minute); docs/rollout.md has a measured run.
 """
 
@@ -115,16 +115,30 @@ def measured_rate(share: float) -> float:
     return result.rate
 
 
+AIM_TRIES = 4
+"""Shares tried per target at most; each costs one calibration run (~10 s)."""
+
+
 def aim(target: float, full: float) -> tuple[float, float]:
-    """A share whose rate is near `target`, and that rate: the first guess (target ÷ the
-    rate at share 1) lands low, since the rate grows less than in proportion to the share,
-    so it is corrected once by the ratio it missed by."""
-    share = min(1.0, target / full) if full else 1.0
-    rate = measured_rate(share)
-    if rate and abs(rate - target) > target / 4 and share < 1.0:
-        share = min(1.0, share * target / rate)
+    """A share whose rate is within a quarter of `target`, or the closest of the tries,
+    and that rate.  Each try interpolates linearly between the nearest measured shares
+    below and above the target (share 0: rate 0; share 1: `full`): the rate is far from
+    proportional to the share, so a single proportional correction overshoots."""
+    points = [(0.0, 0.0), (1.0, full)]
+    best = (1.0, full)
+    for _ in range(AIM_TRIES):
+        lo = max((p for p in points if p[1] <= target), key=lambda p: p[1])
+        hi = min((p for p in points if p[1] > target), key=lambda p: p[1], default=(1.0, full))
+        if hi[1] <= lo[1]:
+            break  # share 1 does not reach the target: it is the closest there is
+        share = lo[0] + (hi[0] - lo[0]) * (target - lo[1]) / (hi[1] - lo[1])
         rate = measured_rate(share)
-    return share, rate
+        points.append((share, rate))
+        if abs(rate - target) < abs(best[1] - target):
+            best = (share, rate)
+        if abs(rate - target) <= target / 4:
+            break
+    return best
 
 
 def until_fail(share: float) -> list[tuple[int, float, str]]:
