@@ -13,10 +13,8 @@ from dsv4_engine.probe.verdict import Verdict
 
 pytestmark = pytest.mark.slow
 
-FLAGS = (
-    "--enable-hierarchical-cache", "--hicache-ratio", "2", "--hicache-bandwidth", "1",
-    "--index-dtype", "bf16",
-)  # fmt: skip
+HICACHE_BF16 = ("--enable-hierarchical-cache", "--hicache-ratio", "2", "--index-dtype", "bf16")
+FLAGS = (*HICACHE_BF16, "--hicache-bandwidth", "1")
 
 
 def probe(url: str, max_rate: float) -> ProbeResult:
@@ -52,10 +50,10 @@ def test_ungated_index_k_fails(start_server):
 def test_the_reference_workloads_prompts_show_the_race_on_every_consistency_probe(start_server):
     """The reference backend's default prompt lengths (`DEFAULT_WORKLOAD`: a 64-word single
     prompt, a 100-word long context, a 64-word shared prefix) are short enough to be cheap
-    and long enough that the race shows: raced, most samples of each probe diverge (measured
-    at 73 samples: 78%, 85% and more)."""
-    url = start_server("--enable-hierarchical-cache", "--hicache-ratio", "2", "--index-dtype", "bf16",
-                       env={"DSV4_INJECT_UNGATED_INDEX_K": "1"})  # fmt: skip
+    and long enough that the race shows: raced, on the engine's default host link, most
+    samples of each probe diverge (at 73 samples: 78% of the single ones, 85% of the long
+    contexts)."""
+    url = start_server(*HICACHE_BF16, env={"DSV4_INJECT_UNGATED_INDEX_K": "1"})
     for name in (
         ProbeName.CACHE_CONSISTENCY,
         ProbeName.CACHE_CONSISTENCY_LONG_CONTEXT,

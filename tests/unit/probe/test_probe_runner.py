@@ -267,8 +267,11 @@ def test_long_context_prompts_exceed_the_indexer_selection_and_fit_the_engine():
     prompt = document(random.Random(0), reference.long_prompt_words, "L0")
     selected = ModelConfig().index_topk * INDEXED_RATIO
     assert 10 * selected < len(prompt.encode()) < 16384 - 1024
-    for words in (reference.shared_prefix_words, reference.single_prompt_words):
-        prompt = document(random.Random(0), words, "P0")
+    for words, tag in (
+        (reference.shared_prefix_words, "P0"),
+        (reference.single_prompt_words, "S0"),
+    ):
+        prompt = document(random.Random(0), words, tag)
         assert len(prompt.encode()) > 3 * REFERENCE_SHAPE.page_size  # full pages to load back
 
 
