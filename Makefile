@@ -28,7 +28,7 @@ images: ## Build the operator image and the CPU engine image with podman on a lo
 	@hack/images.sh
 
 test: venv system-deps control-plane kube-score lint ## Run every test: unit, real SGLang, end-to-end on a real control plane
-	$(PY) -m pytest tests -n 2 --dist loadgroup -m "not engine_image" --durations=25
+	$(PY) -m pytest tests -n 3 --dist loadgroup -m "not engine_image" --durations=25
 
 test-unit: venv system-deps kube-score ## Unit tests only (no cluster, no image)
 	$(PY) -m pytest tests -m "not e2e and not images"

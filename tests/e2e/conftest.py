@@ -15,15 +15,28 @@ import pytest
 from dsv4_dev.cluster.local import LocalCluster
 from dsv4_operator.api.crd import CRD_PATH
 
-# The files whose tests run reference engines under probe load: under pytest-xdist
-# (`make test` runs two workers) they share one worker and its control plane, every other
-# e2e file the other worker and a second control plane, so the two halves wait side by side.
-ENGINE_FILES = {
-    "test_rollout.py",
-    "test_probe_jobs.py",
-    "test_local_probe_mode.py",
-    "test_monitoring.py",
-    "test_readme_tour.py",
+# Under pytest-xdist (`make test` runs three workers) the e2e files fall into groups; a group
+# runs on one worker, in file order, on that worker's own control plane, so the groups wait
+# side by side.  The reference engines under probe load make one group; installing the
+# operator for real (its manifests, its token, its fence) another; every other file the third.
+GROUPS = {
+    "e2e-engines": {
+        "test_rollout.py",
+        "test_probe_jobs.py",
+        "test_local_probe_mode.py",
+        "test_monitoring.py",
+        "test_readme_tour.py",
+    },
+    "e2e-installs": {
+        "test_install.py",
+        "test_namespaced_install.py",
+        "test_operator_lifecycle.py",
+        "test_stuck.py",
+        "test_bad_input_sweep.py",
+        "test_control_plane.py",
+        "test_operator_validation.py",
+        "test_known_issues.py",
+    },
 }
 
 
@@ -34,7 +47,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if str(item.fspath).startswith(here):
             item.add_marker(pytest.mark.e2e)
             # A group runs on one worker, in file order, sharing its session's control plane.
-            group = "e2e-engines" if os.path.basename(item.fspath) in ENGINE_FILES else "e2e"
+            name = os.path.basename(item.fspath)
+            group = next((g for g, files in GROUPS.items() if name in files), "e2e")
             item.add_marker(pytest.mark.xdist_group(group))
 
 
@@ -61,7 +75,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 def _grouped(request: pytest.FixtureRequest) -> None:
     """Under `--dist loadgroup`, pytest-xdist groups tests by suffixing their node ids with
     the group.  A pytest that ignores that rewrite (9.2 with xdist 3.8, pytest-xdist#1386)
-    spreads every e2e file's tests over both workers, each with its own control plane: a
+    spreads every e2e file's tests over the workers, each with its own control plane: a
     module's objects are then missing from half its tests.  Fail every e2e test saying so,
     instead of failing some of them at random."""
     if getattr(request.config.option, "loadgroup", False) and "@" not in request.node.nodeid:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import subprocess
 import uuid
+from pathlib import Path
 
 from dsv4_dev.cluster.local import SERVICE_IP_RANGE, LocalCluster
+from tests.e2e.escapes import SERVED
 from tests.e2e.helpers import apply, get_json, wait_for
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -228,3 +231,45 @@ def test_cluster_up_then_down_leaves_no_process(tmp_path):
         assert main([*common, "down"]) == 0
     assert local.leftover_pids() == []
     assert not local.exists()
+
+
+def test_a_fence_reinstalled_on_the_same_api_server_denies_every_write_it_matches(tmp_path):
+    """Kubernetes 1.36's trap for an uninstall then reinstall (kubernetes#133827, as
+    docs/install.md warns): deleting the fence's bindings, the last with a ConfigMap
+    paramKind, stops the API server's ConfigMap parameter informer for good, so the
+    reinstalled fence finds no settings and denies every pod write in a served namespace,
+    the admin's included.  Its own throwaway cluster: the one it breaks stays broken."""
+    base = Path(__file__).resolve().parents[2] / "manifests" / "base"
+    fence = str(base / "fence.yaml")
+    local = LocalCluster(name="reinstall", workdir=tmp_path / "kwok")
+    local.up(log=lambda message: None)
+    try:
+        local.kubectl("create", "namespace", "dsv4-system")
+        local.kubectl("create", "namespace", "served")
+        local.kubectl("label", "namespace", "served", f"{SERVED}=true")
+        local.kubectl("apply", "--server-side", "-f", str(base / "rbac.yaml"))
+        pod = {**gpu_pod("fenced", 1), "metadata": {"name": "fenced"}}
+        theirs = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "theirs"}}
+        operator = "--as=system:serviceaccount:dsv4-system:dsv4-operator"
+
+        def dry_run(obj: dict, *account: str) -> subprocess.CompletedProcess[str]:
+            return local.kubectl(
+                "create", "--dry-run=server", "-n", "served", *account, "-f", "-",
+                input=json.dumps(obj), check=False,
+            )  # fmt: skip
+
+        def fenced() -> bool:  # the operator refused an object it does not manage
+            return "dsv4-operator-fence" in dry_run(theirs, operator).stderr
+
+        local.kubectl("apply", "--server-side", "-f", fence)
+        wait_for("the fence in effect", fenced, 30)
+        assert dry_run(pod).returncode == 0, dry_run(pod).stderr  # the admin is not fenced
+        local.kubectl("delete", "-f", fence)
+        wait_for("the fence gone", lambda: not fenced(), 30)
+        assert dry_run(theirs, operator).returncode == 0  # RBAC alone lets it by
+        local.kubectl("apply", "--server-side", "-f", fence)  # settings and all
+        wait_for("the reinstalled fence", lambda: dry_run(pod).returncode != 0, 30)
+        assert "no params found for policy binding" in dry_run(pod).stderr, dry_run(pod).stderr
+        local.kubectl("get", "configmap", "dsv4-operator-settings", "-n", "dsv4-system")
+    finally:
+        local.down(log=lambda message: None)

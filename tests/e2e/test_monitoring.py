@@ -70,6 +70,10 @@ def world(cluster: LocalCluster, tmp_path_factory):
     base = [o for o in kustomize(cluster, MANIFESTS / "base") if o["kind"] in OPERATOR_POD_KINDS]
     cluster.kubectl("apply", "--server-side", "-f", str(CRD_PATH))
     cluster.wait_established("crd/dsv4deployments.inference.dsv4.dev")
+    # On the way out it deletes what it applied, and dsv4-system only if it made it: the
+    # namespace may hold the settings of a fence another test installed, and a bound fence
+    # without them denies every later write in a served namespace.
+    had_namespace = cluster.kubectl("get", "namespace", OPERATOR_NS, check=False).returncode == 0
     cluster.kubectl("apply", "--server-side", "-f", "-", input=as_list(base))
     cluster.kubectl("create", "namespace", NS, check=False)
     operator, runtime = operator_and_runtime(cluster, NS, logs)
@@ -87,7 +91,8 @@ def world(cluster: LocalCluster, tmp_path_factory):
         operator.stop()
         runtime.stop()
         monitoring.stop()
-        cluster.kubectl("delete", "namespace", OPERATOR_NS, "--wait=false", check=False)
+        added = [o for o in base if o["kind"] != "Namespace" or not had_namespace]
+        cluster.kubectl("delete", "--wait=false", "-f", "-", input=as_list(added), check=False)
 
 
 def status(cluster: LocalCluster) -> dict:
