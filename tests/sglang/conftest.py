@@ -1,13 +1,15 @@
-"""Fixtures that run real SGLang 0.5.23 pool configurators in a fresh subprocess
-(see sglang_pool_harness.py)."""
+"""Fixtures that run real SGLang 0.5.23 in fresh processes: the pool configurators
+(sglang_pool_harness.py), the plugin's hooks and the HiCache gate, each as a child of one
+process that imported SGLang (preloaded.py)."""
 
 from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,57 @@ from sglang_cases import (
 )
 
 HARNESS = Path(__file__).with_name("sglang_pool_harness.py")
+PRELOADED = Path(__file__).with_name("preloaded.py")
+FreshProcess = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture(scope="session")
+def fresh_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FreshProcess]:
+    """`python SCRIPT ARGS` in a fresh process, but with SGLang already imported: a child
+    forked from preloaded.py, with ``env`` (default: this process's), ``input`` on its stdin,
+    and its output captured, as subprocess.run gives them back."""
+    workdir = tmp_path_factory.mktemp("preloaded")
+    server = subprocess.Popen(
+        [sys.executable, str(PRELOADED)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # a timed-out run is stopped with its whole group
+    )
+    runs = 0
+
+    def run(
+        script: Path, *args: str, input: str = "", env: dict[str, str] | None = None,  # noqa: A002
+        timeout: float = 300,
+    ) -> subprocess.CompletedProcess[str]:  # fmt: skip
+        nonlocal runs
+        runs += 1
+        files = {name: workdir / f"{runs}.{name}" for name in ("stdin", "stdout", "stderr")}
+        files["stdin"].write_text(input)
+        argv = [str(script), *args]
+        request = {"argv": argv, "env": dict(os.environ if env is None else env)}
+        assert server.stdin is not None and server.stdout is not None
+        server.stdin.write(json.dumps({**request, **{k: str(v) for k, v in files.items()}}))
+        server.stdin.write("\n")
+        server.stdin.flush()
+        if not select.select([server.stdout], [], [], timeout)[0]:
+            os.killpg(server.pid, 9)
+            raise subprocess.TimeoutExpired(argv, timeout)
+        answer = server.stdout.readline()
+        if not answer:
+            raise RuntimeError(f"{PRELOADED.name} exited ({server.wait()}) running {argv}")
+        return subprocess.CompletedProcess(
+            [sys.executable, *argv],
+            json.loads(answer)["returncode"],
+            files["stdout"].read_text(),
+            files["stderr"].read_text(),
+        )
+
+    try:
+        yield run
+    finally:  # between runs it holds nothing to clean up (an orderly exit took ~3 s)
+        os.killpg(server.pid, 9)
+        server.wait()
 
 
 @pytest.fixture(scope="session")
@@ -41,7 +94,9 @@ def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def run_sglang(model_dirs: dict[str, str]) -> Callable[..., dict[str, dict[str, Any]]]:
+def run_sglang(
+    model_dirs: dict[str, str], fresh_process: FreshProcess
+) -> Callable[..., dict[str, dict[str, Any]]]:
     """Run a batch of case descriptions through real SGLang in one fresh process."""
 
     def run(cases: list[dict[str, Any]], *, plugin: bool = False) -> dict[str, dict[str, Any]]:
@@ -60,10 +115,8 @@ def run_sglang(model_dirs: dict[str, str]) -> Callable[..., dict[str, dict[str, 
             for c in cases
         ]
         env = {**os.environ, "SGLANG_PLUGINS": "dsv4_index_k"}
-        argv = [sys.executable, str(HARNESS), *(["--plugin"] if plugin else [])]
-        proc = subprocess.run(
-            argv, input=json.dumps(payload), capture_output=True, text=True, env=env, timeout=300
-        )
+        args = ["--plugin"] if plugin else []
+        proc = fresh_process(HARNESS, *args, input=json.dumps(payload), env=env)
         results = {}
         for line in proc.stdout.splitlines():
             if line.startswith("RESULT "):

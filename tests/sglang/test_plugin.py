@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -28,24 +28,24 @@ pytestmark = [pytest.mark.sglang, pytest.mark.shared_fixture("sglang")]
 HOOKS_HARNESS = Path(__file__).with_name("plugin_hooks_harness.py")
 
 
-def load_plugins_in_an_engine_process(*args: str) -> subprocess.CompletedProcess[str]:
+@pytest.fixture
+def load_plugins_in_an_engine_process(
+    fresh_process: Callable[..., subprocess.CompletedProcess[str]],
+) -> Callable[..., subprocess.CompletedProcess[str]]:
     """SGLang's load_plugins() with the project's plugin whitelisted, in a fresh process."""
-    return subprocess.run(
-        [sys.executable, str(HOOKS_HARNESS), *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "SGLANG_PLUGINS": "dsv4_index_k"},
-        timeout=300,
-    )
+    env = {**os.environ, "SGLANG_PLUGINS": "dsv4_index_k"}
+    return lambda *args: fresh_process(HOOKS_HARNESS, *args, env=env)
 
 
-def test_sglang_installs_every_hook_of_the_plugin():
+def test_sglang_installs_every_hook_of_the_plugin(load_plugins_in_an_engine_process):
     proc = load_plugins_in_an_engine_process()
     (line,) = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
     assert json.loads(line.removeprefix("RESULT ")) == {target: True for target, _ in HOOKS}
 
 
-def test_a_hook_sglang_cannot_apply_stops_the_engine_naming_hook_target_and_version():
+def test_a_hook_sglang_cannot_apply_stops_the_engine_naming_hook_target_and_version(
+    load_plugins_in_an_engine_process,
+):
     """SGLang renamed the method a hook targets: its HookRegistry would log the failure and
     start the engine without the hook; the plugin stops the process instead."""
     proc = load_plugins_in_an_engine_process("--rename", DSV4_TARGET)

@@ -7,8 +7,6 @@ below, by patching its classes or recompiling its functions from edited source."
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -48,14 +46,8 @@ PP_STAGE = STAGES[1].label
 
 
 @pytest.fixture(scope="module")
-def results():
-    proc = subprocess.run(
-        [sys.executable, str(HARNESS)],
-        input=json.dumps(SCENARIOS),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+def results(fresh_process):
+    proc = fresh_process(HARNESS, input=json.dumps(SCENARIOS))
     found = {}
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
