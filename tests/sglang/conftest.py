@@ -53,6 +53,8 @@ def fresh_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FreshPro
         timeout: float = 300,
     ) -> subprocess.CompletedProcess[str]:  # fmt: skip
         nonlocal runs
+        if server.poll() is not None:  # killed by an earlier run's timeout, or crashed
+            raise RuntimeError(f"{PRELOADED.name} is not running (exit {server.returncode})")
         runs += 1
         files = {name: workdir / f"{runs}.{name}" for name in ("stdin", "stdout", "stderr")}
         files["stdin"].write_text(input)
