@@ -59,10 +59,10 @@ def fresh_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FreshPro
         files = {name: workdir / f"{runs}.{name}" for name in ("stdin", "stdout", "stderr")}
         files["stdin"].write_text(input)
         argv = [str(script), *args]
-        request = {"argv": argv, "env": dict(os.environ if env is None else env)}
+        request = {k: str(v) for k, v in files.items()}
+        request |= {"argv": argv, "env": dict(os.environ if env is None else env)}
         assert server.stdin is not None and server.stdout is not None
-        server.stdin.write(json.dumps({**request, **{k: str(v) for k, v in files.items()}}))
-        server.stdin.write("\n")
+        server.stdin.write(json.dumps(request) + "\n")
         server.stdin.flush()
         if not select.select([server.stdout], [], [], timeout)[0]:
             os.killpg(server.pid, 9)

@@ -15,23 +15,28 @@ has exited.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import runpy
 import sys
-import traceback
-from typing import Any, NoReturn
+from typing import Any
+
+from dsv4_dev.localrun.forks import exit_as_interpreter, preload
 
 # What every harness imports first, and most of the cost: SGLang's runtime utilities (torch,
 # transformers, triton with them), its plugin loader, the DeepSeek-V4 pool and its configurator.
-import sglang.srt.managers.cache_controller  # noqa: F401
-import sglang.srt.mem_cache.deepseek_v4_memory_pool  # noqa: F401
-import sglang.srt.model_executor.pool_configurator  # noqa: F401
-import sglang.srt.plugins  # noqa: F401
+PRELOAD = (
+    "sglang.srt.managers.cache_controller",
+    "sglang.srt.mem_cache.deepseek_v4_memory_pool",
+    "sglang.srt.model_executor.pool_configurator",
+    "sglang.srt.plugins",
+)
 
 
-def child(request: dict[str, Any]) -> NoReturn:
-    """Becomes `python ARGV...`: the caller's environment and files, the script as __main__."""
+def run(request: dict[str, Any]) -> None:
+    """`python ARGV...` in a forked child: the caller's environment and files, the script
+    as __main__."""
     os.environ.clear()
     os.environ.update(request["env"])
     for fd, path, flags in (
@@ -44,29 +49,17 @@ def child(request: dict[str, Any]) -> NoReturn:
         os.close(opened)
     sys.stdin = open(0, closefd=False)  # noqa: SIM115 - fd 0 lives as long as the process
     sys.argv = list(request["argv"])
-    code = 0
-    try:
-        runpy.run_path(sys.argv[0], run_name="__main__")
-    except SystemExit as stop:  # as the interpreter reports it
-        if stop.code is None or isinstance(stop.code, int):
-            code = stop.code or 0
-        else:
-            print(stop.code, file=sys.stderr)
-            code = 1
-    except BaseException:  # noqa: BLE001 - an uncaught exception, as the interpreter prints it
-        traceback.print_exc()
-        code = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    runpy.run_path(sys.argv[0], run_name="__main__")
 
 
 def main() -> None:
-    answers = sys.stdout
+    answers = preload(PRELOAD)
     for line in sys.stdin:
+        request = json.loads(line)
         pid = os.fork()
         if pid == 0:
-            child(json.loads(line))
+            answers.close()
+            exit_as_interpreter(functools.partial(run, request))
         _, status = os.waitpid(pid, 0)
         answers.write(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}) + "\n")
         answers.flush()

@@ -29,8 +29,9 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn, TextIO
 
 ENGINE_CLI = (sys.executable, "-m", "dsv4_engine.cli")
 # The venv's console scripts forked (what the pods the local runtime plays run), by name.
@@ -154,13 +155,40 @@ class Forked:
         return code
 
 
-def serve() -> None:
-    """The server: preload, then fork and report exits until stdin closes."""
-    for name in PRELOAD:
-        importlib.import_module(name)
-    # Answers go on a private copy of stdout: a stray print of an import cannot garble them.
+def preload(modules: Iterable[str]) -> TextIO:
+    """Imports ``modules`` for a server that forks, and returns where its answers go: a
+    private copy of stdout, stdout itself becoming stderr, so that nothing printed (by an
+    import, or later) can garble them."""
     answers = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
+    for name in modules:
+        importlib.import_module(name)
+    return answers
+
+
+def exit_as_interpreter(main: Callable[[], int | None]) -> NoReturn:
+    """Ends a forked child as a fresh interpreter running ``main`` would end: its return
+    value or its SystemExit's code as the exit status, the message or the traceback of
+    anything else on stderr."""
+    code = 1
+    try:
+        code = main() or 0
+    except SystemExit as exit_:
+        if isinstance(exit_.code, int) or exit_.code is None:
+            code = exit_.code or 0
+        else:
+            print(exit_.code, file=sys.stderr)
+    except BaseException:  # noqa: BLE001 - reported as a fresh interpreter reports it
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def serve() -> None:
+    """The server: preload, then fork and report exits until stdin closes."""
+    answers = preload(PRELOAD)
     exits: dict[int, int] = {}
     for line in sys.stdin:
         request = json.loads(line)
@@ -188,11 +216,11 @@ def _reap(exits: dict[int, int]) -> None:
         exits[pid] = os.waitstatus_to_exitcode(status)
 
 
-def _child(entry: str, argv: list[str], env: dict[str, str], log_path: str) -> None:
+def _child(entry: str, argv: list[str], env: dict[str, str], log_path: str) -> NoReturn:
     """What a fresh process would do, in a forked server: ``entry()`` with ``argv`` as
-    sys.argv (``-m`` for the module's file, as `python -m` sets it).  Never returns."""
-    code = 1
-    try:
+    sys.argv (``-m`` for the module's file, as `python -m` sets it)."""
+
+    def run() -> int | None:
         os.setsid()
         null = os.open(os.devnull, os.O_RDONLY)
         log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -205,18 +233,9 @@ def _child(entry: str, argv: list[str], env: dict[str, str], log_path: str) -> N
         module, _, name = entry.partition(":")
         loaded = importlib.import_module(module)
         sys.argv = [loaded.__file__ or module, *argv[1:]] if argv[0] == "-m" else argv
-        code = getattr(loaded, name)()
-    except SystemExit as exit_:
-        if isinstance(exit_.code, int) or exit_.code is None:
-            code = exit_.code or 0
-        else:
-            print(exit_.code, file=sys.stderr)
-    except BaseException:  # noqa: BLE001 - reported as a fresh interpreter reports it
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        return getattr(loaded, name)()
+
+    exit_as_interpreter(run)
 
 
 if __name__ == "__main__":
