@@ -198,10 +198,13 @@ class DevicePool:
         fmt = self.layout.index_format
         return self.ops.index_scores(buf, locs, fmt, self.entries_per_page(layer), q, w)
 
-    def store_compress_state(self, layer: int, slot: int, state: torch.Tensor) -> None:
+    def store_compress_state(
+        self, layer: int, slot: int | torch.Tensor, state: torch.Tensor
+    ) -> None:
+        """One request's state [ratio, d] at `slot`, or a batch's [B, ratio, d] at slots [B]."""
         self.buffer(layer, BufferKind.COMPRESS_STATE)[slot] = state.to(self.device)
 
-    def read_compress_state(self, layer: int, slot: int) -> torch.Tensor:
+    def read_compress_state(self, layer: int, slot: int | torch.Tensor) -> torch.Tensor:
         return self.buffer(layer, BufferKind.COMPRESS_STATE)[slot].clone()
 
     # -- observed stale reads -------------------------------------------------------------

@@ -9,8 +9,9 @@ How far a forward shares work across its batch is the model's call, bounded by o
 a request's answer must not depend on the rest of its batch (warm answers equal cold ones
 bit for bit, which the consistency probe relies on).  The echo model computes on small
 integers, exact in any batch shape, so it reads the pools once per layer for the whole
-batch, its copy heads' lookups included; the random model computes each request on its
-own tensors, since a batched matmul may round a row differently with the batch's shape.
+batch, its copy heads' lookups included; the random model batches its one-token chunks
+with ops that compute every row on shapes of its own (a batched matmul may round a row
+differently with the batch's shape) and computes each prefill chunk on its own tensors.
 
 HTTP handlers talk to it only through `submit` / `call` (thread-safe); results come back
 through each request's callbacks, called on the engine thread.

@@ -13,10 +13,16 @@ indexer can read keys a HiCache load has not delivered yet — the seed incident
 indexer scores through the pool (`index_scores`, straight from the pages) and selects with
 the pool's top-k, so the kernels the engine ships (torch or Triton) are the ones it runs.
 
-Determinism: every request is computed on its own tensors (no op mixes requests), in
-float32, single-threaded, and prefill runs in chunks that end on page boundaries, so a
-request that finds its first pages in the prefix cache computes the remaining chunks with
-exactly the shapes (and bytes read from the pools) of a cold run: warm == cold bit for bit.
+Determinism: a request's answer depends on nothing but its own tokens, in float32,
+single-threaded.  Prefill chunks compute on the request's own tensors and end on page
+boundaries, so a request that finds its first pages in the prefix cache computes the
+remaining chunks with exactly the shapes (and bytes read from the pools) of a cold run:
+warm == cold bit for bit.  One-token chunks (every decode step) run as one batch of rows
+whose ops compute each row on shapes of its own (`reference.rows`): the same bytes in a
+batch of 1 or of 64.  Their arithmetic is not the unbatched engine's (a one-row GEMM per
+row instead of a `[1, h]` matmul, attention over fixed widths), so a decode token may round
+differently from what that engine computed; the consistency probe compares this engine
+with itself (warm vs cold, batch vs batch), where every path is the same.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import torch
 
 from dsv4_engine.pools.device_pool import DevicePool
 from dsv4_engine.pools.layout import INDEXED_RATIO, ModelShape
-from dsv4_engine.reference import tokenizer
+from dsv4_engine.reference import rows, tokenizer
 
 # DSV4's layer mix, tiny: sliding window, c4 (indexed), c128, c4 (indexed).  fp8 index-K
 # needs a head dim that is a multiple of 128, so the index head keeps its real size.
@@ -93,6 +99,47 @@ class _Staged:
     chosen: tuple[torch.Tensor, torch.Tensor] | None  # indexer's (top-k ids, visible)
 
 
+@dataclass
+class _Rows:
+    """A forward's one-token chunks, computed as one batch: a row per chunk."""
+
+    chunks: list[Chunk]
+    x: torch.Tensor  # [B, hidden]
+    pos: torch.Tensor  # [B] the token's position
+    slots: torch.Tensor  # [B] compress-state slots
+    table: torch.Tensor  # [B, pages] each row's pages (padded with its first)
+    runner_up: torch.Tensor  # [B] bool
+
+    @classmethod
+    def of(cls, chunks: list[Chunk], embed: torch.Tensor) -> _Rows:
+        widest = max((len(c.pages) for c in chunks), default=0)
+        return cls(
+            chunks,
+            embed[torch.tensor([c.tokens[0] for c in chunks], dtype=torch.int64)],
+            torch.tensor([c.start for c in chunks], dtype=torch.int64),
+            torch.tensor([c.slot for c in chunks], dtype=torch.int64),
+            torch.tensor(
+                [c.pages + c.pages[:1] * (widest - len(c.pages)) for c in chunks],
+                dtype=torch.int64,
+            ).view(len(chunks), widest),
+            torch.tensor([c.runner_up for c in chunks], dtype=torch.bool),
+        )
+
+
+@dataclass
+class _StagedRows:
+    """`_Staged` for rows: a compressed layer between its indexer and attention phases."""
+
+    q: torch.Tensor  # [B, d]
+    raw: torch.Tensor  # [B, ratio, d] each row's open block, its token included
+    raw_visible: torch.Tensor  # [B, ratio]
+    entry: torch.Tensor  # [B, d] the entry of the block this token closes (where `closes`)
+    closes: torch.Tensor  # [B] bool
+    new_loc: torch.Tensor  # [B] where that entry goes
+    last: torch.Tensor  # [B] entries complete, this token's included
+    chosen: tuple[torch.Tensor, torch.Tensor] | None  # indexer's (top-k ids, visible)
+
+
 class ReferenceModel:
     def __init__(self, config: ModelConfig) -> None:
         self.config = config
@@ -135,37 +182,58 @@ class ReferenceModel:
         """Run one chunk per request, layer by layer across the batch; greedy next tokens.
 
         Layer-major like a batched GPU forward: every request passes layer L before any
-        passes L+1, so all of a batch's indexer reads race the same in-flight loads.
+        passes L+1, so all of a batch's indexer reads race the same in-flight loads.  Chunks
+        of several tokens (prefill) compute on their own tensors; one-token chunks (decode
+        steps, and a prompt's one-token last chunk) compute as one batch of rows
+        (`reference.rows`), which a chunk's length alone decides, never its batch.
         """
         for c in chunks:
             if not c.locs:
                 c.locs = {i: pool.entry_locs(i, c.pages) for i in range(len(self.layers))}
-        xs = [self.embed[torch.tensor(c.tokens)] for c in chunks]
+        many = [c for c in chunks if len(c.tokens) > 1]
+        xs = [self.embed[torch.tensor(c.tokens)] for c in many]
+        one = _Rows.of([c for c in chunks if len(c.tokens) == 1], self.embed)
         for i, layer in enumerate(self.layers):
             ratio = self.config.shape.compress_ratios[i]
             hs = [_rms(x) for x in xs]
+            h1 = _rms(one.x) if one.chunks else one.x
             if ratio:
                 # The whole batch's compressor and indexer run before any attention (one
                 # kernel each on a GPU): every indexer read precedes every KV read.
                 staged = [
                     self._compress(pool, i, ratio, layer, c, h)
-                    for c, h in zip(chunks, hs, strict=True)
+                    for c, h in zip(many, hs, strict=True)
                 ]
+                staged1 = (
+                    self._compress_rows(pool, i, ratio, layer, one, h1) if one.chunks else None
+                )
                 atts = [
                     self._attend_compressed(pool, i, ratio, c, st)
-                    for c, st in zip(chunks, staged, strict=True)
+                    for c, st in zip(many, staged, strict=True)
                 ]
+                att1 = None
+                if staged1 is not None:
+                    att1 = self._attend_compressed_rows(pool, i, ratio, one, staged1)
             else:
-                atts = [self._window(pool, i, layer, c, h) for c, h in zip(chunks, hs, strict=True)]
+                atts = [self._window(pool, i, layer, c, h) for c, h in zip(many, hs, strict=True)]
+                att1 = self._window_rows(pool, i, layer, one, h1) if one.chunks else None
             for n, att in enumerate(atts):
                 x = xs[n] + att @ layer.wo
                 xs[n] = x + torch.relu(_rms(x) @ layer.w1) @ layer.w2
-        out = []
-        for c, x in zip(chunks, xs, strict=True):
+            if att1 is not None:
+                x1 = one.x + rows.project(att1, layer.wo)
+                one.x = x1 + rows.project(torch.relu(rows.project(_rms(x1), layer.w1)), layer.w2)
+        best: dict[int, int] = {}
+        for c, x in zip(many, xs, strict=True):
             logits = _rms(x[-1:]) @ self.unembed + self.allowed
-            best = torch.topk(logits[0], 2).indices[1] if c.runner_up else torch.argmax(logits[0])
-            out.append(int(best))
-        return out
+            top = torch.topk(logits[0], 2).indices[1] if c.runner_up else torch.argmax(logits[0])
+            best[id(c)] = int(top)
+        if one.chunks:
+            logits = rows.project(_rms(one.x), self.unembed) + self.allowed
+            seconds = torch.topk(logits, 2, dim=1).indices[:, 1]
+            tops = torch.where(one.runner_up, seconds, torch.argmax(logits, dim=1))
+            best.update(zip(map(id, one.chunks), tops.tolist(), strict=True))
+        return [best[id(c)] for c in chunks]
 
     def _window(
         self, pool: DevicePool, i: int, layer: _Layer, c: Chunk, h: torch.Tensor
@@ -248,6 +316,114 @@ class ReferenceModel:
         scores = scores.masked_fill(~visible, float("-inf"))
         idx = pool.ops.topk(scores, min(self.config.index_topk, last))
         return idx, torch.gather(visible, 1, idx)
+
+    # -- one-token chunks, as one batch of rows ----------------------------------------------
+
+    def _window_rows(
+        self, pool: DevicePool, i: int, layer: _Layer, one: _Rows, h: torch.Tensor
+    ) -> torch.Tensor:
+        """Sliding window: each row attends to a fixed `window` of positions (the ones
+        before its first token hidden), so its width is never the batch's."""
+        q, kv = rows.project(h, layer.wq), rows.project(h, layer.wkv)
+        per = pool.entries_per_page(i)
+        pool.store_kv(i, rows.entry_locs(one.table, one.pos[:, None], per)[:, 0], kv)
+        width = self.config.window
+        ctx_pos = one.pos[:, None] - (width - 1) + torch.arange(width)
+        visible = ctx_pos >= 0
+        locs = rows.entry_locs(one.table, ctx_pos.clamp(min=0), per)
+        ctx = pool.read_kv(i, locs.flatten()).view(len(one.chunks), width, -1)
+        return rows.attend(q, [(ctx.to(torch.float32), visible)])
+
+    def _compress_rows(
+        self, pool: DevicePool, i: int, ratio: int, layer: _Layer, one: _Rows, h: torch.Tensor
+    ) -> _StagedRows:
+        """Compressor and, on c4, indexer of one token per row (see `_compress`)."""
+        assert layer.gate is not None and layer.gate_bias is not None
+        q, kv = rows.project(h, layer.wq), rows.project(h, layer.wkv)
+        count = len(one.chunks)
+        pending = one.pos % ratio  # tokens of the open block before this one
+        opened = torch.arange(ratio)[None, :] < pending[:, None]
+        per = pool.entries_per_page(i)
+        # As `_compress`: the state is read (behind the gate) only when a block is open.
+        if bool(pending.any()):
+            state = pool.read_compress_state(i, one.slots)
+            raw = torch.where(opened[..., None], state, 0.0)
+        else:
+            raw = kv.new_zeros((count, ratio, kv.shape[1]))
+        raw[torch.arange(count), pending] = kv
+        closes = pending == ratio - 1
+        last = (one.pos + 1) // ratio  # entries complete once this token is in
+        # The closing block's entry (computed for every row, kept where a block closes).
+        weights = torch.softmax((raw * layer.gate).sum(-1) + layer.gate_bias, dim=1)
+        entry = (weights[..., None] * raw).sum(1)
+        new_loc = rows.entry_locs(one.table, (last - 1).clamp(min=0)[:, None], per)[:, 0]
+        chosen = None
+        if ratio == INDEXED_RATIO:
+            chosen = self._index_rows(pool, i, layer, one, h, entry[closes], new_loc[closes], last)
+        # Raw tokens each row attends to: its open block, up to itself.
+        raw_visible = torch.arange(ratio)[None, :] <= pending[:, None]
+        return _StagedRows(q, raw, raw_visible, entry, closes, new_loc, last, chosen)
+
+    def _index_rows(
+        self,
+        pool: DevicePool,
+        i: int,
+        layer: _Layer,
+        one: _Rows,
+        h: torch.Tensor,
+        entries: torch.Tensor,
+        entry_locs: torch.Tensor,
+        last: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The lightning indexer of one token per row: (top-k entry ids [B, k], visible).
+
+        Each row scores its own entries through the pool (the kernels the engine ships);
+        every row then picks exactly `index_topk`, a row with fewer entries its hidden
+        padding too, so the width attention sees is the same for every row."""
+        assert layer.wik is not None and layer.wiq is not None and layer.wiw is not None
+        shape = self.config.shape
+        if len(entries):
+            pool.store_index_k(i, entry_locs, rows.project(entries, layer.wik))
+        count, k = len(one.chunks), self.config.index_topk
+        iq = rows.project(h, layer.wiq).view(count, shape.index_n_heads, shape.index_head_dim)
+        iw = rows.project(h, layer.wiw)
+        counts = last.tolist()
+        scores = torch.full((count, max(k, *counts)), float("-inf"))
+        for n, (c, seen) in enumerate(zip(one.chunks, counts, strict=True)):
+            if seen:
+                row = slice(n, n + 1)
+                scores[n, :seen] = pool.index_scores(i, c.locs[i][:seen], iq[row], iw[row])[0]
+        idx = pool.ops.topk(scores, k)
+        return idx, idx < last[:, None]
+
+    def _attend_compressed_rows(
+        self, pool: DevicePool, i: int, ratio: int, one: _Rows, st: _StagedRows
+    ) -> torch.Tensor:
+        if bool(st.closes.any()):
+            pool.store_kv(i, st.new_loc[st.closes], st.entry[st.closes])
+        per = pool.entries_per_page(i)
+        dim = self.config.shape.kv_dim
+        if st.chosen is not None:
+            idx, visible = st.chosen
+            locs = rows.entry_locs(one.table, torch.where(visible, idx, 0), per)
+            ent = pool.read_kv(i, locs.flatten()).view(*idx.shape, dim).to(torch.float32)
+            # Hidden picks may be pages never written (garbage, maybe NaN): zero them.
+            ent = ent.masked_fill(~visible[..., None], 0.0)
+            att = rows.attend(st.q, [(ent, visible), (st.raw, st.raw_visible)])
+        else:
+            # Every entry: rows grouped by how many they have, a width of the row's own.
+            att = torch.empty_like(st.q)
+            for seen in st.last.unique().tolist():
+                sel = (st.last == seen).nonzero()[:, 0]
+                ids = torch.arange(seen).expand(len(sel), seen)
+                locs = rows.entry_locs(one.table[sel], ids, per)
+                ent = pool.read_kv(i, locs.flatten()).view(len(sel), seen, dim)
+                visible = torch.ones((len(sel), seen), dtype=torch.bool)
+                parts = [(ent.to(torch.float32), visible), (st.raw[sel], st.raw_visible[sel])]
+                att[sel] = rows.attend(st.q[sel], parts)
+        state = torch.where(st.closes[:, None, None], 0.0, st.raw)
+        pool.store_compress_state(i, one.slots, state)
+        return att
 
 
 def _rms(x: torch.Tensor) -> torch.Tensor:

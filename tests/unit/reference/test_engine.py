@@ -56,12 +56,16 @@ def make_engine():
 
 
 def test_answers_do_not_depend_on_the_rest_of_the_batch(make_engine):
+    # Decode steps run batched: 40 tokens from 250 cross c4 blocks and a c128 block (256);
+    # 129 and 1 end their prompts on a one-token chunk, which runs among the decode rows.
     engine = make_engine()
-    target = prompt(1, 300)
-    alone = generate(engine, [target])[0]
+    targets = [prompt(1, 250), prompt(11, 129), prompt(12, 1)]
+    alone = [generate(engine, [t], n=40)[0] for t in targets]
     crowd = [prompt(s, 100 + 37 * s) for s in range(2, 9)]
-    batched = generate(engine, [*crowd[:3], target, *crowd[3:]])[3]
+    batched = generate(engine, [*crowd[:3], *targets, *crowd[3:]], n=40)[3:6]
     assert batched == alone
+    assert generate(engine, [*targets[::-1], crowd[0]], n=40)[2::-1] == alone
+    assert len({tuple(a) for a in alone}) == 3  # the answers differ: equality is not vacuous
 
 
 def test_prefix_cache_hit_gives_the_cold_answer(make_engine):

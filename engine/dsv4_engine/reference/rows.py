@@ -1,0 +1,58 @@
+"""Batch-invariant row ops: what the random model's batched decode computes with.
+
+A decode step batches one token of every running request, yet a request's answer must not
+depend on the rest of its batch (the consistency probe compares answers across batches).
+A plain `[B, h] @ [h, d]` does not give that on CPU: the BLAS picks its kernel (and so the
+rounding of every row) by the batch's shape, and a row computed with B = 1 differs from the
+same row inside B = 8.  So every op here computes each row on shapes of its own:
+
+* a projection is one small GEMM per row (`torch.bmm` over the rows, the weight expanded,
+  not copied): the same `[1, h] @ [h, d]` whatever B is;
+* attention runs over context widths that are a property of the row, never the batch's
+  longest row: a softmax or a dot product over a row padded to another width rounds
+  differently (`tests/unit/reference/test_rows.py` checks both halves of this claim).
+
+Elementwise ops and reductions along a row's last dimension are row-invariant as they are.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def project(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """x [B, h] @ w [h, d] -> [B, d], each row as its own one-row GEMM."""
+    rows = x.shape[0]
+    return torch.bmm(x[:, None, :], w.expand(rows, *w.shape))[:, 0]
+
+
+def entry_locs(table: torch.Tensor, entries: torch.Tensor, per_page: int) -> torch.Tensor:
+    """Pool locations of entries [B, n] (an entry index per row) of the rows' pages.
+
+    `table` [B, P] holds each row's pages in order (padding past its own pages never
+    indexed); entry e of a row sits in its page e // per_page, at slot e % per_page.
+    """
+    pages = torch.gather(table, 1, entries // per_page)
+    return pages * per_page + entries % per_page
+
+
+def attend(q: torch.Tensor, parts: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    """Attention of one query per row, q [B, d], over context parts (keys = values):
+    each part is (ctx [B, C, d], visible [B, C]); hidden entries weigh exactly 0, and must
+    hold finite values (0 * NaN would still poison the row)."""
+    scale = 1 / math.sqrt(q.shape[1])
+    qs = q[:, None, :]
+    scores = [
+        (torch.bmm(qs, ctx.transpose(1, 2))[:, 0] * scale).masked_fill(~visible, float("-inf"))
+        for ctx, visible in parts
+    ]
+    probs = torch.softmax(torch.cat(scores, dim=1), dim=1)
+    out = torch.zeros_like(q)
+    at = 0
+    for ctx, _ in parts:
+        width = ctx.shape[1]
+        out = out + torch.bmm(probs[:, None, at : at + width], ctx)[:, 0]
+        at += width
+    return out
