@@ -10,8 +10,9 @@ Why the order inside a c4 layer matters: the indexer stores and scores index-K f
 only then touches KV, exactly as a real forward pass does.  The KV accessor waits at the
 layer gate; with `DSV4_INJECT_UNGATED_INDEX_K=1` the index-K accessor does not, so the
 indexer can read keys a HiCache load has not delivered yet — the seed incident.  The
-indexer scores through the pool (`index_scores`, straight from the pages) and selects with
-the pool's top-k, so the kernels the engine ships (torch or Triton) are the ones it runs.
+indexer scores through the pool (`index_scores`, straight from the pages; a decode batch
+too, row by row, each over its own entries) and selects with the pool's top-k, so the
+kernels the engine ships (torch or Triton) are the ones it runs.
 
 Determinism: a request's answer depends on nothing but its own tokens, in float32,
 single-threaded.  Prefill chunks compute on the request's own tensors and end on page
