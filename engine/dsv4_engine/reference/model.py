@@ -85,6 +85,8 @@ class _Layer:
     wik: torch.Tensor | None = None  # indexer: keys from compressed entries
     wiq: torch.Tensor | None = None  # indexer: per-head queries
     wiw: torch.Tensor | None = None  # indexer: per-head weights
+    w_in: torch.Tensor | None = None
+    """[wq | wkv | wiq | wiw]: the rows path projects a token's input with one GEMM."""
 
 
 @dataclass
@@ -108,23 +110,29 @@ class _Rows:
     x: torch.Tensor  # [B, hidden]
     pos: torch.Tensor  # [B] the token's position
     slots: torch.Tensor  # [B] compress-state slots
-    table: torch.Tensor  # [B, pages] each row's pages (padded with its first)
     runner_up: torch.Tensor  # [B] bool
+    _locs: dict[int, torch.Tensor] = field(default_factory=dict)
 
     @classmethod
     def of(cls, chunks: list[Chunk], embed: torch.Tensor) -> _Rows:
-        widest = max((len(c.pages) for c in chunks), default=0)
         return cls(
             chunks,
             embed[torch.tensor([c.tokens[0] for c in chunks], dtype=torch.int64)],
             torch.tensor([c.start for c in chunks], dtype=torch.int64),
             torch.tensor([c.slot for c in chunks], dtype=torch.int64),
-            torch.tensor(
-                [c.pages + c.pages[:1] * (widest - len(c.pages)) for c in chunks],
-                dtype=torch.int64,
-            ).view(len(chunks), widest),
             torch.tensor([c.runner_up for c in chunks], dtype=torch.bool),
         )
+
+    def locs(
+        self, layer: int, entries: torch.Tensor, which: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Pool locations of layer `layer`'s entries [B, n] of rows `which` (None: all), an
+        entry index per row within the row's own pages (the padding past them never read)."""
+        if layer not in self._locs:
+            own = [c.locs[layer] for c in self.chunks]
+            self._locs[layer] = torch.nn.utils.rnn.pad_sequence(own, batch_first=True)
+        table = self._locs[layer] if which is None else self._locs[layer][which]
+        return torch.gather(table, 1, entries)
 
 
 @dataclass
@@ -171,6 +179,8 @@ class ReferenceModel:
                 hi, di = shape.index_n_heads, shape.index_head_dim
                 layer.wik, layer.wiq = w(d, di), w(h, hi * di)
                 layer.wiw = w(h, hi)
+            inputs = (layer.wq, layer.wkv, layer.wiq, layer.wiw)
+            layer.w_in = torch.cat([t for t in inputs if t is not None], dim=1)
             self.layers.append(layer)
         unembed = w(h, tokenizer.PIECES_AT, gain=4.0)
         pieces = tokenizer.VOCAB_SIZE - tokenizer.PIECES_AT
@@ -325,13 +335,12 @@ class ReferenceModel:
     ) -> torch.Tensor:
         """Sliding window: each row attends to a fixed `window` of positions (the ones
         before its first token hidden), so its width is never the batch's."""
-        q, kv = rows.project(h, layer.wq), rows.project(h, layer.wkv)
-        per = pool.entries_per_page(i)
-        pool.store_kv(i, rows.entry_locs(one.table, one.pos[:, None], per)[:, 0], kv)
+        q, kv = self._inputs(layer, h)[:2]
+        pool.store_kv(i, one.locs(i, one.pos[:, None])[:, 0], kv)
         width = self.config.window
         ctx_pos = one.pos[:, None] - (width - 1) + torch.arange(width)
         visible = ctx_pos >= 0
-        locs = rows.entry_locs(one.table, ctx_pos.clamp(min=0), per)
+        locs = one.locs(i, ctx_pos.clamp(min=0))
         ctx = pool.read_kv(i, locs.flatten()).view(len(one.chunks), width, -1)
         return rows.attend(q, [(ctx.to(torch.float32), visible)])
 
@@ -340,11 +349,10 @@ class ReferenceModel:
     ) -> _StagedRows:
         """Compressor and, on c4, indexer of one token per row (see `_compress`)."""
         assert layer.gate is not None and layer.gate_bias is not None
-        q, kv = rows.project(h, layer.wq), rows.project(h, layer.wkv)
+        q, kv, *index_inputs = self._inputs(layer, h)
         count = len(one.chunks)
         pending = one.pos % ratio  # tokens of the open block before this one
         opened = torch.arange(ratio)[None, :] < pending[:, None]
-        per = pool.entries_per_page(i)
         # As `_compress`: the state is read (behind the gate) only when a block is open.
         if bool(pending.any()):
             state = pool.read_compress_state(i, one.slots)
@@ -357,10 +365,12 @@ class ReferenceModel:
         # The closing block's entry (computed for every row, kept where a block closes).
         weights = torch.softmax((raw * layer.gate).sum(-1) + layer.gate_bias, dim=1)
         entry = (weights[..., None] * raw).sum(1)
-        new_loc = rows.entry_locs(one.table, (last - 1).clamp(min=0)[:, None], per)[:, 0]
+        new_loc = one.locs(i, (last - 1).clamp(min=0)[:, None])[:, 0]
         chosen = None
         if ratio == INDEXED_RATIO:
-            chosen = self._index_rows(pool, i, layer, one, h, entry[closes], new_loc[closes], last)
+            iq, iw = index_inputs
+            stored = (entry[closes], new_loc[closes])
+            chosen = self._index_rows(pool, i, layer, one, iq, iw, stored, last)
         # Raw tokens each row attends to: its open block, up to itself.
         raw_visible = torch.arange(ratio)[None, :] <= pending[:, None]
         return _StagedRows(q, raw, raw_visible, entry, closes, new_loc, last, chosen)
@@ -371,9 +381,9 @@ class ReferenceModel:
         i: int,
         layer: _Layer,
         one: _Rows,
-        h: torch.Tensor,
-        entries: torch.Tensor,
-        entry_locs: torch.Tensor,
+        iq: torch.Tensor,
+        iw: torch.Tensor,
+        stored: tuple[torch.Tensor, torch.Tensor],
         last: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The lightning indexer of one token per row: (top-k entry ids [B, k], visible).
@@ -381,13 +391,11 @@ class ReferenceModel:
         Each row scores its own entries through the pool (the kernels the engine ships);
         every row then picks exactly `index_topk`, a row with fewer entries its hidden
         padding too, so the width attention sees is the same for every row."""
-        assert layer.wik is not None and layer.wiq is not None and layer.wiw is not None
-        shape = self.config.shape
+        assert layer.wik is not None
+        entries, locs = stored  # the entries this step closes, and where they go
         if len(entries):
-            pool.store_index_k(i, entry_locs, rows.project(entries, layer.wik))
+            pool.store_index_k(i, locs, rows.project(entries, layer.wik))
         count, k = len(one.chunks), self.config.index_topk
-        iq = rows.project(h, layer.wiq).view(count, shape.index_n_heads, shape.index_head_dim)
-        iw = rows.project(h, layer.wiw)
         counts = last.tolist()
         scores = torch.full((count, max(k, *counts)), float("-inf"))
         for n, (c, seen) in enumerate(zip(one.chunks, counts, strict=True)):
@@ -402,29 +410,59 @@ class ReferenceModel:
     ) -> torch.Tensor:
         if bool(st.closes.any()):
             pool.store_kv(i, st.new_loc[st.closes], st.entry[st.closes])
-        per = pool.entries_per_page(i)
         dim = self.config.shape.kv_dim
         if st.chosen is not None:
             idx, visible = st.chosen
-            locs = rows.entry_locs(one.table, torch.where(visible, idx, 0), per)
+            locs = one.locs(i, torch.where(visible, idx, 0))
             ent = pool.read_kv(i, locs.flatten()).view(*idx.shape, dim).to(torch.float32)
             # Hidden picks may be pages never written (garbage, maybe NaN): zero them.
             ent = ent.masked_fill(~visible[..., None], 0.0)
             att = rows.attend(st.q, [(ent, visible), (st.raw, st.raw_visible)])
         else:
-            # Every entry: rows grouped by how many they have, a width of the row's own.
-            att = torch.empty_like(st.q)
-            for seen in st.last.unique().tolist():
-                sel = (st.last == seen).nonzero()[:, 0]
-                ids = torch.arange(seen).expand(len(sel), seen)
-                locs = rows.entry_locs(one.table[sel], ids, per)
-                ent = pool.read_kv(i, locs.flatten()).view(len(sel), seen, dim)
-                visible = torch.ones((len(sel), seen), dtype=torch.bool)
-                parts = [(ent.to(torch.float32), visible), (st.raw[sel], st.raw_visible[sel])]
-                att[sel] = rows.attend(st.q[sel], parts)
+            # Every entry: a width of the row's own, so rows are grouped by their count.
+            counts = st.last.tolist()
+            groups = sorted(set(counts))
+            if len(groups) == 1:
+                att = self._attend_every_entry(pool, i, one, st, None, groups[0])
+            else:
+                att = torch.empty_like(st.q)
+                for seen in groups:
+                    which = (st.last == seen).nonzero()[:, 0]
+                    att[which] = self._attend_every_entry(pool, i, one, st, which, seen)
         state = torch.where(st.closes[:, None, None], 0.0, st.raw)
         pool.store_compress_state(i, one.slots, state)
         return att
+
+    def _attend_every_entry(
+        self,
+        pool: DevicePool,
+        i: int,
+        one: _Rows,
+        st: _StagedRows,
+        which: torch.Tensor | None,
+        seen: int,
+    ) -> torch.Tensor:
+        """Attention of rows `which` (None: all), each with `seen` entries, over all of them
+        (a layer without an indexer) and their open block."""
+        parts = (st.q, st.raw, st.raw_visible)
+        q, raw, raw_visible = parts if which is None else (t[which] for t in parts)
+        ids = torch.arange(seen).expand(len(q), seen)
+        ent = pool.read_kv(i, one.locs(i, ids, which).flatten()).view(len(q), seen, raw.shape[2])
+        visible = torch.ones((len(q), seen), dtype=torch.bool)
+        return rows.attend(q, [(ent.to(torch.float32), visible), (raw, raw_visible)])
+
+    def _inputs(self, layer: _Layer, h: torch.Tensor) -> list[torch.Tensor]:
+        """The rows' q, kv (and, on an indexed layer, indexer queries [B, H, d] and head
+        weights [B, H]) from their normed inputs h, in one GEMM per row."""
+        assert layer.w_in is not None
+        d, shape = self.config.shape.kv_dim, self.config.shape
+        out = rows.project(h, layer.w_in)
+        q, kv = out[:, :d], out[:, d : 2 * d]
+        if layer.wiq is None:
+            return [q, kv]
+        heads, hd = shape.index_n_heads, shape.index_head_dim
+        iq = out[:, 2 * d : 2 * d + heads * hd].reshape(len(h), heads, hd)
+        return [q, kv, iq, out[:, 2 * d + heads * hd :]]
 
 
 def _rms(x: torch.Tensor) -> torch.Tensor:

@@ -28,16 +28,6 @@ def project(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.bmm(x[:, None, :], w.expand(rows, *w.shape))[:, 0]
 
 
-def entry_locs(table: torch.Tensor, entries: torch.Tensor, per_page: int) -> torch.Tensor:
-    """Pool locations of entries [B, n] (an entry index per row) of the rows' pages.
-
-    `table` [B, P] holds each row's pages in order (padding past its own pages never
-    indexed); entry e of a row sits in its page e // per_page, at slot e % per_page.
-    """
-    pages = torch.gather(table, 1, entries // per_page)
-    return pages * per_page + entries % per_page
-
-
 def attend(q: torch.Tensor, parts: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
     """Attention of one query per row, q [B, d], over context parts (keys = values):
     each part is (ctx [B, C, d], visible [B, C]); hidden entries weigh exactly 0, and must

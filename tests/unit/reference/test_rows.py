@@ -42,15 +42,6 @@ def test_attention_of_a_row_is_the_same_in_every_batch():
     assert torch.equal(rows.attend(q, [(hidden, visible), parts[1]]), alone)
 
 
-def test_entry_locations_follow_each_rows_pages():
-    table = torch.tensor([[5, 2, 9], [7, 7, 7]])  # the second row has one page, padded
-    entries = torch.tensor([[0, 31, 32, 95], [0, 1, 30, 31]])
-    assert rows.entry_locs(table, entries, 32).tolist() == [
-        [160, 191, 64, 319],
-        [224, 225, 254, 255],
-    ]
-
-
 @pytest.fixture
 def one_thread():
     """As the engine runs its model (`Engine.__init__`): one thread, no autograd."""
