@@ -145,14 +145,21 @@ class Router:
         prefill = next(self._next_prefill)
         body["bootstrap_host"], body["bootstrap_port"] = prefill.host, prefill.bootstrap_port
         target = f"{next(self._next_decode)}{request.path}"
-        async with self.http.post(target, json=body) as upstream:
-            resp = web.StreamResponse(status=upstream.status)
-            resp.content_type = upstream.content_type
-            await resp.prepare(request)
-            async for data in upstream.content.iter_any():
-                await resp.write(data)
-            await resp.write_eof()
-            return resp
+        resp = web.StreamResponse()
+        try:
+            async with self.http.post(target, json=body) as upstream:
+                resp.set_status(upstream.status)
+                resp.content_type = upstream.content_type
+                await resp.prepare(request)
+                async for data in upstream.content.iter_any():
+                    await resp.write(data)
+                await resp.write_eof()
+        except aiohttp.ClientError as err:
+            if resp.prepared:  # the answer has begun: cutting it short is all that is left
+                raise
+            message = f"decode server {target}: {err or type(err).__name__}"
+            return web.json_response({"error": {"message": message}}, status=502)
+        return resp
 
 
 def _labelled(page: str, worker: str) -> str:

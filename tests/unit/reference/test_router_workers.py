@@ -1,9 +1,15 @@
 """The reference PD router's worker set can be replaced in place (how the local runtime
 plays sglang-router's label discovery): new requests go to the new workers.  Its
-/engine_metrics gathers every worker's page."""
+/engine_metrics gathers every worker's page.  A client leaving mid-answer, or a decode
+server out of reach, is an ordinary outcome, not a traceback."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import socket
+
+import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
@@ -61,3 +67,66 @@ async def test_engine_metrics_serves_every_workers_page_labelled_with_its_worker
         (d, "INDEX_K_READ", "load_not_landed"): 3,
     }
     assert f'sglang:num_running_reqs{{worker_addr="{d}"}} 0' in page
+
+
+@pytest.mark.asyncio
+async def test_a_client_leaving_mid_answer_ends_its_request_quietly(caplog):
+    """A probe that gives up on a streamed answer closes its connection: the router drops the
+    decode server's request too and logs no error, and the next request is served."""
+    release, dropped = asyncio.Event(), asyncio.Event()
+    calls = 0
+
+    async def stream(request: web.Request) -> web.StreamResponse:
+        nonlocal calls
+        calls += 1
+        resp = web.StreamResponse()
+        resp.content_type = "text/event-stream"
+        await resp.prepare(request)
+        await resp.write(b"data: first\n\n")
+        if calls == 1:  # the answer the client leaves: tokens go on once it has left
+            await release.wait()
+            try:
+                while True:  # as an engine streams, until the router drops the request
+                    await resp.write(b"data: more\n\n")
+                    await asyncio.sleep(0.01)
+            except (ConnectionResetError, asyncio.CancelledError):  # the router left
+                dropped.set()
+                raise
+        await resp.write(b"data: second\n\n")
+        await resp.write_eof()
+        return resp
+
+    decode_app = web.Application()
+    decode_app.router.add_post("/v1/completions", stream)
+    async with TestServer(decode_app) as decode:
+        router = Router(
+            [PrefillWorker("http://127.0.0.1:1", 2)], [str(decode.make_url("")).rstrip("/")]
+        )
+        # As `dsv4-engine router` serves it (web.run_app): a client leaving does not cancel
+        # the handler, whose next write then meets the closed connection.
+        served = TestServer(router.app(), handler_cancellation=False)
+        async with served as server, aiohttp.ClientSession() as http:
+            url = str(server.make_url("/v1/completions"))
+            with caplog.at_level(logging.DEBUG):
+                resp = await http.post(url, json={"prompt": "x"})
+                assert await resp.content.readline() == b"data: first\n"
+                resp.close()  # the client leaves mid-answer
+                release.set()
+                await asyncio.wait_for(dropped.wait(), 30)
+                async with http.post(url, json={"prompt": "y"}) as again:
+                    assert again.status == 200
+                    assert await again.read() == b"data: first\n\ndata: second\n\n"
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, [r.getMessage() for r in errors]
+
+
+@pytest.mark.asyncio
+async def test_an_unreachable_decode_server_is_a_502_naming_it():
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    router = Router([PrefillWorker("http://127.0.0.1:1", 2)], [dead])
+    async with TestClient(TestServer(router.app())) as client:
+        resp = await client.post("/v1/chat/completions", json={"messages": []})
+        assert resp.status == 502
+        assert dead in (await resp.json())["error"]["message"]
