@@ -455,7 +455,8 @@ class ReferenceModel:
         """The rows' q, kv (and, on an indexed layer, indexer queries [B, H, d] and head
         weights [B, H]) from their normed inputs h, in one GEMM per row."""
         assert layer.w_in is not None
-        d, shape = self.config.shape.kv_dim, self.config.shape
+        shape = self.config.shape
+        d = shape.kv_dim
         out = rows.project(h, layer.w_in)
         q, kv = out[:, :d], out[:, d : 2 * d]
         if layer.wiq is None:
@@ -478,17 +479,10 @@ def _attend(q: torch.Tensor, parts: list[tuple[torch.Tensor, torch.Tensor]]) -> 
 
     A part is (ctx [C, d] shared by every token, or [T, k, d] per token; visible [T, C]).
     """
-    scale = 1 / math.sqrt(q.shape[1])
-    scores = []
-    for ctx, visible in parts:
-        s = q @ ctx.T if ctx.dim() == 2 else torch.einsum("td,tkd->tk", q, ctx)
-        scores.append((s * scale).masked_fill(~visible, float("-inf")))
-    probs = torch.softmax(torch.cat(scores, dim=1), dim=1)
+    scores = [
+        q @ ctx.T if ctx.dim() == 2 else torch.einsum("td,tkd->tk", q, ctx) for ctx, _ in parts
+    ]
     out = torch.zeros_like(q)
-    at = 0
-    for ctx, _ in parts:
-        width = ctx.shape[-2]
-        p = probs[:, at : at + width]
+    for (ctx, _), p in zip(parts, rows.joint_softmax(scores, parts, q.shape[1]), strict=True):
         out = out + (p @ ctx if ctx.dim() == 2 else torch.einsum("tk,tkd->td", p, ctx))
-        at += width
     return out

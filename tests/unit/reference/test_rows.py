@@ -7,7 +7,7 @@ import torch
 
 from dsv4_engine.pools.device_pool import DevicePool
 from dsv4_engine.reference import rows
-from dsv4_engine.reference.model import Chunk, ModelConfig, ReferenceModel
+from dsv4_engine.reference.model import Chunk, ModelConfig, ReferenceModel, _attend
 
 BATCHES = (1, 2, 3, 5, 8, 13, 16, 31, 64)
 
@@ -40,6 +40,10 @@ def test_attention_of_a_row_is_the_same_in_every_batch():
     # Hidden entries weigh nothing: changing them changes no row.
     hidden = ctx.masked_fill(~visible[..., None], 7.0)
     assert torch.equal(rows.attend(q, [(hidden, visible), parts[1]]), alone)
+    # Each row is the attention a prefill chunk's token computes over the same context.
+    for n in range(64):
+        one_token = [(c[n], v[n : n + 1]) for c, v in parts]
+        torch.testing.assert_close(_attend(q[n : n + 1], one_token), alone[n : n + 1])
 
 
 @pytest.fixture
