@@ -27,8 +27,10 @@ kube-score: ## Build kube-score once per machine (tests score every rendered sam
 images: ## Build the operator image and the CPU engine image with podman on a local Debian base (cached; hack/images.sh)
 	@hack/images.sh
 
+# Four workers on two cores: the e2e groups (three, one control plane each) spend much of
+# their time waiting on states, and the fourth worker runs the in-process tests meanwhile.
 test: venv system-deps control-plane kube-score lint ## Run every test: unit, real SGLang, end-to-end on a real control plane
-	$(PY) -m pytest tests -n 3 --dist loadgroup -m "not engine_image" --durations=25
+	$(PY) -m pytest tests -n 4 --dist loadgroup -m "not engine_image" --durations=25
 
 test-unit: venv system-deps kube-score ## Unit tests only (no cluster, no image)
 	$(PY) -m pytest tests -m "not e2e and not images"

@@ -15,7 +15,7 @@ import pytest
 from dsv4_dev.cluster.local import LocalCluster
 from dsv4_operator.api.crd import CRD_PATH
 
-# Under pytest-xdist (`make test` runs three workers) the e2e files fall into groups; a group
+# Under pytest-xdist (`make test` runs four workers) the e2e files fall into groups; a group
 # runs on one worker, in file order, on that worker's own control plane, so the groups wait
 # side by side.  The reference engines under probe load make one group; installing the
 # operator for real (its manifests, its token, its fence) another; every other file the third.

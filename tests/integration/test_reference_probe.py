@@ -50,18 +50,23 @@ def test_ungated_index_k_fails(start_server):
 def test_the_reference_workloads_prompts_show_the_race_on_every_consistency_probe(start_server):
     """The reference backend's default prompt lengths (`DEFAULT_WORKLOAD`: a 64-word single
     prompt, a 100-word long context, a 64-word shared prefix) are short enough to be cheap
-    and long enough that the race shows: raced, on the engine's default host link, most
-    samples of each probe diverge (at 73 samples: 78% of the single ones, 85% of the long
-    contexts)."""
+    and long enough that the race shows: raced, on the engine's default host link, a good
+    share of each probe's samples diverge, far above the one in two hundred a FAIL needs.
+
+    Measured on 6 fresh servers (24 samples each): single prompts 19, long contexts 22-23,
+    shared prefixes 13-18 (and 11 once, in a busy suite).  A shared prefix's sessions
+    diverge only when they ride the step that loads the prefix back, which arrival timing
+    decides, so that probe's floor is a quarter, not a half."""
     url = start_server(*HICACHE_BF16, env={"DSV4_INJECT_UNGATED_INDEX_K": "1"})
-    for name in (
-        ProbeName.CACHE_CONSISTENCY,
-        ProbeName.CACHE_CONSISTENCY_LONG_CONTEXT,
-        ProbeName.CACHE_CONSISTENCY_PREFIX_REUSE,
-    ):
+    floors = {
+        ProbeName.CACHE_CONSISTENCY: 12,
+        ProbeName.CACHE_CONSISTENCY_LONG_CONTEXT: 12,
+        ProbeName.CACHE_CONSISTENCY_PREFIX_REUSE: 6,
+    }
+    for name, floor in floors.items():
         settings = ProbeSettings(
             base_url=url, backend="reference", probes=(name,), concurrency=24, requests=24,
             hicache=True,
         )  # fmt: skip
         result = asyncio.run(run_probes(settings))
-        assert result.judged == 24 and result.corrupt >= 12, (name, result.corrupt)
+        assert result.judged == 24 and result.corrupt >= floor, (name, result.corrupt)
