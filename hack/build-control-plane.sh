@@ -15,8 +15,7 @@ BIN_DIR="$CACHE_DIR/bin/${K8S_VERSION}-etcd${ETCD_VERSION}-kwok${KWOK_VERSION}"
 WORK_DIR="$CACHE_DIR/build"
 COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler etcd kwok kwokctl)
 
-export GOFLAGS="${GOFLAGS:--buildvcs=false}"
-export CGO_ENABLED=0
+source "$(dirname "$0")/go-build-env.sh"
 
 if [[ "${1:-}" == "--print-bin-dir" ]]; then
   echo "$BIN_DIR"

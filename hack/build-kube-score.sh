@@ -14,8 +14,7 @@ CACHE_DIR="${DSV4_CACHE_DIR:-$HOME/.cache/dsv4-operator}"
 BIN_DIR="$CACHE_DIR/bin/kube-score-$KUBE_SCORE_VERSION"
 WORK_DIR="$CACHE_DIR/build"
 
-export GOFLAGS="${GOFLAGS:--buildvcs=false -mod=mod}"
-export CGO_ENABLED=0
+source "$(dirname "$0")/go-build-env.sh"
 
 if [[ "${1:-}" == "--print-bin-dir" ]]; then
   echo "$BIN_DIR"

@@ -16,8 +16,7 @@ WORK_DIR="$CACHE_DIR/build"
 FILES=(lws-controller crds/leaderworkerset.x-k8s.io_leaderworkersets.yaml
   crds/disaggregatedset.x-k8s.io_disaggregatedsets.yaml webhook-manifests.yaml)
 
-export GOFLAGS="${GOFLAGS:--buildvcs=false}"
-export CGO_ENABLED=0
+source "$(dirname "$0")/go-build-env.sh"
 
 if [[ "${1:-}" == "--print-bin-dir" ]]; then
   echo "$BIN_DIR"
