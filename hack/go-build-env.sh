@@ -3,6 +3,10 @@
 # Static binaries (no cgo); no VCS stamping (module builds have no repository). The linker's
 # -s -w (each script's ldflags) drop the symbol table and DWARF from the binaries; with
 # -dwarf=false the compiler does not generate that DWARF in the first place: the same code,
-# ~10% less compile CPU on a cold machine (kwok: 197 CPU-s against 218).
+# ~10% less compile CPU on a cold machine (kwok: 197 CPU-s against 218).  The compiler
+# collects its garbage a quarter as often (GOGC=400), each compile kept under about 3 GiB
+# (GOMEMLIMIT: two run at once on two cores): the same binaries, byte for byte, another ~11%
+# less CPU (kwok: 176 CPU-s).
 export CGO_ENABLED=0
 export GOFLAGS="${GOFLAGS:--buildvcs=false -gcflags=all=-dwarf=false}"
+export GOGC="${GOGC:-400}" GOMEMLIMIT="${GOMEMLIMIT:-3GiB}"
