@@ -603,7 +603,7 @@ def report_goals(args: argparse.Namespace, floor_r: dict[str, Any], r: dict[str,
     # operator's own CPU and what its requests cost the cluster): this line shows it.
     (work, wall), (floor_work, floor_wall) = r["machine_cpu"], floor_r["machine_cpu"]
     print(
-        f"  {'  the machine CPU it took, the same way':<42} {work:.0f} / {floor_work:.0f} CPU-s = "
+        f"  {'  the machine CPU each took':<42} {work:.0f} / {floor_work:.0f} CPU-s = "
         f"{work / floor_work:.2f} ({work / wall:.2f} and {floor_work / floor_wall:.2f} of "
         f"{os.cpu_count()} CPUs busy)"
     )

@@ -4,6 +4,7 @@ section's defaults are the code's."""
 
 import importlib.util
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -152,11 +153,36 @@ def test_the_scale_section_states_the_operators_defaults():
     assert f"`--resync-seconds`, default {args.resync_seconds:g} s" in section
 
 
-def test_the_scale_figures_are_for_what_the_benchmark_runs_by_default():
+def bench_scale():
     spec = importlib.util.spec_from_file_location("bench_scale", ROOT / "bench" / "bench_scale.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def test_the_scale_figures_are_for_what_the_benchmark_runs_by_default():
+    module = bench_scale()
     args = module.parse_args([])
     section = " ".join(scale_section().split())
     assert f"{args.deployments} deployments on {args.nodes:,} nodes" in section
     assert f"flag change on {args.changed}" in section
+
+
+def test_the_scale_bench_reports_the_machine_cpu_each_phase_took(capsys):
+    """The section says the bench prints the CPU every process on the machine used in each
+    phase, and the ratio of the two beside the ratio of the times: the machine's count
+    includes at least what this process burns, and the last line holds that ratio."""
+    module = bench_scale()
+    before, mine = module.machine_cpu_s(), time.process_time()
+    while time.process_time() - mine < 0.5:
+        pass
+    burned = time.process_time() - mine
+    assert module.machine_cpu_s() - before >= burned - 0.05  # /proc/stat ticks are 10 ms
+    args = module.parse_args([])
+    run = {"ready_s": 110.0, "passes": 1300, "steady_requests": {}, "machine_cpu": (220.0, 110.0)}
+    floor = {"settled_s": 76.0, "machine_cpu": (152.0, 76.0)}
+    module.report_goals(args, floor, run)
+    out = capsys.readouterr().out
+    assert "110.0 s / 76.0 s = 1.45" in out
+    assert "220 / 152 CPU-s = 1.45 (2.00 and 2.00 of" in out
+    assert "machine's CPU each run took" in " ".join(scale_section().split())
