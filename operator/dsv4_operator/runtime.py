@@ -35,9 +35,8 @@ from dsv4_operator.api import allowed, host_paths
 from dsv4_operator.api.allowed import Allowed
 from dsv4_operator.kube.cache import Cache, Reader
 from dsv4_operator.kube.client import ApiError, Kube
-from dsv4_operator.reconcile import watches
+from dsv4_operator.reconcile import handlers, watches
 from dsv4_operator.reconcile.controller import WORKERS, Controller
-from dsv4_operator.reconcile.handlers import register
 from dsv4_operator.reconcile.reconciler import Reconciler
 from dsv4_operator.render.meta import Owner
 from dsv4_operator.rollout.controller import (
@@ -352,9 +351,8 @@ async def _lead(
     )
     health.controller = controller
     registry = kopf.OperatorRegistry()
-    register(registry, controller)
-    settings = kopf.OperatorSettings()
-    settings.posting.enabled = False  # Events are the reconciler's, one per decision.
+    handlers.register(registry, controller)
+    settings = handlers.settings()
     stop_kopf = asyncio.Event()
     namespaces = list(args.namespace)
     # Limited to namespaces, kopf's scanning would list all namespaces and watch CRDs (both
