@@ -155,8 +155,12 @@ class Router:
                     await resp.write(data)
                 await resp.write_eof()
         except aiohttp.ClientError as err:
-            if resp.prepared:  # the answer has begun: cutting it short is all that is left
-                raise
+            if resp.prepared:
+                if isinstance(err, ConnectionResetError):
+                    # Writing to the client failed: it left mid-answer (a probe that
+                    # stopped early), so there is no one left to answer; not an error.
+                    return resp
+                raise  # the decode server broke off: cutting the answer short is all that is left
             message = f"decode server {target}: {err or type(err).__name__}"
             return web.json_response({"error": {"message": message}}, status=502)
         return resp
