@@ -31,7 +31,7 @@ from kubernetes import client, config
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from dsv4_operator import leader, metrics
-from dsv4_operator.api import allowed, host_paths
+from dsv4_operator.api import GROUP, PLURAL, VERSION, allowed, host_paths
 from dsv4_operator.api.allowed import Allowed
 from dsv4_operator.kube.cache import Cache, Reader
 from dsv4_operator.kube.client import ApiError, Kube
@@ -367,6 +367,8 @@ async def _lead(
     ]
     log.info("operator starting", extra={"namespaces": namespaces or "all"})
     try:
+        if namespaces and not await crd_served(kube, stop_kopf):
+            return 1 if lost.is_set() else 0
         await kopf.operator(
             registry=registry,
             settings=settings,
@@ -382,6 +384,43 @@ async def _lead(
         with contextlib.suppress(Exception):
             await asyncio.to_thread(leader.release, kube, leadership.config)
     return 1 if lost.is_set() else 0
+
+
+CRD_POLL_S = 5.0
+CRD_NAME = f"{PLURAL}.{GROUP}"
+
+
+async def crd_served(kube: Kube, stopped: asyncio.Event, every: float = CRD_POLL_S) -> bool:
+    """Wait until the API server serves DSV4Deployments; False if ``stopped`` comes first.
+
+    Limited to namespaces, kopf serves only the CRDs it finds as it starts: it does not watch
+    CRDs (cluster-wide, which the namespaced install may not read).  Started before its CRD
+    is established, it would watch nothing, ever, and say nothing.  So it starts only once
+    the API's discovery lists the resource, and until then the log says what is missing
+    (readiness stays false: kopf is not watching)."""
+    waiting = False
+    while True:
+        try:
+            if await asyncio.to_thread(kube.serves, GROUP, VERSION, PLURAL):
+                break
+            why = "not served"
+        except ApiError as err:
+            why = f"cannot tell ({err})"
+        if not waiting:
+            log.warning(
+                "the %s CRD is %s: apply crds/dsv4deployment.yaml (manifests/base includes "
+                "it); waiting for it, checking every %.0f s",
+                CRD_NAME,
+                why,
+                every,
+            )
+            waiting = True
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stopped.wait(), every)
+            return False
+    if waiting:
+        log.info("the %s CRD is served: starting to watch DSV4Deployments", CRD_NAME)
+    return True
 
 
 async def _stop_when(stop_kopf: asyncio.Event, *events: asyncio.Event) -> None:

@@ -23,6 +23,7 @@ import yaml
 from kubernetes import config
 
 from dsv4_dev.cluster.local import LocalCluster
+from dsv4_operator.api import GROUP, PLURAL, VERSION
 from dsv4_operator.api.allowed import image_allowed, toleration_text
 from dsv4_operator.api.samples import SHIPPED_DIR, merge_patch
 from dsv4_operator.api.spec import DSV4DeploymentSpec
@@ -419,6 +420,16 @@ def test_the_fence_and_the_operator_judge_images_and_tolerations_alike(cluster, 
         assert disagree == [], disagree
     finally:
         cluster.kubectl("patch", *settings, "--type", "merge", "-p", json.dumps({"data": shipped}))
+
+
+def test_the_operators_token_reads_whether_its_crd_is_served(installed):
+    """Before kopf starts, the namespaced operator asks the API's discovery whether its CRD
+    is served (runtime.crd_served): its token may, with no cluster-wide read of CRDs, and
+    the answer tells a served resource from a missing one and from a missing group."""
+    operator = Kube(config.new_client_from_config(config_file=str(installed.kubeconfig)))
+    assert operator.serves(GROUP, VERSION, PLURAL)
+    assert not operator.serves(GROUP, VERSION, "dsv4widgets")
+    assert not operator.serves(f"absent.{GROUP}", VERSION, PLURAL)
 
 
 def test_a_probe_fills_in_only_an_unfiled_report_of_its_own_deployment(

@@ -228,6 +228,18 @@ class Kube:
                 return None
             raise
 
+    def serves(self, group: str, version: str, plural: str) -> bool:
+        """Whether the API server serves ``plural`` in ``group/version`` now: its discovery
+        document, which every authenticated client may read, lists it once a CRD is
+        established."""
+        try:
+            found = self.request("GET", f"/apis/{group}/{version}")
+        except ApiError as err:
+            if err.status == 404:  # the group/version is not served at all
+                return False
+            raise
+        return any(r.get("name") == plural for r in (found or {}).get("resources") or [])
+
     def list(
         self,
         kind: str,

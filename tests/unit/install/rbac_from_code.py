@@ -56,6 +56,9 @@ KUBE_VERBS: dict[str, tuple[str, ...]] = {
     "delete": ("delete",),
     "patch_merge": ("patch",),
     "patch_status": ("patch",),
+    # The API's discovery document: a non-resource URL every authenticated client may read
+    # (the built-in system:discovery binding), so no rule of the operator's grants it.
+    "serves": (),
 }
 # Methods that address a subresource of the kind they are given.
 SUBRESOURCE_OF = {"patch_status": "status"}
@@ -372,6 +375,8 @@ def kube_calls() -> Iterator[Access]:
         for node in ast.walk(tree):
             if _is_kube_reference(node, resolver.parents):
                 assert isinstance(node, ast.Attribute)
+                if not KUBE_VERBS[node.attr]:
+                    continue  # no permission to account for (discovery)
                 for kind in resolver.callback_kinds(node):
                     group, plural = api_group(kind)
                     for verb in KUBE_VERBS[node.attr]:
@@ -381,6 +386,8 @@ def kube_calls() -> Iterator[Access]:
                 continue
             assert isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
             method = node.func.attr
+            if method != RAW and not KUBE_VERBS[method]:
+                continue  # no permission to account for (discovery)
             if method == RAW:
                 raise resolver.fail(node, "what a raw kube.request() needs")
             subresource = SUBRESOURCE_OF.get(method)
