@@ -23,7 +23,7 @@ from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.samples import load_sample, merge_patch
 from dsv4_operator.rollout import manual
 from dsv4_operator.rollout.decide import ManualAction
-from dsv4_operator.runtime import USER_AGENT
+from dsv4_operator.runtime import CRD_NAME, USER_AGENT
 from tests.e2e.helpers import apply, audit_events, get_json, wait_for
 from tests.unit.operator.harness import MODEL_HOST_PATHS
 
@@ -209,8 +209,9 @@ def audited(cluster, offset):
 
 @pytest.fixture(scope="module")
 def ns(cluster):
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_PATH))
-    cluster.wait_established("crd/dsv4deployments.inference.dsv4.dev")
+    # This module's operator starts before its CRD is served (`operator`): the CRD an
+    # earlier module applied goes first (with any DSV4Deployment it left).
+    cluster.kubectl("delete", "crd", CRD_NAME, "--ignore-not-found", "--wait=true")
     cluster.kubectl("create", "namespace", NS, check=False)
     yield cluster
     cluster.kubectl("delete", "namespace", NS, "--wait=false", check=False)
@@ -218,11 +219,24 @@ def ns(cluster):
 
 @pytest.fixture(scope="module")
 def operator(ns, tmp_path_factory):
+    """Started before its CRD is served, as a namespaced install can be (kopf finds CRDs only
+    as it starts): it waits, unready, saying which CRD is missing, and once the CRD is
+    applied it serves it, which every test of the module then relies on."""
     log_dir = tmp_path_factory.mktemp("operator-logs")
-    handle = {"op": Operator(ns, "e2e-main", log_dir), "log_dir": log_dir}
-    wait_for("operator ready", lambda: handle["op"].ready(), 90)
+    op = Operator(ns, "e2e-main", log_dir)
+
+    def waiting_for_the_crd() -> bool:
+        assert op.proc.poll() is None, f"the operator exited: {op.tail()}"
+        return f"the {CRD_NAME} CRD is not served" in op.log.read_text()
+
+    wait_for("the operator saying its CRD is not served", waiting_for_the_crd, 60)
+    assert not op.ready(), "ready while its CRD is not served"
+    ns.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_PATH))
+    ns.wait_established(f"crd/{CRD_NAME}")
+    wait_for("operator ready", op.ready, 90)
+    handle = {"op": op, "log_dir": log_dir}
     yield handle
-    handle["op"].stop()
+    handle["op"].stop()  # a test may have replaced it (a restart)
 
 
 def test_sample_creates_every_child_and_becomes_ready_on_b200(ns, operator):

@@ -1,9 +1,11 @@
 """Limited to namespaces, the operator starts kopf only once the API serves its CRD: kopf
 finds CRDs only as it starts, so an operator started first would watch nothing, ever.
 
-The waiting is tested here against a stand-in for the API's discovery; that the real API
-server's discovery answers these questions, to the namespaced operator's own token, is
-tests/e2e/test_namespaced_install.py::test_the_operators_token_reads_whether_its_crd_is_served.
+The waiting is tested here against a stand-in for the API's discovery.  On the real path:
+tests/e2e/test_operator_lifecycle.py starts its namespaced operator before the CRD is served
+(its `operator` fixture: unready, the log naming the CRD, then serving it once applied), and
+tests/e2e/test_namespaced_install.py::test_the_operators_token_reads_whether_its_crd_is_served
+has the namespaced install's own token read the API's discovery.
 """
 
 from __future__ import annotations
