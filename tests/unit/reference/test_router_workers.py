@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 import pytest
@@ -17,6 +18,20 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from dsv4_engine import kv_canary
 from dsv4_engine.reference.router import PrefillWorker, Router
+
+
+def decode_server(
+    completions: Callable[[web.Request], Awaitable[web.StreamResponse]],
+) -> TestServer:
+    """A stand-in decode server that answers /v1/completions with ``completions``."""
+    app = web.Application()
+    app.router.add_post("/v1/completions", completions)
+    return TestServer(app)
+
+
+def router_to(decode: TestServer) -> Router:
+    """A router whose one decode server is ``decode`` (its prefill is never reached)."""
+    return Router([PrefillWorker("http://127.0.0.1:1", 2)], [str(decode.make_url("")).rstrip("/")])
 
 
 @pytest.mark.asyncio
@@ -97,12 +112,8 @@ async def test_a_client_leaving_mid_answer_ends_its_request_quietly(caplog):
         await resp.write_eof()
         return resp
 
-    decode_app = web.Application()
-    decode_app.router.add_post("/v1/completions", stream)
-    async with TestServer(decode_app) as decode:
-        router = Router(
-            [PrefillWorker("http://127.0.0.1:1", 2)], [str(decode.make_url("")).rstrip("/")]
-        )
+    async with decode_server(stream) as decode:
+        router = router_to(decode)
         # As `dsv4-engine router` serves it (web.run_app): a client leaving does not cancel
         # the handler, whose next write then meets the closed connection.
         served = TestServer(router.app(), handler_cancellation=False)
@@ -136,12 +147,8 @@ async def test_a_client_gone_as_its_answer_ends_is_no_error(caplog, monkeypatch)
         await resp.write_eof()
         return resp
 
-    decode_app = web.Application()
-    decode_app.router.add_post("/v1/completions", stream)
-    async with TestServer(decode_app) as decode:
-        router = Router(
-            [PrefillWorker("http://127.0.0.1:1", 2)], [str(decode.make_url("")).rstrip("/")]
-        )
+    async with decode_server(stream) as decode:
+        router = router_to(decode)
         router_app = router.app()
         closing: list[web.StreamResponse] = []
         real_write_eof = web.StreamResponse.write_eof
