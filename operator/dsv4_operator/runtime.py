@@ -31,7 +31,7 @@ from kubernetes import client, config
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from dsv4_operator import leader, metrics
-from dsv4_operator.api import GROUP, PLURAL, VERSION, allowed, host_paths
+from dsv4_operator.api import CRD_NAME, GROUP, PLURAL, VERSION, allowed, host_paths
 from dsv4_operator.api.allowed import Allowed
 from dsv4_operator.kube.cache import Cache, Reader
 from dsv4_operator.kube.client import ApiError, Kube
@@ -387,7 +387,6 @@ async def _lead(
 
 
 CRD_POLL_S = 5.0
-CRD_NAME = f"{PLURAL}.{GROUP}"
 
 
 async def crd_served(kube: Kube, stopped: asyncio.Event, every: float = CRD_POLL_S) -> bool:

@@ -19,11 +19,12 @@ from collections import Counter
 
 import pytest
 
+from dsv4_operator.api import CRD_NAME
 from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.samples import load_sample, merge_patch
 from dsv4_operator.rollout import manual
 from dsv4_operator.rollout.decide import ManualAction
-from dsv4_operator.runtime import CRD_NAME, USER_AGENT
+from dsv4_operator.runtime import USER_AGENT
 from tests.e2e.helpers import apply, audit_events, get_json, wait_for
 from tests.unit.operator.harness import MODEL_HOST_PATHS
 

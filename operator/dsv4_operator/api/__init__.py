@@ -7,3 +7,4 @@ PLURAL = "dsv4deployments"
 SINGULAR = "dsv4deployment"
 SHORT_NAMES = ("dsv4",)
 API_VERSION = f"{GROUP}/{VERSION}"
+CRD_NAME = f"{PLURAL}.{GROUP}"  # the CustomResourceDefinition's own name

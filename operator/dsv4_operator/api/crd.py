@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from dsv4_operator.api import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
+from dsv4_operator.api import CRD_NAME, GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
 from dsv4_operator.api.names import name_rules
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.api.status import DSV4DeploymentStatus
@@ -136,7 +136,7 @@ def build_crd() -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{PLURAL}.{GROUP}"},
+        "metadata": {"name": CRD_NAME},
         "spec": {
             "group": GROUP,
             "scope": "Namespaced",
