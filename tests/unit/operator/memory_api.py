@@ -16,7 +16,6 @@ report as the probe's field manager, then completes the Job).
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
 import hashlib
 import itertools
@@ -33,6 +32,17 @@ from dsv4_operator.rollout.reports import OUTCOME_KEY, PROBE_MANAGER
 
 Key = tuple[str, str | None, str]  # (kind, namespace, name)
 WRITES = ("apply", "create", "replace", "delete", "patch_merge")
+
+
+def _json_copy(value: Any) -> Any:
+    """``value`` as a JSON round trip would give it back (dicts and lists copied, tuples made
+    lists, the immutable leaves shared): every object crosses this API as a copy, as over
+    the wire, at a quarter of `copy.deepcopy`'s cost (most of this double's time)."""
+    if isinstance(value, dict):
+        return {k: _json_copy(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_copy(v) for v in value]
+    return value
 
 
 class Crashed(BaseException):
@@ -85,7 +95,7 @@ class MemoryApi:
     ) -> dict[str, Any] | None:
         self.gets[kind] += 1
         found = self.objects.get((kind, namespace, name))
-        return copy.deepcopy(found) if found is not None else None
+        return _json_copy(found) if found is not None else None
 
     def list(
         self,
@@ -110,14 +120,15 @@ class MemoryApi:
         operator's cache, as its watches would)."""
         match = label_match(selector)
         fields = field_match(field_selector)
-        return [
-            copy.deepcopy(obj)
-            for (k, ns, _), obj in sorted(self.objects.items(), key=lambda kv: str(kv[0]))
-            if k == kind
-            and (namespace is None or ns == namespace)
+        found = [
+            (str(key), obj)
+            for key, obj in self.objects.items()
+            if key[0] == kind
+            and (namespace is None or key[1] == namespace)
             and match(obj["metadata"].get("labels") or {})
             and fields(obj)
         ]
+        return [_json_copy(obj) for _, obj in sorted(found, key=lambda pair: pair[0])]
 
     def requests(self) -> int:
         """Reads and writes the operator sent (the cache's filling excluded)."""
@@ -139,8 +150,8 @@ class MemoryApi:
         if "data" in obj:
             _own_data(current, manager)
         self.objects[key] = current
-        self.log.append(Write("apply", key, copy.deepcopy(obj), created))
-        return copy.deepcopy(current)
+        self.log.append(Write("apply", key, _json_copy(obj), created))
+        return _json_copy(current)
 
     def create(self, obj: dict[str, Any], timeout: float = 0) -> dict[str, Any]:
         meta = obj["metadata"]
@@ -151,8 +162,8 @@ class MemoryApi:
         if key in self.objects:
             raise ApiError(409, f"{key} already exists")
         self.objects[key] = self._new(obj)
-        self.log.append(Write("create", key, copy.deepcopy(obj), True))
-        return copy.deepcopy(self.objects[key])
+        self.log.append(Write("create", key, _json_copy(obj), True))
+        return _json_copy(self.objects[key])
 
     def replace(self, obj: dict[str, Any], timeout: float = 0) -> dict[str, Any]:
         key = _key(obj)
@@ -162,12 +173,12 @@ class MemoryApi:
             raise ApiError(404, f"{key} not found")
         if obj["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
             raise ApiError(409, f"{key}: the object has been modified")
-        replaced = copy.deepcopy(obj)
+        replaced = _json_copy(obj)
         replaced["metadata"] = {**current["metadata"], **obj["metadata"]}
         self._bump(replaced)
         self.objects[key] = replaced
-        self.log.append(Write("replace", key, copy.deepcopy(obj)))
-        return copy.deepcopy(replaced)
+        self.log.append(Write("replace", key, _json_copy(obj)))
+        return _json_copy(replaced)
 
     def delete(self, kind: str, namespace: str, name: str, propagation: str | None = None) -> None:
         key = (kind, namespace, name)
@@ -185,10 +196,10 @@ class MemoryApi:
         current = self.objects.get(key)
         if current is None:
             raise ApiError(404, f"{key} not found")
-        current.update(copy.deepcopy(changes))
+        current.update(_json_copy(changes))
         self._bump(current)
-        self.log.append(Write("patch_merge", key, copy.deepcopy(changes)))
-        return copy.deepcopy(current)
+        self.log.append(Write("patch_merge", key, _json_copy(changes)))
+        return _json_copy(current)
 
     def patch_status(
         self, kind: str, namespace: str, name: str, ops: list[dict[str, Any]]
@@ -209,8 +220,8 @@ class MemoryApi:
         current["status"] = patched.get("status")
         self._bump(current)
         after = {"status": current["status"], "ops": ops}
-        self.log.append(Write("status", key, copy.deepcopy(after)))
-        return copy.deepcopy(current)
+        self.log.append(Write("status", key, _json_copy(after)))
+        return _json_copy(current)
 
     # -- what a user does (not the operator: never counted as its writes) ----------------
     def user_apply(self, obj: dict[str, Any]) -> None:
@@ -362,7 +373,7 @@ class MemoryApi:
 
     # -- internals ----------------------------------------------------------------------
     def _new(self, obj: dict[str, Any]) -> dict[str, Any]:
-        made = copy.deepcopy(obj)
+        made = _json_copy(obj)
         meta = made["metadata"]
         meta.pop("resourceVersion", None)
         serial = next(self._uids)
@@ -380,9 +391,9 @@ class MemoryApi:
                     if part in value:
                         meta[part] = {**(meta.get(part) or {}), **value[part]}
                 if "ownerReferences" in value:
-                    meta["ownerReferences"] = copy.deepcopy(value["ownerReferences"])
+                    meta["ownerReferences"] = _json_copy(value["ownerReferences"])
             elif key != "status":
-                current[key] = copy.deepcopy(value)
+                current[key] = _json_copy(value)
         if json.dumps(current.get("spec"), sort_keys=True) != spec_before:
             current["metadata"]["generation"] += 1
         self._bump(current)
@@ -426,7 +437,7 @@ def _own_data(config_map: dict[str, Any], manager: str) -> None:
 def apply_json_patch(doc: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
     """``doc`` with RFC 6902 add/replace/remove ops applied (a copy); a path that does not
     exist where an op needs it is a 422, as the API server answers."""
-    doc = copy.deepcopy(doc)
+    doc = _json_copy(doc)
     for op in ops:
         *parents, last = [
             k.replace("~1", "/").replace("~0", "~") for k in op["path"].split("/")[1:]
@@ -442,5 +453,5 @@ def apply_json_patch(doc: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str
         if op["op"] == "remove":
             del target[last]
         else:
-            target[last] = copy.deepcopy(op["value"])
+            target[last] = _json_copy(op["value"])
     return doc
