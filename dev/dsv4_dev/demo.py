@@ -37,6 +37,7 @@ from dsv4_dev.cluster.binaries import MissingBinaryError, cache_dir
 from dsv4_dev.cluster.local import ClusterError, LocalCluster
 from dsv4_dev.localrun.runtime import READY, free_port
 from dsv4_engine.probe.html_report import render_html
+from dsv4_operator.api import CRD_NAME
 from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.rollout import Transfer
 from dsv4_operator.api.samples import shipped_sample
@@ -221,9 +222,10 @@ def local_world(
     try:
         cluster.up(log=say)
         cluster.kubectl("create", "namespace", NAMESPACE, check=False)
-        # Before the operator: limited to a namespace, it serves the CRD it finds at start.
+        # Before the operator: limited to a namespace, it waits for its CRD to be served
+        # (checking every few seconds), so with the CRD there first it starts at once.
         cluster.kubectl("apply", "--server-side", "-f", str(CRD_PATH))
-        cluster.wait_established("crd/dsv4deployments.inference.dsv4.dev")
+        cluster.wait_established(f"crd/{CRD_NAME}")
         with (
             background(operator, out_dir / "operator.log", env),
             background(runtime, out_dir / "localrun.log", env, READY),
