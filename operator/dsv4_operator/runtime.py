@@ -356,8 +356,9 @@ async def _lead(
     stop_kopf = asyncio.Event()
     namespaces = list(args.namespace)
     # Limited to namespaces, kopf's scanning would list all namespaces and watch CRDs (both
-    # cluster-wide): without it, it serves the CRD it finds at start, which the namespaced
-    # install applies first, and the operator needs no cluster-wide read but nodes'.
+    # cluster-wide): without it, it serves the CRD it finds at start, so kopf starts only
+    # once the CRD is served (`crd_served`), and the operator needs no cluster-wide read but
+    # nodes'.
     settings.scanning.disabled = bool(namespaces)
     controller.start_informers(kube, namespaces)
     tasks = [
@@ -367,17 +368,16 @@ async def _lead(
     ]
     log.info("operator starting", extra={"namespaces": namespaces or "all"})
     try:
-        if namespaces and not await crd_served(kube, stop_kopf):
-            return 1 if lost.is_set() else 0
-        await kopf.operator(
-            registry=registry,
-            settings=settings,
-            standalone=True,
-            clusterwide=not namespaces,
-            namespaces=namespaces,
-            stop_flag=stop_kopf,
-            ready_flag=health.watching,
-        )
+        if not namespaces or await crd_served(kube, stop_kopf):
+            await kopf.operator(
+                registry=registry,
+                settings=settings,
+                standalone=True,
+                clusterwide=not namespaces,
+                namespaces=namespaces,
+                stop_flag=stop_kopf,
+                ready_flag=health.watching,
+            )
     finally:
         for task in tasks:
             task.cancel()

@@ -27,8 +27,4 @@ def test_no_registered_handler_reads_the_diff_kopf_is_told_not_to_keep() -> None
     # these, NoDiffBase would hand it an empty diff and it would never fire.
     assert not registry._changing.has_handlers(resource=resource)
     assert not registry._spawning.has_handlers(resource=resource)
-    settings = handlers.settings()
-    assert isinstance(settings.persistence.diffbase_storage, handlers.NoDiffBase)
-    body = kopf.Body({"metadata": {"name": "x", "annotations": {"a": "b"}}, "spec": {"n": 1}})
-    assert settings.persistence.diffbase_storage.build(body=body) == {}
-    assert settings.posting.enabled is False
+    assert isinstance(handlers.settings().persistence.diffbase_storage, handlers.NoDiffBase)
