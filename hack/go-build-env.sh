@@ -10,3 +10,12 @@
 export CGO_ENABLED=0
 export GOFLAGS="${GOFLAGS:--buildvcs=false -gcflags=all=-dwarf=false}"
 export GOGC="${GOGC:-400}" GOMEMLIMIT="${GOMEMLIMIT:-3GiB}"
+
+# The module that pins the control plane's and the LWS controller's versions (its go.mod says
+# why they share one).  A cache folder is named for the versions it holds and for a digest of
+# go.sum, so a changed pin builds anew rather than reuse binaries of the old one.
+GO_TOOLS="$(cd "$(dirname "${BASH_SOURCE[0]}")/go-tools" && pwd)"
+GO_TOOLS_DIGEST="$(sha256sum "$GO_TOOLS/go.sum" | cut -c1-12)"
+go_tools_version() { # go_tools_version MODULE — the version hack/go-tools/go.mod requires
+  sed -n "s#^[[:space:]]*$1 \(v[^ ]*\)\$#\1#p" "$GO_TOOLS/go.mod"
+}
