@@ -5,6 +5,12 @@ SHELL := /bin/bash
 VENV = $(shell hack/venv.sh)
 PY = $(VENV)/bin/python
 export PATH := $(VENV)/bin:$(PATH)
+# Write bytecode even where the environment says not to (this machine's sets
+# PYTHONDONTWRITEBYTECODE=1): otherwise every Python process compiles the project's modules
+# again as it imports them, and each pytest worker rewrites every test module's asserts again.
+# `make test` starts hundreds of such processes (workers, operators, runtimes, probes).  The
+# bytecode lands in __pycache__ beside the sources, which git and the image builds ignore.
+export PYTHONDONTWRITEBYTECODE :=
 
 .PHONY: help venv control-plane kube-score images test test-unit test-images test-e2e lint demo cluster-up cluster-down manifests bench bench-engine bench-engine-server bench-validator bench-echo bench-scale
 

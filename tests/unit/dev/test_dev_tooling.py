@@ -5,7 +5,9 @@ launcher keeps its switches to itself."""
 from __future__ import annotations
 
 import ast
+import os
 import socket
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -126,3 +128,18 @@ def test_crash_injection_counts_writes_only(monkeypatch, applied_roles):
     kube.requests[("PATCH", "/api/v1/namespaces/ns/configmaps/b")] += 1
     kube.counted()
     assert exits == [137]
+
+
+def test_make_runs_python_writing_bytecode_even_where_the_environment_forbids_it():
+    """`make test` starts hundreds of Python processes; with PYTHONDONTWRITEBYTECODE set (as
+    on the CI machines) each would compile the project's modules and rewrite the tests anew."""
+    probe = 'pycheck: ; @python3 -c "import sys; print(sys.flags.dont_write_bytecode)"'
+    out = subprocess.run(
+        ["make", "-s", "--no-print-directory", "--eval", probe, "pycheck"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == "0"
