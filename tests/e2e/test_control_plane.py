@@ -73,6 +73,14 @@ def test_the_service_ip_range_holds_thousands_of_services(cluster: LocalCluster)
     cluster.kubectl("delete", "service", name)
 
 
+def test_the_controller_manager_and_scheduler_elect_no_leader(cluster: LocalCluster):
+    """One of each runs: neither takes a Lease in kube-system (renewed every 2 s, each
+    renewal a write the API server and etcd pay in every cluster a session keeps up)."""
+    leases = get_json(cluster, "lease", "-n", "kube-system")["items"]
+    held = {lease["metadata"]["name"] for lease in leases}
+    assert not held & {"kube-controller-manager", "kube-scheduler"}, held
+
+
 def test_pod_with_8_gpus_runs_on_a_b200_node(cluster: LocalCluster):
     name = unique("gpu8")
     apply(cluster, gpu_pod(name, 8))

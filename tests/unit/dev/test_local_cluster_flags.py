@@ -28,13 +28,14 @@ def test_each_component_gets_its_own_flags():
     filed = _filed(_extra_args(flags))
     assert filed == {
         "kube-apiserver": [f"service-cluster-ip-range={SERVICE_IP_RANGE}"],
-        "kube-controller-manager": ["kube-api-qps=200", "kube-api-burst=400"],
-        "kube-scheduler": ["kube-api-qps=200", "kube-api-burst=400"],
+        "kube-controller-manager": ["leader-elect=false", "kube-api-qps=200", "kube-api-burst=400"],
+        "kube-scheduler": ["leader-elect=false", "kube-api-qps=200", "kube-api-burst=400"],
     }
 
 
-def test_the_default_cluster_keeps_the_components_rates():
-    assert set(_filed(_extra_args(LocalCluster()._component_flags()))) == {"kube-apiserver"}
+def test_the_default_cluster_keeps_the_components_rates_and_elects_no_leader():
+    filed = _filed(_extra_args(LocalCluster()._component_flags()))
+    assert filed["kube-controller-manager"] == filed["kube-scheduler"] == ["leader-elect=false"]
 
 
 def test_flags_one_component_after_another_would_make_kwokctl_panic():
