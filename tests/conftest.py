@@ -3,12 +3,46 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from dsv4_engine.probe.scripted_server import ScriptedCompletionServer
+
+
+def _triton_language_interpreted() -> None:
+    """Without a GPU, the Triton kernel tests run under Triton's CPU interpreter
+    (tests/unit/engine/hicache), whose kernels call `triton.language`'s own @triton.jit
+    helpers (`tl.max`, ...): those must have been decorated for the interpreter, that is,
+    `triton.language` first imported with TRITON_INTERPRET=1.  Any earlier import in the
+    process — SGLang's, in an in-process SGLang test the worker ran first — decorated them
+    compiled, and every interpreted kernel then fails ("Cannot call @triton.jit'd outside
+    of the scope of a kernel").  So each test process imports it so first, whatever its
+    tests' order; the variable is put back at once (kernels decorate per their module)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return  # the kernels run compiled on the GPU: so must the helpers
+    saved = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        import triton.language  # noqa: F401
+    finally:
+        if saved is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = saved
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if getattr(config.option, "dist", "no") != "no" and "PYTEST_XDIST_WORKER" not in os.environ:
+        return  # pytest-xdist's controller: it runs no test
+    _triton_language_interpreted()
+
+
+SGLANG_GROUP = "sglang"  # tests/sglang's session fixtures, and every in-process SGLang test
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the group marks
@@ -18,14 +52,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     that runs one of them computes the fixture again.  `shared_fixture("name")` groups
     several modules (tests/sglang's session fixtures); a bare one, its own module.
 
-    Only fixtures computed out of process belong here: a group is scheduled as one block,
-    so a module that imports Triton compiled would then run before the in-process Triton
-    interpreter tests of its worker (tests/unit/engine/hicache), which need it first."""
+    Importing SGLang is such a cost too (~8 CPU-s past torch, once per process): every test
+    marked `sglang` joins tests/sglang's group, so one worker pays it, not each worker that
+    happens to run one.  That is safe only because no test process depends on what it
+    imported first (`_triton_language_interpreted`)."""
     for item in items:
         marker = item.get_closest_marker("shared_fixture")
         if marker is not None:
             group = marker.args[0] if marker.args else item.module.__name__
-            item.add_marker(pytest.mark.xdist_group(group))
+        elif item.get_closest_marker("sglang") is not None:
+            group = SGLANG_GROUP
+        else:
+            continue
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 class ScriptedServerThread:
