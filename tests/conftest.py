@@ -42,24 +42,24 @@ def pytest_configure(config: pytest.Config) -> None:
     _triton_language_interpreted()
 
 
-SGLANG_GROUP = "sglang"  # tests/sglang's session fixtures, and every in-process SGLang test
+SGLANG_GROUP = "sglang"
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests that share a costly session- or module-scoped fixture (real SGLang processes,
     Triton in a child, seeded race trials) run on one pytest-xdist worker: every worker
-    that runs one of them computes the fixture again.  `shared_fixture("name")` groups
-    several modules (tests/sglang's session fixtures); a bare one, its own module.
+    that runs one of them computes the fixture again.  `shared_fixture` keeps its module
+    on one worker.
 
-    Importing SGLang is such a cost too (~8 CPU-s past torch, once per process): every test
-    marked `sglang` joins tests/sglang's group, so one worker pays it, not each worker that
+    Every test marked `sglang` is one group: tests/sglang's session fixtures (SGLang in
+    child processes), and the in-process SGLang tests, for importing SGLang is such a cost
+    too (~8 CPU-s past torch, once per process): one worker pays it, not each worker that
     happens to run one.  That is safe only because no test process depends on what it
     imported first (`_triton_language_interpreted`)."""
     for item in items:
-        marker = item.get_closest_marker("shared_fixture")
-        if marker is not None:
-            group = marker.args[0] if marker.args else item.module.__name__
+        if item.get_closest_marker("shared_fixture") is not None:
+            group = item.module.__name__
         elif item.get_closest_marker("sglang") is not None:
             group = SGLANG_GROUP
         else:

@@ -23,7 +23,7 @@ from sglang_cases import (
 
 from dsv4_engine.sglang_plugin import DSV4_TARGET, HOOKS
 
-pytestmark = [pytest.mark.sglang, pytest.mark.shared_fixture("sglang")]
+pytestmark = pytest.mark.sglang  # with every SGLang test, on one worker (tests/conftest.py)
 
 HOOKS_HARNESS = Path(__file__).with_name("plugin_hooks_harness.py")
 

@@ -9,7 +9,7 @@ from sglang_cases import FORMULAS, PARITY_CASES, REFUSED, REPEAT, our_plan
 from dsv4_engine.configurator import ConfigError, index_k_bytes_per_token
 from dsv4_engine.features import IndexDtype
 
-pytestmark = [pytest.mark.sglang, pytest.mark.shared_fixture("sglang")]
+pytestmark = pytest.mark.sglang  # with every SGLang test, on one worker (tests/conftest.py)
 
 DSV4_FIELDS = ("full", "swa", "c4", "c128", "c4_state", "c128_state")
 

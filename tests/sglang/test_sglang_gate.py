@@ -13,7 +13,7 @@ import pytest
 
 from dsv4_engine.sglang_plugin.gate_check import MUST_WAIT, STAGES
 
-pytestmark = [pytest.mark.sglang, pytest.mark.shared_fixture("sglang")]
+pytestmark = pytest.mark.sglang  # with every SGLang test, on one worker (tests/conftest.py)
 
 HARNESS = Path(__file__).with_name("gate_check_harness.py")
 INDEX_K = "get_index_k_with_scale_buffer"
