@@ -5,8 +5,9 @@
 # Why from source: as for the control plane, this machine reaches only package registries.
 # It builds in the module that pins the control plane (hack/go-tools/go.mod), so the
 # Kubernetes libraries both use compile once: after the control plane, 7-9 s on a cold
-# machine (70 s from a module of its own).  Next to the binary land the release's CRDs and webhook manifest, from the
-# same module download, which `dsv4ctl cluster up` installs: one version for all three.
+# machine (70 s from a module of its own).  Next to the binary land the release's CRDs and
+# webhook manifest, from the same module download, which `dsv4ctl cluster up` installs: one
+# version for all three.
 set -euo pipefail
 
 source "$(dirname "$0")/go-build-env.sh"

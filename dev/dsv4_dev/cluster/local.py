@@ -257,18 +257,15 @@ class LocalCluster:
         # One controller manager and one scheduler, so no leader election (as the LWS
         # controller runs): on by default, each renews its Lease every 2 s, 59 of an idle
         # cluster's 107 requests a minute, paid by every cluster a test session keeps up.
-        single = {"leader-elect": "false"}
-        flags: dict[str, dict[str, str]] = {
-            "kube-apiserver": {"service-cluster-ip-range": SERVICE_IP_RANGE},
-            "kube-controller-manager": dict(single),
-            "kube-scheduler": dict(single),
-        }
+        controller = {"leader-elect": "false"}
         if self.controller_qps:
-            rate = {"kube-api-qps": str(self.controller_qps)}
-            rate["kube-api-burst"] = str(2 * self.controller_qps)
-            flags["kube-controller-manager"] |= rate
-            flags["kube-scheduler"] |= rate
-        return flags
+            controller["kube-api-qps"] = str(self.controller_qps)
+            controller["kube-api-burst"] = str(2 * self.controller_qps)
+        return {
+            "kube-apiserver": {"service-cluster-ip-range": SERVICE_IP_RANGE},
+            "kube-controller-manager": controller,
+            "kube-scheduler": controller,
+        }
 
     def _check_port_free(self) -> None:
         if not self.apiserver_port:
