@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-import json
 from collections.abc import Callable
 from typing import Any, Literal
+
+import orjson
 
 from dsv4_dev.cluster.nodes import default_pools, node_manifests
 from dsv4_operator.api import API_VERSION, KIND
@@ -66,10 +67,10 @@ def fill_cache(cache: Cache, api: MemoryApi) -> None:
         cache.store(watch.stored_as).replace([watch.transform(o) for o in found])
 
 
-def cache_dump(cache: Cache) -> str:
-    return json.dumps(
+def cache_dump(cache: Cache) -> bytes:
+    return orjson.dumps(
         {kind: store.select(None, None, None) for kind, store in cache.stores.items()},
-        sort_keys=True,
+        option=orjson.OPT_SORT_KEYS,
     )
 
 

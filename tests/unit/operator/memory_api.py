@@ -25,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from dsv4_operator.api.times import stamp
 from dsv4_operator.kube.client import ApiError
 from dsv4_operator.kube.selectors import field_match, label_match
@@ -35,14 +37,10 @@ WRITES = ("apply", "create", "replace", "delete", "patch_merge")
 
 
 def _json_copy(value: Any) -> Any:
-    """``value`` as a JSON round trip would give it back (dicts and lists copied, tuples made
-    lists, the immutable leaves shared): every object crosses this API as a copy, as over
-    the wire, at a quarter of `copy.deepcopy`'s cost (most of this double's time)."""
-    if isinstance(value, dict):
-        return {k: _json_copy(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_copy(v) for v in value]
-    return value
+    """``value`` after a JSON round trip: every object crosses this API as a copy, as over
+    the wire, through the operator's own JSON library (most of this double's time was
+    copying; orjson's round trip is ~4x faster than a copy written in Python)."""
+    return orjson.loads(orjson.dumps(value))
 
 
 class Crashed(BaseException):
