@@ -43,6 +43,18 @@ def test_sglang_installs_every_hook_of_the_plugin(load_plugins_in_an_engine_proc
     assert json.loads(line.removeprefix("RESULT ")) == {target: True for target, _ in HOOKS}
 
 
+def test_sglang_loading_the_plugin_installs_the_counter_without_importing_prometheus(
+    load_plugins_in_an_engine_process,
+):
+    """The kv-canary violation counter (`dsv4_engine.kv_canary`) is on SGLang's violation
+    logger once SGLang loads the plugin, and prometheus_client is not imported yet (SGLang
+    must set its multiprocess directory first)."""
+    proc = load_plugins_in_an_engine_process()
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (line,) = [x for x in proc.stdout.splitlines() if x.startswith("KV_CANARY ")]
+    assert json.loads(line.removeprefix("KV_CANARY ")) == [1, False]
+
+
 def test_a_hook_sglang_cannot_apply_stops_the_engine_naming_hook_target_and_version(
     load_plugins_in_an_engine_process,
 ):
