@@ -106,6 +106,10 @@ class Process:
     failures: int = 0
     container_name: str | None = None  # podman's, when it runs from a local image
 
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
 
 class NotReference(ValueError):
     """The pod runs an engine this machine cannot run (SGLang needs GPUs)."""
@@ -223,7 +227,7 @@ class LocalRuntime:
         wanted = (pod.metadata.annotations or {}).get(ANNOTATION_CONFIG_HASH)
         if text is None or short_hash(text) != wanted:
             return  # the ConfigMap for this pod's template is not there yet: next pass
-        port, bootstrap = free_port(), free_port()
+        port, bootstrap = self._free_ports(2)
         try:
             local, env = local_engine_yaml(text, port, bootstrap)
         except NotReference as why:
@@ -279,7 +283,7 @@ class LocalRuntime:
         prefill, decode = self._discovered(pod.metadata.namespace, selectors)
         if not prefill or not decode:
             return  # engines first, like a router whose workers are not up yet
-        port = free_port()
+        (port,) = self._free_ports(1)
         command = [*ENGINE_CLI, "router", "--port", str(port)]
         for worker in prefill:
             command += ["--prefill", *worker.split()]
@@ -317,6 +321,22 @@ class LocalRuntime:
             )
             return
         log.info("router of %s/%s now routes to %s", router.namespace, router.instance, workers)
+
+    def _free_ports(self, n: int) -> list[int]:
+        """``n`` ports nothing listens on, none of them handed to a process of this runtime
+        already: the kernel gives a port out again as soon as `free_port`'s socket closes,
+        and a process binds its port only once it has started (seconds, for a container),
+        so two pods started back to back were once given the same port."""
+        taken = {p.port for p in self.processes.values()} | {
+            p.bootstrap_port for p in self.processes.values() if p.bootstrap_port is not None
+        }
+        ports: list[int] = []
+        while len(ports) < n:
+            port = free_port()
+            if port not in taken:
+                taken.add(port)
+                ports.append(port)
+        return ports
 
     def _spawn(
         self, pod: Any, command: list[str], env: dict[str, str], port: int, bootstrap: int | None
