@@ -21,6 +21,7 @@ a runtime started would.
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import json
 import os
@@ -169,7 +170,11 @@ def preload(modules: Iterable[str]) -> TextIO:
 def exit_as_interpreter(main: Callable[[], int | None]) -> NoReturn:
     """Ends a forked child as a fresh interpreter running ``main`` would end: its return
     value or its SystemExit's code as the exit status, the message or the traceback of
-    anything else on stderr."""
+    anything else on stderr, and the exit handlers ``main`` registered run (the kubernetes
+    client's removes the temp files it wrote a kubeconfig's certificates to).  The handlers
+    the forking process registered are dropped first: they are its own (a finalizer of a
+    directory it still uses), and `os._exit` ran none of them before either."""
+    atexit._clear()  # noqa: SLF001 - no public way to drop what the fork inherited
     code = 1
     try:
         code = main() or 0
@@ -181,6 +186,7 @@ def exit_as_interpreter(main: Callable[[], int | None]) -> NoReturn:
     except BaseException:  # noqa: BLE001 - reported as a fresh interpreter reports it
         traceback.print_exc()
     finally:
+        atexit._run_exitfuncs()  # noqa: SLF001 - what the interpreter runs at exit
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

@@ -4,6 +4,7 @@ environment, its log, its exit code, its own session, stopped by SIGTERM."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import subprocess
@@ -22,6 +23,7 @@ from dsv4_dev.localrun.forks import (
     Forked,
     ForkServer,
     ForkServerError,
+    exit_as_interpreter,
 )
 from dsv4_dev.localrun.runtime import free_port
 from tests.unit.operator.test_op_startup import KUBECONFIG
@@ -156,3 +158,29 @@ def test_a_fork_server_that_died_is_an_error_not_a_command_still_running(tmp_pat
     server._server.wait(WAIT_S)
     with pytest.raises(ForkServerError, match="the fork server exited"):
         server.fork([*ENGINE_CLI, "router", "--port", "1"], {}, log)
+
+
+def test_a_forked_child_runs_its_own_exit_handlers_and_not_its_forkers(tmp_path):
+    """A fresh interpreter runs the exit handlers it registered (the kubernetes client's
+    removes the certificate files it wrote to /tmp; a fork that skipped them left ~7 a
+    `make test`); the ones the fork server registered are its own and must not run."""
+    ours, theirs = tmp_path / "child-handler-ran", tmp_path / "server-handler-ran"
+
+    def server_handler() -> None:
+        theirs.touch()
+
+    def main() -> int:
+        atexit.register(ours.touch)
+        return 3
+
+    atexit.register(server_handler)
+    try:
+        pid = os.fork()
+        if pid == 0:
+            exit_as_interpreter(main)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        atexit.unregister(server_handler)
+    assert os.waitstatus_to_exitcode(status) == 3
+    assert ours.exists()
+    assert not theirs.exists()
