@@ -13,6 +13,7 @@ computes or the prefill→decode wire format.  Together they are the engine revi
 
 from __future__ import annotations
 
+import copy
 import json
 from enum import StrEnum
 from typing import Any, get_args, get_origin
@@ -112,17 +113,10 @@ def project(data: dict[str, Any], paths: list[Path]) -> dict[str, Any]:
 
 
 def overlay(data: dict[str, Any], part: dict[str, Any], paths: list[Path]) -> dict[str, Any]:
-    """``data`` with the values of ``part`` at ``paths`` (`project`'s inverse).  Neither
-    input is changed: the dicts on the way to each path are copied, everything else is
-    shared with ``data`` and ``part`` (a deep copy of the spec was a tenth of a pass)."""
-    out = dict(data)
+    """``data`` with the values of ``part`` at ``paths`` (a copy; `project`'s inverse)."""
+    out = copy.deepcopy(data)
     for path in paths:
-        target = out
-        for key in path[:-1]:
-            inner = target.get(key)
-            target[key] = dict(inner) if isinstance(inner, dict) else {}
-            target = target[key]
-        value = _at(part, path)
+        value, target = _at(part, path), _parent(out, path)
         if value is None:
             target.pop(path[-1], None)
         else:

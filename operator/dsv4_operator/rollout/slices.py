@@ -96,13 +96,7 @@ def canary_objects(
 def role_specs(
     spec: DSV4DeploymentSpec, flags_of: dict[Role, EngineRevision]
 ) -> dict[Role, DSV4DeploymentSpec]:
-    """Each role's spec at its revision; roles of one revision (all but while a promotion
-    rolls role by role) share one, made once."""
-    made: dict[str, DSV4DeploymentSpec] = {}
-    for flags in flags_of.values():
-        if flags.revision not in made:
-            made[flags.revision] = with_revision(spec, flags)
-    return {role: made[flags_of[role].revision] for role in Role}
+    return {role: with_revision(spec, flags_of[role]) for role in Role}
 
 
 def canary_url(owner: Owner) -> tuple[str, int]:

@@ -7,11 +7,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from dsv4_dev.localrun import runtime as runtime_module
 from dsv4_dev.localrun.runtime import LocalRuntime, Process
+from dsv4_engine.features import Role
+from dsv4_operator.api.rollout import Slot
+from dsv4_operator.render.meta import LABEL_COMPONENT
+from dsv4_operator.render.router import router_args
+from tests.unit.dev.test_local_router_discovery import OWNER, SPEC, engine
 
 
 def kernel_answers(monkeypatch: pytest.MonkeyPatch, ports: list[int]) -> None:
@@ -48,3 +54,26 @@ def test_one_pods_engine_and_bootstrap_ports_differ(
     runtime = LocalRuntime(core=None, workdir=tmp_path)
     kernel_answers(monkeypatch, [40000, 40000, 40001])
     assert runtime._free_ports(2) == [40000, 40001]
+
+
+def test_two_routers_started_back_to_back_get_two_ports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Through the runtime's own start of a router pod (only the process is not started):
+    the kernel answers the first router's port again for the second."""
+    runtime = LocalRuntime(core=None, workdir=tmp_path)
+    runtime._healthy = lambda process: True  # type: ignore[method-assign]
+    for p in (engine(Role.PREFILL, Slot.BLUE, "t", 100), engine(Role.DECODE, Slot.BLUE, "t", 200)):
+        runtime.processes[p.pod_uid] = p
+    monkeypatch.setattr(runtime_module.processes, "popen", lambda command, env, log: None)
+    kernel_answers(monkeypatch, [50000, 50000, 50001])
+    args = router_args(OWNER, SPEC, Slot.BLUE, "t")
+    for uid in ("router-a", "router-b"):
+        pod = SimpleNamespace(
+            metadata=SimpleNamespace(
+                uid=uid, name=uid, namespace="serving", labels={LABEL_COMPONENT: "router"}
+            ),
+            spec=SimpleNamespace(containers=[SimpleNamespace(args=args)], subdomain=None),
+        )
+        runtime._start_router(pod)
+    assert {runtime.processes[uid].port for uid in ("router-a", "router-b")} == {50000, 50001}
