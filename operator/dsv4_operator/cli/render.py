@@ -112,8 +112,10 @@ def render(
     canary: list[str] | None = None,
     probe_job: bool = False,
     probe_image: str = PROBE_IMAGE,
+    uid: str = UID,
 ) -> list[dict[str, Any]]:
-    """The objects the operator creates for ``doc``, in the order it applies them."""
+    """The objects the operator creates for ``doc``, in the order it applies them; ``uid``:
+    the deployment's, where the API server has given it one (owner references name it)."""
     meta = doc.get("metadata") or {}
     if not isinstance(meta, dict):
         raise CommandError(f"{KIND} metadata: expected a mapping, got {meta!r}")
@@ -122,7 +124,7 @@ def render(
     problem = name_problem(name, spec.multinode)
     if problem is not None:
         raise CommandError(problem)
-    owner = Owner(name=name, namespace=namespace or meta.get("namespace") or "default", uid=UID)
+    owner = Owner(name=name, namespace=namespace or meta.get("namespace") or "default", uid=uid)
     now = dt.datetime.now(dt.UTC)
     status = first_status(spec_revision(spec), now).status
     desired = Desired(owner, spec, pod_memory)

@@ -2,6 +2,7 @@
 page names every flag and value, no link or path in the docs points nowhere, and the scale
 section's defaults are the code's."""
 
+import datetime as dt
 import importlib.util
 import re
 import time
@@ -12,7 +13,13 @@ import yaml
 
 from dsv4_engine.features import EngineFeatures, HiCacheFeature
 from dsv4_operator.api.crd import CRD_PATH
+from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.reconcile.controller import SETTLE_S, WORKERS
+from dsv4_operator.reconcile.desired import Desired
+from dsv4_operator.render.memory import pod_memory
+from dsv4_operator.render.meta import Owner
+from dsv4_operator.rollout.decide import first_status
+from dsv4_operator.rollout.slices import spec_revision
 from dsv4_operator.runtime import parse_args
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -166,6 +173,23 @@ def test_the_scale_figures_are_for_what_the_benchmark_runs_by_default():
     section = " ".join(scale_section().split())
     assert f"{args.deployments} deployments on {args.nodes:,} nodes" in section
     assert f"flag change on {args.changed}" in section
+
+
+def test_the_scale_floor_holds_the_operators_children_owned_by_the_created_deployments():
+    """The floor applies what the operator's first pass applies for a deployment, each
+    child owned by the deployment the bench created (its uid, not render's stand-in): the
+    garbage collector keeps them and follows their owners as it does the operator's, so
+    the two runs hold the same objects and their ratio is what the operator adds."""
+    module = bench_scale()
+    doc = module.deployment("scale-3", "d0003")
+    uid = "6a1f4c2e-0d1b-4c7e-9a53-2f8e7d9b0c11"
+    created = {**doc, "metadata": {**doc["metadata"], "uid": uid}}
+    floor = module.children_of(created)
+    spec = DSV4DeploymentSpec.model_validate(doc["spec"])
+    owner = Owner(name="d0003", namespace="scale-3", uid=uid)
+    status = first_status(spec_revision(spec), dt.datetime.now(dt.UTC)).status
+    assert floor == Desired(owner, spec, pod_memory).children(status)
+    assert all(ref["uid"] == uid for o in floor for ref in o["metadata"]["ownerReferences"])
 
 
 def test_the_scale_bench_reports_the_machine_cpu_each_phase_took(capsys):
