@@ -120,6 +120,7 @@ class Controller:
             store.remove(raw)
             self.queue.drop(key)
             self.reconciler.expectations.forget(key)
+            self.reconciler.rendered.forget(meta["uid"])
             return
         old = store.upsert(raw)
         if triggers.deployment_changed(old, raw, lambda obj: self._own_status(key, obj)):

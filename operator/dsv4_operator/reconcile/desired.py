@@ -7,7 +7,11 @@ them from here without a cluster, so what a reviewer reads is what the operator 
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from typing import Any
+
+import orjson
 
 from dsv4_engine.features import Role
 from dsv4_operator.api.rollout import RolloutStatus
@@ -91,3 +95,45 @@ class Desired:
         unique = {(o["kind"], o["metadata"]["name"]): o for o in objects}
         ordered = sorted(unique.values(), key=lambda o: o["kind"] in WORKLOAD_KINDS)
         return [with_applied_hash(o) for o in ordered]
+
+
+class RenderMemory:
+    """Each deployment's last rendered children, kept across passes.  `Desired` is pure: a
+    pass whose owner, spec and rollout status are an earlier pass's wants the same children,
+    and most passes are such (a settled deployment's resync, a converging one's count
+    updates), where rendering was ~2.6 ms a call and a pass makes two (its status's and its
+    decision's).  Kept as JSON: every call returns objects of its own to change, and 500
+    deployments' cost ~12 MB.  The ``kept`` last renders of a deployment are remembered (a
+    rollout's pass renders two statuses); `forget` drops a deleted deployment's."""
+
+    def __init__(self, kept: int = 2) -> None:
+        self.kept = kept
+        self._lock = threading.Lock()  # passes of different deployments run in parallel
+        self._by_uid: dict[str, OrderedDict[tuple[str, str, str, str], bytes]] = {}
+
+    def children(self, desired: Desired, status: RolloutStatus) -> list[dict[str, Any]]:
+        owner = desired.owner
+        key = (
+            owner.name,
+            owner.namespace,
+            desired.spec.model_dump_json(),
+            status.model_dump_json(),
+        )
+        with self._lock:
+            kept = self._by_uid.setdefault(owner.uid, OrderedDict())
+            rendered = kept.get(key)
+            if rendered is not None:
+                kept.move_to_end(key)
+        if rendered is not None:
+            return orjson.loads(rendered)
+        children = desired.children(status)
+        with self._lock:
+            kept = self._by_uid.setdefault(owner.uid, OrderedDict())
+            kept[key] = orjson.dumps(children)
+            while len(kept) > self.kept:
+                kept.popitem(last=False)
+        return children
+
+    def forget(self, uid: str) -> None:
+        with self._lock:
+            self._by_uid.pop(uid, None)

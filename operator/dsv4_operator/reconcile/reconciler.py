@@ -47,7 +47,7 @@ from dsv4_operator.reconcile.blockers import (
     FAILED_CREATE_SELECTOR,
     Blocker,
 )
-from dsv4_operator.reconcile.desired import Desired
+from dsv4_operator.reconcile.desired import Desired, RenderMemory
 from dsv4_operator.reconcile.events import EventRecorder
 from dsv4_operator.reconcile.expectations import Expectations, Write
 from dsv4_operator.reconcile.plan import Action, plan
@@ -210,6 +210,7 @@ class Reconciler:
         self.clock = clock
         self.allowed = allowed  # what the administrator allows a spec (`api.allowed`)
         self.expectations = Expectations()
+        self.rendered = RenderMemory()
         self.events = EventRecorder(kube, clock)
 
     def reconcile_now(self, namespace: str, name: str) -> float | None:
@@ -440,9 +441,9 @@ class Reconciler:
         renders = Desired(state.owner, state.spec, self.host_memory)
         if before is None:
             decision = first_status(desired, state.now, self._retry_of_rejected(state, desired))
-            children = renders.children(decision.status)
+            children = self.rendered.children(renders, decision.status)
             return RolloutPass(None, decision, children, desired.revision, events)
-        current = renders.children(before)
+        current = self.rendered.children(renders, before)
         canary = renders.canary(before)
         observed = self.rollout.observe(
             state,
@@ -471,7 +472,7 @@ class Reconciler:
             renders.pairs,
             offset=phase(state.owner.uid),
         )
-        children = renders.children(decision.status)
+        children = self.rendered.children(renders, decision.status)
         return RolloutPass(before, decision, children, desired.revision, events)
 
     def _retry_of_rejected(self, state: PassState, desired: EngineRevision) -> Manual | None:

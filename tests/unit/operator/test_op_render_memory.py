@@ -1,0 +1,77 @@
+"""Rendered children are kept across passes: a pass that wants what an earlier one wanted
+(same owner, spec and rollout status) gets it without rendering again, as objects of its
+own; anything else that renders differently is rendered again."""
+
+import datetime as dt
+
+from dsv4_engine.features import Role
+from dsv4_operator.api.samples import load_sample
+from dsv4_operator.api.spec import DSV4DeploymentSpec
+from dsv4_operator.reconcile.desired import Desired, RenderMemory
+from dsv4_operator.render.memory import pod_memory
+from dsv4_operator.render.meta import Owner
+from dsv4_operator.rollout.decide import first_status
+from dsv4_operator.rollout.slices import spec_revision
+
+OWNER = Owner(name="flash", namespace="serving", uid="u-1")
+NOW = dt.datetime(2026, 12, 6, tzinfo=dt.UTC)
+
+
+class CountingMemory:
+    """The host memory a pod asks for (`pod_memory`), counting the roles it was asked for:
+    every render of an engine workload asks."""
+
+    def __init__(self):
+        self.asked = 0
+
+    def __call__(self, spec: DSV4DeploymentSpec, role: Role) -> str:
+        self.asked += 1
+        return pod_memory(spec, role)
+
+
+def spec(**changes):
+    return DSV4DeploymentSpec.model_validate({**load_sample()["spec"], **changes})
+
+
+def test_a_pass_wanting_what_an_earlier_one_wanted_is_not_rendered_again():
+    memory, kept = CountingMemory(), RenderMemory()
+    wanted = spec()
+    status = first_status(spec_revision(wanted), NOW).status
+    first = kept.children(Desired(OWNER, wanted, memory), status)
+    rendered = memory.asked
+    assert rendered > 0
+    again = kept.children(Desired(OWNER, wanted, memory), status)
+    assert memory.asked == rendered
+    assert again == first == Desired(OWNER, wanted, pod_memory).children(status)
+    # Each pass holds objects of its own: changing one changes no later pass's.
+    again[0]["metadata"]["name"] = "changed"
+    assert kept.children(Desired(OWNER, wanted, memory), status) == first
+
+
+def test_another_spec_status_or_owner_is_rendered_again_and_a_deleted_one_forgotten():
+    memory, kept = CountingMemory(), RenderMemory()
+    wanted = spec()
+    status = first_status(spec_revision(wanted), NOW).status
+    kept.children(Desired(OWNER, wanted, memory), status)
+    asked = memory.asked
+
+    scaled = spec(decode={"replicas": 3})
+    bigger = kept.children(Desired(OWNER, scaled, memory), status)
+    assert memory.asked > asked
+    assert bigger == Desired(OWNER, scaled, pod_memory).children(status)
+
+    later = first_status(spec_revision(wanted), NOW + dt.timedelta(seconds=5)).status
+    asked = memory.asked
+    kept.children(Desired(OWNER, wanted, memory), later)
+    assert memory.asked > asked
+
+    other = Owner(name="flash", namespace="serving", uid="u-2")  # recreated under the name
+    asked = memory.asked
+    theirs = kept.children(Desired(other, wanted, memory), status)
+    assert memory.asked > asked
+    assert {r["uid"] for o in theirs for r in o["metadata"]["ownerReferences"]} == {"u-2"}
+
+    kept.forget("u-1")
+    asked = memory.asked
+    kept.children(Desired(OWNER, wanted, memory), status)
+    assert memory.asked > asked
