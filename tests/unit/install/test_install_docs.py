@@ -205,8 +205,38 @@ def test_the_scale_bench_reports_the_machine_cpu_each_phase_took(capsys):
     args = module.parse_args([])
     run = {"ready_s": 110.0, "passes": 1300, "steady_requests": {}, "machine_cpu": (220.0, 110.0)}
     floor = {"settled_s": 76.0, "machine_cpu": (152.0, 76.0)}
-    module.report_goals(args, floor, run)
+    module.report_goals(args, [floor], [run])
     out = capsys.readouterr().out
     assert "110.0 s / 76.0 s = 1.45" in out
     assert "220 / 152 CPU-s = 1.45 (2.00 and 2.00 of" in out
+    assert "each round" not in out
     assert "machine's CPU each run took" in " ".join(scale_section().split())
+
+
+def test_the_scale_bench_over_rounds_compares_mean_times_and_shows_each_rounds_ratio(capsys):
+    """`--rounds 2`: floor, operator, then operator, floor; the goal line compares the mean
+    times (a machine slower in one round weighs on both phases of it), the worst round's
+    passes and steady requests count, and each round's own ratio is shown beside."""
+    module = bench_scale()
+    args = module.parse_args(["--rounds", "2"])
+    runs = [
+        {"ready_s": 110.0, "passes": 1300, "steady_requests": {}, "machine_cpu": (220.0, 110.0)},
+        {
+            "ready_s": 90.0,
+            "passes": 1400,
+            "steady_requests": {"patch": 2},
+            "machine_cpu": (180.0, 90.0),
+        },
+    ]
+    floors = [
+        {"settled_s": 100.0, "machine_cpu": (200.0, 100.0)},
+        {"settled_s": 80.0, "machine_cpu": (160.0, 80.0)},
+    ]
+    module.report_goals(args, floors, runs)
+    out = capsys.readouterr().out
+    assert "100.0 s / 90.0 s = 1.11  (meets <= 1.15)" in out
+    assert "2.80  (meets <= 3)" in out
+    assert "steady requests beyond leases and watches  2  (MISSES 0)" in out
+    assert "each round" in out and "1.10, 1.12" in out
+    assert "400 / 360 CPU-s = 1.11" in out
+    assert "--rounds" in " ".join(scale_section().split())
