@@ -6,6 +6,7 @@ import datetime as dt
 import importlib.util
 import re
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -192,6 +193,12 @@ def test_the_scale_floor_holds_the_operators_children_owned_by_the_created_deplo
     assert all(ref["uid"] == uid for o in floor for ref in o["metadata"]["ownerReferences"])
 
 
+def speed_line(out: str) -> str:
+    """What the bench prints after "at the floor's speed"."""
+    line = next(line for line in out.splitlines() if "at the floor's speed" in line)
+    return line.split("at the floor's speed", 1)[1].strip()
+
+
 def test_the_scale_bench_reports_the_machine_cpu_each_phase_took(capsys):
     """The section says the bench prints the CPU every process on the machine used in each
     phase, and the ratio of the two beside the ratio of the times: the machine's count
@@ -203,34 +210,55 @@ def test_the_scale_bench_reports_the_machine_cpu_each_phase_took(capsys):
     burned = time.process_time() - mine
     assert module.machine_cpu_s() - before >= burned - 0.05  # /proc/stat ticks are 10 ms
     args = module.parse_args([])
-    run = {"ready_s": 110.0, "passes": 1300, "steady_requests": {}, "machine_cpu": (220.0, 110.0)}
-    floor = {"settled_s": 76.0, "machine_cpu": (152.0, 76.0)}
+    speed = {"kube-controller-manager": 30.0, "kube-scheduler": 20.0, "kube-apiserver": 9.0}
+    run = {
+        "ready_s": 110.0,
+        "passes": 1300,
+        "steady_requests": {},
+        "machine_cpu": (220.0, 110.0),
+        "cluster_cpu": Counter(speed),
+    }
+    floor = {"settled_s": 76.0, "machine_cpu": (152.0, 76.0), "cluster_cpu": Counter(speed)}
     module.report_goals(args, [floor], [run])
     out = capsys.readouterr().out
     assert "110.0 s / 76.0 s = 1.45" in out
     assert "220 / 152 CPU-s = 1.45 (2.00 and 2.00 of" in out
     assert "each round" not in out
+    assert speed_line(out).startswith("1.45 (kube-controller-manager and kube-scheduler")
     assert "machine's CPU each run took" in " ".join(scale_section().split())
 
 
 def test_the_scale_bench_over_rounds_compares_mean_times_and_shows_each_rounds_ratio(capsys):
     """`--rounds 2`: floor, operator, then operator, floor; the goal line compares the mean
     times (a machine slower in one round weighs on both phases of it), the worst round's
-    passes and steady requests count, and each round's own ratio is shown beside."""
+    passes and steady requests count, and each round's own ratio is shown beside, also at
+    the floor's speed: the controller manager and the scheduler do the same work in both
+    runs, so where they took a quarter more CPU the machine was a quarter slower."""
     module = bench_scale()
     args = module.parse_args(["--rounds", "2"])
+
+    def cpu(controllers, scheduler):
+        return Counter({"kube-controller-manager": controllers, "kube-scheduler": scheduler})
+
     runs = [
-        {"ready_s": 110.0, "passes": 1300, "steady_requests": {}, "machine_cpu": (220.0, 110.0)},
+        {
+            "ready_s": 110.0,
+            "passes": 1300,
+            "steady_requests": {},
+            "machine_cpu": (220.0, 110.0),
+            "cluster_cpu": cpu(30.0, 20.0),
+        },
         {
             "ready_s": 90.0,
             "passes": 1400,
             "steady_requests": {"patch": 2},
             "machine_cpu": (180.0, 90.0),
+            "cluster_cpu": cpu(24.0, 16.0),
         },
     ]
     floors = [
-        {"settled_s": 100.0, "machine_cpu": (200.0, 100.0)},
-        {"settled_s": 80.0, "machine_cpu": (160.0, 80.0)},
+        {"settled_s": 100.0, "machine_cpu": (200.0, 100.0), "cluster_cpu": cpu(24.0, 16.0)},
+        {"settled_s": 80.0, "machine_cpu": (160.0, 80.0), "cluster_cpu": cpu(24.0, 16.0)},
     ]
     module.report_goals(args, floors, runs)
     out = capsys.readouterr().out
@@ -238,5 +266,7 @@ def test_the_scale_bench_over_rounds_compares_mean_times_and_shows_each_rounds_r
     assert "2.80  (meets <= 3)" in out
     assert "steady requests beyond leases and watches  2  (MISSES 0)" in out
     assert "each round" in out and "1.10, 1.12" in out
+    assert speed_line(out).startswith("0.88, 1.12 (")
+    assert "took 50 / 40, 40 / 40 CPU-s" in out
     assert "400 / 360 CPU-s = 1.11" in out
     assert "--rounds" in " ".join(scale_section().split())
