@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -98,27 +99,38 @@ class Desired:
 
 
 class RenderMemory:
-    """Each deployment's last rendered children, kept across passes.  `Desired` is pure: a
-    pass whose owner, spec and rollout status are an earlier pass's wants the same children,
-    and most passes are such (a settled deployment's resync, a converging one's count
-    updates), where rendering was ~2.6 ms a call and a pass makes two (its status's and its
-    decision's).  Kept as JSON: every call returns objects of its own to change, and 500
-    deployments' cost ~12 MB.  The ``kept`` last renders of a deployment are remembered (a
-    rollout's pass renders two statuses); `forget` drops a deleted deployment's."""
+    """Each deployment's last renders, kept across passes.  `Desired` is pure: a pass whose
+    owner, spec and rollout status are an earlier pass's wants the same objects, and most
+    passes are such (a settled deployment's resync, a converging one's count updates).  A
+    pass renders its status's children, its decision's, and its status's active slot (what
+    has rolled): ~2.6 ms each, 6% of the operator's CPU in bench-scale after the children
+    alone were kept.  Kept as JSON: every call returns objects of its own to change, and 500
+    deployments' cost ~20 MB.  The ``kept`` last renders of a deployment are remembered (a
+    rollout's pass renders two statuses, each both ways); `forget` drops a deleted one's."""
 
-    def __init__(self, kept: int = 2) -> None:
+    def __init__(self, kept: int = 4) -> None:
         self.kept = kept
         self._lock = threading.Lock()  # passes of different deployments run in parallel
-        self._by_uid: dict[str, OrderedDict[tuple[str, str, str, str], bytes]] = {}
+        self._by_uid: dict[str, OrderedDict[tuple[str, ...], bytes]] = {}
 
     def children(self, desired: Desired, status: RolloutStatus) -> list[dict[str, Any]]:
+        """`Desired.children`."""
+        return self._kept("children", desired, status, desired.children)
+
+    def active(self, desired: Desired, status: RolloutStatus) -> list[dict[str, Any]]:
+        """`Desired.active`."""
+        return self._kept("active", desired, status, desired.active)
+
+    def _kept(
+        self,
+        what: str,
+        desired: Desired,
+        status: RolloutStatus,
+        render: Callable[[RolloutStatus], list[dict[str, Any]]],
+    ) -> list[dict[str, Any]]:
         owner = desired.owner
-        key = (
-            owner.name,
-            owner.namespace,
-            desired.spec.model_dump_json(),
-            status.model_dump_json(),
-        )
+        spec, wants = desired.spec.model_dump_json(), status.model_dump_json()
+        key = (what, owner.name, owner.namespace, spec, wants)
         with self._lock:
             kept = self._by_uid.setdefault(owner.uid, OrderedDict())
             rendered = kept.get(key)
@@ -126,13 +138,13 @@ class RenderMemory:
                 kept.move_to_end(key)
         if rendered is not None:
             return orjson.loads(rendered)
-        children = desired.children(status)
+        objects = render(status)
         with self._lock:
             kept = self._by_uid.setdefault(owner.uid, OrderedDict())
-            kept[key] = orjson.dumps(children)
+            kept[key] = orjson.dumps(objects)
             while len(kept) > self.kept:
                 kept.popitem(last=False)
-        return children
+        return objects
 
     def forget(self, uid: str) -> None:
         with self._lock:

@@ -449,7 +449,7 @@ class Reconciler:
             state,
             before,
             canary,
-            rolled=rolled_roles(renders.active(before), state.stable_live),
+            rolled=rolled_roles(self.rendered.active(renders, before), state.stable_live),
             settled_slots=settled_slots(current, state.stable_live),
             routers_live=frozenset(
                 slot

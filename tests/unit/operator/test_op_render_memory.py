@@ -75,3 +75,18 @@ def test_another_spec_status_or_owner_is_rendered_again_and_a_deleted_one_forgot
     asked = memory.asked
     kept.children(Desired(OWNER, wanted, memory), status)
     assert memory.asked > asked
+
+
+def test_the_active_slot_is_kept_apart_from_the_children():
+    """A pass also renders its status's active slot (to see what has rolled): kept as well,
+    and never answered with the children (or the other way round)."""
+    memory, kept = CountingMemory(), RenderMemory()
+    wanted = spec()
+    status = first_status(spec_revision(wanted), NOW).status
+    active = kept.active(Desired(OWNER, wanted, memory), status)
+    asked = memory.asked
+    assert kept.active(Desired(OWNER, wanted, memory), status) == active
+    assert memory.asked == asked
+    assert active == Desired(OWNER, wanted, pod_memory).active(status)
+    children = kept.children(Desired(OWNER, wanted, memory), status)
+    assert children == Desired(OWNER, wanted, pod_memory).children(status) != active
