@@ -1,8 +1,9 @@
 """Every child a rollout status wants, as the operator applies it: the stable slots, what
 they share, and the canary slice, each workload carrying its rollout record.
 
-Pure: the reconciler computes its children here each pass, and `dsv4ctl render` prints
-them from here without a cluster, so what a reviewer reads is what the operator writes.
+Pure: the reconciler computes its children here each pass (`RenderMemory` keeps them for
+the next pass that wants the same), and `dsv4ctl render` prints them from here without a
+cluster, so what a reviewer reads is what the operator writes.
 """
 
 from __future__ import annotations
