@@ -41,7 +41,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from statistics import mean
-from typing import Any
+from typing import Any, TypeVar
 
 from kubernetes import config as kube_config
 
@@ -62,6 +62,7 @@ from dsv4_operator.render.router import ROUTER_CPU
 from dsv4_operator.rollout.observe import settled
 from dsv4_operator.runtime import USER_AGENT
 
+T = TypeVar("T")
 SPEC = {"decode": {"replicas": 2}}  # 1 prefill + 2 decode, as in the issue's measurement
 SAMPLE = load_sample()  # read once: every deployment is this one with its name
 FLAG_CHANGE = {"spec": {"features": {"indexDtype": "fp4"}}}
@@ -394,13 +395,17 @@ def main() -> None:
         for p, skipped in ((the_floor, args.skip_floor), (the_operator, args.without_operator))
         if not skipped
     ]
-    for n in range(args.rounds):
-        # Every other round the other way round: the machine's speed drifts over minutes,
-        # and a drift through the whole invocation then weighs on both alike.
-        for phase in phases if n % 2 == 0 else phases[::-1]:
-            phase()
+    for phase in in_rounds(phases, args.rounds):
+        phase()
     if floors and runs:
         report_goals(args, floors, runs)
+
+
+def in_rounds(phases: list[T], rounds: int) -> list[T]:
+    """``phases`` ``rounds`` times, every other round the other way round (floor, operator,
+    operator, floor, ...): the machine's speed drifts over minutes, and a drift through the
+    whole invocation then weighs on both alike."""
+    return [p for n in range(rounds) for p in (phases if n % 2 == 0 else phases[::-1])]
 
 
 @contextlib.contextmanager

@@ -8,6 +8,7 @@ cluster, so what a reviewer reads is what the operator writes.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -36,6 +37,11 @@ class Desired:
         self.owner, self.spec, self.host_memory = owner, spec, host_memory
         self.pairs = Pairs(spec.prefill.replicas, spec.decode.replicas)
         self._made: dict[tuple[object, ...], list[dict[str, Any]]] = {}
+
+    @functools.cached_property
+    def spec_json(self) -> str:
+        """The spec as JSON, once a pass: what `RenderMemory` tells passes' renders apart by."""
+        return self.spec.model_dump_json()
 
     def slot(self, plan: SlotPlan) -> list[dict[str, Any]]:
         flags = tuple((plan.flags[role].revision, plan.flags[role].image_digest) for role in Role)
@@ -112,7 +118,7 @@ class RenderMemory:
     def __init__(self, kept: int = 4) -> None:
         self.kept = kept
         self._lock = threading.Lock()  # passes of different deployments run in parallel
-        self._by_uid: dict[str, OrderedDict[tuple[str, ...], bytes]] = {}
+        self._by_uid: dict[str, OrderedDict[tuple[str, str, str], bytes]] = {}
 
     def children(self, desired: Desired, status: RolloutStatus) -> list[dict[str, Any]]:
         """`Desired.children`."""
@@ -129,11 +135,10 @@ class RenderMemory:
         status: RolloutStatus,
         render: Callable[[RolloutStatus], list[dict[str, Any]]],
     ) -> list[dict[str, Any]]:
-        owner = desired.owner
-        spec, wants = desired.spec.model_dump_json(), status.model_dump_json()
-        key = (what, owner.name, owner.namespace, spec, wants)
+        # A uid names one object for good (its name and namespace never change).
+        uid, key = desired.owner.uid, (what, desired.spec_json, status.model_dump_json())
         with self._lock:
-            kept = self._by_uid.setdefault(owner.uid, OrderedDict())
+            kept = self._by_uid.setdefault(uid, OrderedDict())
             rendered = kept.get(key)
             if rendered is not None:
                 kept.move_to_end(key)
@@ -141,7 +146,7 @@ class RenderMemory:
             return orjson.loads(rendered)
         objects = render(status)
         with self._lock:
-            kept = self._by_uid.setdefault(owner.uid, OrderedDict())
+            kept = self._by_uid.setdefault(uid, OrderedDict())
             kept[key] = orjson.dumps(objects)
             while len(kept) > self.kept:
                 kept.popitem(last=False)

@@ -235,6 +235,9 @@ def test_the_scale_bench_over_rounds_compares_mean_times_and_shows_each_rounds_r
     the floor's speed: the controller manager and the scheduler do the same work in both
     runs, so where they took a quarter more CPU the machine was a quarter slower."""
     module = bench_scale()
+    assert module.in_rounds(["floor", "operator"], 3) == [
+        "floor", "operator", "operator", "floor", "floor", "operator"
+    ]  # fmt: skip
     args = module.parse_args(["--rounds", "2"])
 
     def cpu(controllers, scheduler):
