@@ -260,6 +260,15 @@ def test_sample_creates_every_child_and_becomes_ready_on_b200(ns, operator):
         "Stalled": "False",
     }
 
+    # The status is one atomic value to field management: the operator's entry for it is a
+    # single field, not one per leaf, which cheapens every status write (docs/dsv4deployment.md#scale).
+    stored = get_json(ns, "dsv4", "flash", "-n", NS, "--show-managed-fields")
+    assert [
+        (m["manager"], m["fieldsV1"])
+        for m in stored["metadata"]["managedFields"]
+        if m.get("subresource") == "status"
+    ] == [("dsv4-operator", {"f:status": {}})]
+
     table = ns.kubectl("get", "dsv4", "flash", "-n", NS).stdout.splitlines()
     assert table[0].split() == [
         "NAME", "PHASE", "PREFILL", "DECODE", "HICACHE", "INDEXDTYPE", "CANARY", "TRANSFER",

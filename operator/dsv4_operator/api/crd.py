@@ -120,6 +120,10 @@ def _schema_of(model: type) -> dict[str, Any]:
 def build_crd() -> dict[str, Any]:
     spec = _schema_of(DSV4DeploymentSpec)
     status = _schema_of(DSV4DeploymentStatus)
+    # The operator alone writes the status, a whole decision at a time: as one atomic value
+    # to field management its managed fields are one entry (`f:status`), not one per leaf,
+    # and the API server's work on every status write is ~25% less (docs/dsv4deployment.md#scale).
+    status["x-kubernetes-map-type"] = "atomic"
     root = {
         "type": "object",
         "description": "A DeepSeek-V4 prefill/decode deployment on SGLang.",
