@@ -113,8 +113,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--skip-floor", action="store_true", help="the operator run only (no ratio)"
     )
     args = parser.parse_args(argv)
-    if args.changed > args.deployments:
-        parser.error("--changed: at most --deployments")
+    if not 1 <= args.changed <= args.deployments:
+        parser.error("--changed: from 1 to --deployments (the flag change is the run's third part)")
     if args.rounds < 1:
         parser.error("--rounds: at least 1")
     return args

@@ -171,9 +171,11 @@ class EngineRevision(CamelModel):
     @field_validator("spec")
     @classmethod
     def _canonical(cls, spec: dict[str, Any]) -> dict[str, Any]:
-        """Numbers as the API server gives them back: it writes a whole float (`1.0`) as
-        an integer, and the revision — a hash of this JSON — must not move with that."""
-        return _whole_numbers(spec)
+        """The spec as the API server gives it back: a whole float (`1.0`) as an integer,
+        and every object's keys in sorted order.  The revision, a hash of this JSON, must
+        not move with the first; the renders a pass keeps (`reconcile.desired.RenderMemory`,
+        keyed by the rollout status's JSON) must not miss on the second."""
+        return _as_stored(spec)
 
     @property
     def revision(self) -> str:
@@ -194,11 +196,11 @@ class EngineRevision(CamelModel):
         return self.image_digest or self.image
 
 
-def _whole_numbers(value: Any) -> Any:
+def _as_stored(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: _whole_numbers(v) for k, v in value.items()}
+        return {k: _as_stored(value[k]) for k in sorted(value)}
     if isinstance(value, list):
-        return [_whole_numbers(v) for v in value]
+        return [_as_stored(v) for v in value]
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return value

@@ -176,6 +176,15 @@ def test_the_scale_figures_are_for_what_the_benchmark_runs_by_default():
     assert f"flag change on {args.changed}" in section
 
 
+@pytest.mark.parametrize("changed", ["0", "501"])
+def test_the_scale_bench_refuses_a_flag_change_it_cannot_time(changed, capsys):
+    """The flag change is the run's third part: none at all used to end the run in a
+    traceback after its convergence had been measured, not in a usage error before it."""
+    with pytest.raises(SystemExit):
+        bench_scale().parse_args(["--changed", changed])
+    assert "--changed: from 1 to --deployments" in capsys.readouterr().err
+
+
 def test_the_scale_floor_holds_the_operators_children_owned_by_the_created_deployments():
     """The floor applies what the operator's first pass applies for a deployment, each
     child owned by the deployment the bench created (its uid, not render's stand-in): the

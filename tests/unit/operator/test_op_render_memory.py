@@ -3,8 +3,10 @@
 own; anything else that renders differently is rendered again."""
 
 import datetime as dt
+import json
 
 from dsv4_engine.features import Role
+from dsv4_operator.api.rollout import RolloutStatus
 from dsv4_operator.api.samples import load_sample
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.reconcile.desired import Desired, RenderMemory
@@ -90,3 +92,28 @@ def test_the_active_slot_is_kept_apart_from_the_children():
     assert active == Desired(OWNER, wanted, pod_memory).active(status)
     children = kept.children(Desired(OWNER, wanted, memory), status)
     assert children == Desired(OWNER, wanted, pod_memory).children(status) != active
+
+
+def as_the_api_server_returns(status: RolloutStatus) -> RolloutStatus:
+    """``status`` written and read back: the API server holds JSON objects as maps, so they
+    come back with their keys sorted, and a whole float (`1.0`) as an integer."""
+    written = json.dumps(status.model_dump(mode="json", by_alias=True, exclude_none=True))
+    stored = json.loads(
+        written, parse_float=lambda s: int(float(s)) if float(s).is_integer() else float(s)
+    )
+    return RolloutStatus.model_validate(json.loads(json.dumps(stored, sort_keys=True)))
+
+
+def test_the_next_pass_reading_the_written_status_back_is_not_rendered_again():
+    """A first pass renders for the status it decides; the next reads that status back from
+    the API server, reordered, and must find the same renders (in bench-scale every second
+    pass rendered again until the revision's spec kept its keys sorted)."""
+    memory, kept = CountingMemory(), RenderMemory()
+    wanted = spec()
+    decided = first_status(spec_revision(wanted), NOW).status
+    first = kept.children(Desired(OWNER, wanted, memory), decided)
+    asked = memory.asked
+    read_back = as_the_api_server_returns(decided)
+    assert read_back == decided
+    assert kept.children(Desired(OWNER, wanted, memory), read_back) == first
+    assert memory.asked == asked
