@@ -6,6 +6,7 @@ injection); every wait is bounded.  Tests run in file order on one namespace: th
 deleted, as a user would.
 """
 
+import datetime as dt
 import json
 import re
 import signal
@@ -21,9 +22,12 @@ import pytest
 
 from dsv4_operator.api import CRD_NAME
 from dsv4_operator.api.crd import CRD_PATH
+from dsv4_operator.api.rollout import RolloutStatus
 from dsv4_operator.api.samples import load_sample, merge_patch
+from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.rollout import manual
-from dsv4_operator.rollout.decide import ManualAction
+from dsv4_operator.rollout.decide import ManualAction, first_status
+from dsv4_operator.rollout.slices import spec_revision
 from dsv4_operator.runtime import USER_AGENT
 from tests.e2e.helpers import apply, audit_events, get_json, wait_for
 from tests.unit.operator.harness import MODEL_HOST_PATHS
@@ -268,6 +272,15 @@ def test_sample_creates_every_child_and_becomes_ready_on_b200(ns, operator):
         for m in stored["metadata"]["managedFields"]
         if m.get("subresource") == "status"
     ] == [("dsv4-operator", {"f:status": {}})]
+    # A pass's renders are kept under its rollout status's JSON (`RenderMemory`): read back
+    # from the API server, the status the first pass decided must give that same JSON, or
+    # every later pass renders its children again.
+    read_back = RolloutStatus.model_validate(stored["status"]["rollout"])
+    decided = first_status(
+        spec_revision(DSV4DeploymentSpec.model_validate(stored["spec"])), dt.datetime.now(dt.UTC)
+    )
+    as_decided = decided.status.model_copy(update={"phase_since": read_back.phase_since})
+    assert read_back.model_dump_json() == as_decided.model_dump_json()
 
     table = ns.kubectl("get", "dsv4", "flash", "-n", NS).stdout.splitlines()
     assert table[0].split() == [
