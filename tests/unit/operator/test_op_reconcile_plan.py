@@ -2,6 +2,9 @@
 
 import copy
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from dsv4_operator.reconcile.plan import is_subset, plan, with_applied_hash
 
 
@@ -59,3 +62,46 @@ def test_subset_compares_lists_elementwise():
     assert is_subset({"p": [{"port": 1}]}, {"p": [{"port": 1, "protocol": "TCP"}]})
     assert not is_subset({"p": [{"port": 1}]}, {"p": [{"port": 1}, {"port": 2}]})
     assert not is_subset({"a": "1"}, {"a": 1})
+
+
+def subset_by_definition(desired, actual):
+    """What `is_subset` means, written plainly: its shortcuts must not change an answer."""
+    if isinstance(desired, dict):
+        return isinstance(actual, dict) and all(
+            k in actual and subset_by_definition(v, actual[k]) for k, v in desired.items()
+        )
+    if isinstance(desired, list):
+        return (
+            isinstance(actual, list)
+            and len(desired) == len(actual)
+            and all(subset_by_definition(d, a) for d, a in zip(desired, actual, strict=True))
+        )
+    return desired == actual
+
+
+# JSON as a child holds it, with the values that compare equal across types in Python
+# (1, 1.0 and True; 0, False) and keys shared often enough that subtrees overlap.
+JSON_VALUES = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.sampled_from([0, 1, 1.0, 2, "1", "a", ""]),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), inner, max_size=4),
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(desired=JSON_VALUES, actual=JSON_VALUES, extra=JSON_VALUES)
+def test_subset_answers_as_its_definition_does(desired, actual, extra):
+    assert is_subset(desired, actual) == subset_by_definition(desired, actual)
+    # The live object: the desired one as sent, with a field the server added.
+    live = {"spec": copy.deepcopy(desired), "status": extra}
+    assert is_subset({"spec": desired}, live)
+    if isinstance(desired, dict):
+        served = {**copy.deepcopy(desired), "defaulted": extra}
+        assert is_subset(desired, served) == subset_by_definition(desired, served)
