@@ -121,6 +121,7 @@ class Controller:
             self.queue.drop(key)
             self.reconciler.expectations.forget(key)
             self.reconciler.rendered.forget(meta["uid"])
+            self.reconciler.specs.forget(meta["uid"])
             return
         old = store.upsert(raw)
         if triggers.deployment_changed(old, raw, lambda obj: self._own_status(key, obj)):

@@ -51,6 +51,7 @@ from dsv4_operator.reconcile.desired import Desired, RenderMemory
 from dsv4_operator.reconcile.events import EventRecorder
 from dsv4_operator.reconcile.expectations import Expectations, Write
 from dsv4_operator.reconcile.plan import Action, plan
+from dsv4_operator.reconcile.specs import ParsedSpec, SpecMemory
 from dsv4_operator.reconcile.state import PassState
 from dsv4_operator.reconcile.status import (
     DEADLINE,
@@ -83,7 +84,7 @@ from dsv4_operator.rollout.observe import rolled_roles, settled, settled_slots
 from dsv4_operator.rollout.record import recorded_revisions
 from dsv4_operator.rollout.recover import RevisionRejected, Unrecoverable, recover
 from dsv4_operator.rollout.reports import FiledReport, report_selector
-from dsv4_operator.rollout.slices import canary_owner, spec_revision
+from dsv4_operator.rollout.slices import canary_owner
 from dsv4_operator.spread import phase
 
 log = logging.getLogger("dsv4_operator.reconcile")
@@ -211,6 +212,7 @@ class Reconciler:
         self.allowed = allowed  # what the administrator allows a spec (`api.allowed`)
         self.expectations = Expectations()
         self.rendered = RenderMemory()
+        self.specs = SpecMemory()
         self.events = EventRecorder(kube, clock)
 
     def reconcile_now(self, namespace: str, name: str) -> float | None:
@@ -236,9 +238,10 @@ class Reconciler:
         owner = Owner(name=name, namespace=namespace, uid=obj["metadata"]["uid"])
         previous = parse_status(obj.get("status"))
         try:
-            spec = DSV4DeploymentSpec.model_validate(obj.get("spec") or {})
+            parsed = self.specs.parse(owner.uid, obj.get("spec") or {})
         except ValidationError as err:
             return self._finish(obj, owner, previous, Problem("InvalidSpec", first_error(err)))
+        spec = parsed.spec
         bad_name = name_problem(name, spec.multinode)
         if bad_name is not None:
             return self._finish(obj, owner, previous, Problem("InvalidName", bad_name))
@@ -252,7 +255,7 @@ class Reconciler:
         actions: list[Action] = []
         if problem is None:
             try:
-                rollout = self._rollout(state)
+                rollout = self._rollout(state, parsed)
             except Unrecoverable as err:
                 problem = Problem("RolloutStateLost", str(err))
             except RevisionRejected as err:
@@ -435,9 +438,9 @@ class Reconciler:
         return recovered.status, [("Warning", "RolloutStateRebuilt", message)]
 
     # -- deciding -----------------------------------------------------------------------
-    def _rollout(self, state: PassState) -> RolloutPass:
+    def _rollout(self, state: PassState, parsed: ParsedSpec) -> RolloutPass:
         before, events = self._before(state)
-        desired = spec_revision(state.spec)
+        desired = parsed.asked
         renders = Desired(state.owner, state.spec, self.host_memory)
         if before is None:
             decision = first_status(desired, state.now, self._retry_of_rejected(state, desired))
