@@ -1,8 +1,8 @@
 """Each deployment's spec as its last pass parsed it, and the engine revision it asks for.
 
 Every pass parses its deployment's spec (the schema's rules, SGLang's refusals, the known
-issues) and derives the revision the spec asks for: ~a quarter of a settled pass's CPU, for
-a spec that changes only when someone edits it.  So the last parse is kept per deployment
+issues) and derives the revision the spec asks for: a fifth to a quarter of a settled
+pass's CPU, for a spec that changes only when someone edits it.  So the last parse is kept per deployment
 (by uid), keyed by the spec exactly as the API server sent it: a pass whose spec is the
 same bytes gets the same parse, any edit is parsed anew.  A spec that does not parse is not
 kept (its error is raised again, every pass, as before).  Passes share the kept models:
