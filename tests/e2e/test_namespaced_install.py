@@ -284,8 +284,13 @@ def test_a_router_never_runs_as_a_service_account_someone_else_made(cluster, ins
         cluster, "all,sa,netpol,pdb,cm,rolebinding", "-n", NS, "-l", "app.kubernetes.io/instance=ci"
     )
     assert children["items"] == []
-    events = get_json(cluster, "events", "-n", NS, "--field-selector", "reason=NameConflict")
-    assert any("ci-router" in e["message"] for e in events["items"])
+
+    def warned() -> bool:
+        # A pass writes the status first, then its Events: the Warning follows the condition.
+        events = get_json(cluster, "events", "-n", NS, "--field-selector", "reason=NameConflict")
+        return any("ci-router" in e["message"] for e in events["items"])
+
+    wait_for("a NameConflict Warning naming ci-router", warned, 30)
     # Written with the operator's token, the router's template is refused by the account's
     # missing label, although it is named as the operator names its routers.
     router = escapes.workload(

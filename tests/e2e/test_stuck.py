@@ -159,10 +159,16 @@ def test_an_oversized_pod_shows_the_schedulers_words_within_a_minute_then_degrad
     shown_after = time.monotonic() - started
     assert progressing["status"] == "True" and progressing["reason"] == "Unschedulable"
     assert f"decode pod {name}-decode-0: Unschedulable: 0/" in progressing["message"]
-    events = kget(cluster, "events", "--field-selector", f"involvedObject.name={name}")["items"]
-    assert any(
-        e["reason"] == "Unschedulable" and "Insufficient memory" in e["message"] for e in events
-    )
+
+    def warned() -> bool:
+        # A pass writes the status first, then its Events: the Warning follows the condition.
+        selector = f"involvedObject.name={name}"
+        events = kget(cluster, "events", "--field-selector", selector)["items"]
+        return any(
+            e["reason"] == "Unschedulable" and "Insufficient memory" in e["message"] for e in events
+        )
+
+    wait_for("an Unschedulable Warning naming the insufficient memory", warned, 30)
 
     def degraded() -> dict | None:
         found = condition(cluster, name, "Degraded")
