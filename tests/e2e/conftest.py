@@ -20,9 +20,9 @@ from dsv4_operator.api.crd import CRD_PATH
 # side by side.  The default canaries on reference engines (598 samples each) make one
 # group; installing the operator for real (its manifests, its token, its fence) another;
 # every other file the third.  A group is one worker's sequence, so the longest group bounds
-# `make test`'s wall time: each holds a similar share (~400 s of a ~460-s run on two cores),
-# and the rest of the suite fills the fourth worker and the groups' gaps.  Local probe mode
-# (one FAIL) runs with the third for that balance.
+# `make test`'s wall time: the groups hold similar shares, and the rest of the suite fills
+# the fourth worker and the groups' gaps.  Local probe mode (one FAIL) runs with the third
+# for that balance (with the first, that group's worker ran nothing else all run long).
 GROUPS = {
     "e2e-engines": {
         "test_rollout.py",

@@ -119,9 +119,7 @@ class Controller:
         if event_type == "DELETED":
             store.remove(raw)
             self.queue.drop(key)
-            self.reconciler.expectations.forget(key)
-            self.reconciler.rendered.forget(meta["uid"])
-            self.reconciler.specs.forget(meta["uid"])
+            self.reconciler.forget(*key, meta["uid"])
             return
         old = store.upsert(raw)
         if triggers.deployment_changed(old, raw, lambda obj: self._own_status(key, obj)):

@@ -215,6 +215,13 @@ class Reconciler:
         self.specs = SpecMemory()
         self.events = EventRecorder(kube, clock)
 
+    def forget(self, namespace: str, name: str, uid: str) -> None:
+        """Drop what passes keep for a deployment that was deleted: its expected writes,
+        its renders and its parsed spec (one place, so a memory added later is dropped too)."""
+        self.expectations.forget((namespace, name))
+        self.rendered.forget(uid)
+        self.specs.forget(uid)
+
     def reconcile_now(self, namespace: str, name: str) -> float | None:
         """One pass (redone on a status conflict); returns in how many seconds a deadline it
         waits for passes (None: none)."""

@@ -2,8 +2,8 @@
 
 Every pass parses its deployment's spec (the schema's rules, SGLang's refusals, the known
 issues) and derives the revision the spec asks for: a fifth to a quarter of a settled
-pass's CPU, for a spec that changes only when someone edits it.  So the last parse is kept per deployment
-(by uid), keyed by the spec exactly as the API server sent it: a pass whose spec is the
+pass's CPU, for a spec that changes only when someone edits it.  So the last parse is kept
+per deployment (by uid), keyed by the spec exactly as the API server sent it: a pass whose spec is the
 same bytes gets the same parse, any edit is parsed anew.  A spec that does not parse is not
 kept (its error is raised again, every pass, as before).  Passes share the kept models:
 nothing changes a model in place (a changed spec is a `model_copy`)."""
@@ -35,6 +35,8 @@ class ParsedSpec:
 
 
 class SpecMemory:
+    """The last `ParsedSpec` of each deployment, by uid; `forget` drops a deleted one's."""
+
     def __init__(self) -> None:
         self._lock = threading.Lock()  # passes of different deployments run in parallel
         self._by_uid: dict[str, tuple[bytes, ParsedSpec]] = {}
