@@ -12,7 +12,7 @@ export PATH := $(VENV)/bin:$(PATH)
 # bytecode lands in __pycache__ beside the sources, which git and the image builds ignore.
 export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: help venv control-plane kube-score images test test-unit test-images test-e2e lint demo cluster-up cluster-down manifests bench bench-engine bench-engine-server bench-validator bench-echo bench-scale
+.PHONY: help venv control-plane kube-score images test test-unit test-images test-e2e lint demo cluster-up cluster-down manifests bench bench-engine bench-engine-server bench-validator bench-echo bench-scale bench-hicache-pressure
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -89,6 +89,9 @@ bench-plan: venv ## Time `dsv4ctl plan` (must stay interactive: well under a sec
 
 bench-engine: venv ## Pools/HiCache: gate overhead, prefix load vs recompute, race rates, kernels
 	$(PY) bench/bench_engine.py
+
+bench-hicache-pressure: venv ## Reference engine under host-tier pressure: 50 seeded runs per HiCache write policy, every answer its own request's (~4 min)
+	DSV4_HICACHE_PRESSURE_SEEDS=50 $(PY) -m pytest -q tests/unit/reference/test_hicache_pressure.py -k own_requests
 
 bench-engine-server: venv ## Reference engine: req/s and tok/s at concurrency 1/16/64, HiCache on/off, warm!=cold rates
 	$(PY) bench/bench_engine_server.py

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the engine runtime (torch + Triton, then SGLang 0.5.23 without its GPU-only
-# dependencies and the pure-Python packages it imports) into the Python given.
+# dependencies and the pure-Python packages it imports, then sglang-router with its own
+# dependencies) into the Python given.
 #
 # Usage: requirements/install-runtime.sh PYTHON [PIP OPTION...]
 #
@@ -19,3 +20,5 @@ log "installing torch + triton"
 log "installing sglang without its GPU dependencies"
 "${pip[@]}" --no-deps -r "$here/sglang.txt"
 "${pip[@]}" -r "$here/sglang-deps.txt"
+log "installing sglang-router with its dependencies"
+"${pip[@]}" -r "$here/router.txt"

@@ -91,6 +91,7 @@ OPERATOR_OWNED_FLAGS: tuple[str, ...] = (
     "--kv-canary",
     "--enable-deepseek-v4-fp4-indexer",
     "--enable-metrics",
+    "--max-total-tokens",
     "--host",
     "--port",
 )
@@ -201,6 +202,14 @@ class EngineConfig(CamelModel):
     disaggregation: Disaggregation = Disaggregation()
     features: EngineFeatures = EngineFeatures()
     extra_args: tuple[str, ...] = ()
+    max_total_tokens: int | None = Field(default=None, ge=1)
+    """The device KV pool's cap in tokens (SGLang's `--max-total-tokens`); None: the
+    engine sizes the pool itself.  A canary's HiCache roles always run with one (the
+    operator's `CanarySpec.device_pool_tokens`), so its probe reads prefixes back from the
+    host tier by eviction."""
+    host: str = "0.0.0.0"
+    """The address the engine binds: every interface of its pod.  (The local runtime binds
+    each pod's process to the pod's own IP, as a pod's network namespace would.)"""
     port: int = Field(default=30000, ge=1, le=65535)
 
     @model_validator(mode="after")
@@ -234,7 +243,7 @@ def to_sglang_args(
         "--model-path", config.model_path,
         "--served-model-name", config.served_model_name,
         "--tool-call-parser", config.tool_call_parser,
-        "--host", "0.0.0.0",
+        "--host", config.host,
         "--port", str(config.port),
         "--tp-size", str(config.tp),
         "--ep-size", str(config.ep),
@@ -263,6 +272,8 @@ def to_sglang_args(
         args += ["--hicache-mem-layout", hicache.mem_layout.value]
     if config.features.index_dtype is IndexDtype.FP4:
         args.append("--enable-deepseek-v4-fp4-indexer")
+    if config.max_total_tokens is not None:
+        args += ["--max-total-tokens", str(config.max_total_tokens)]
     return args + list(config.extra_args)
 
 

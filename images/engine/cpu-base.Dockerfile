@@ -18,7 +18,7 @@ FROM ${BASE}
 ARG PIP_CACHE_OPTION=--no-cache-dir
 # Only what the heavy layer depends on, so a change elsewhere in requirements/ keeps it cached.
 COPY requirements/install-runtime.sh requirements/runtime.txt requirements/sglang.txt \
-     requirements/sglang-deps.txt /src/requirements/
+     requirements/sglang-deps.txt requirements/router.txt /src/requirements/
 RUN python -m venv /opt/engine \
  && /src/requirements/install-runtime.sh /opt/engine/bin/python -q "$PIP_CACHE_OPTION" \
  && rm -rf /src

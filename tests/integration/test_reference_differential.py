@@ -26,7 +26,10 @@ pytestmark = pytest.mark.slow
 NOISE = ("--benign-nondeterminism", "0.03")
 # The engine's own host link: a raced load's index-K lands only after its step's indexer
 # read it, whatever the machine's load (`LayerLoad.wait_released`).
-HICACHE = ("--enable-hierarchical-cache", "--hicache-ratio", "2", "--index-dtype", "bf16")
+HICACHE = (
+    "--enable-hierarchical-cache", "--hicache-ratio", "2", "--index-dtype", "bf16",
+    "--max-total-tokens", "8192",
+)  # fmt: skip
 
 
 @pytest.fixture(scope="module")

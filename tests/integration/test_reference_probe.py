@@ -1,6 +1,8 @@
-"""The corruption probe against the reference engine, end to end (the probe issue's
-Done-when): gated HiCache + bf16 index-K -> PASS, every sample having read its prefix back
-from the host tier; the index-K gate removed -> FAIL."""
+"""The corruption probe against the reference engine, end to end: gated HiCache + bf16
+index-K, its device pool small enough that the probe's prefixes are evicted to the host tier
+and read back -> PASS, with the samples the engine's own host-tier count proves; the
+index-K gate removed -> FAIL (here with the reference engine's offload knob, which pushes
+every prefix to the host tier before its warm request: the race shows at once)."""
 
 from __future__ import annotations
 
@@ -17,29 +19,35 @@ HICACHE_BF16 = ("--enable-hierarchical-cache", "--hicache-ratio", "2", "--index-
 FLAGS = (*HICACHE_BF16, "--hicache-bandwidth", "1")
 
 
-def probe(url: str, max_rate: float) -> ProbeResult:
+def probe(url: str, max_rate: float, requests: int = 48, knob: bool = True) -> ProbeResult:
     settings = ProbeSettings(
         base_url=url,
         backend="reference",
         probes=(ProbeName.CACHE_CONSISTENCY_PREFIX_REUSE,),
-        concurrency=48,
-        requests=48,
+        concurrency=32,
+        requests=requests,
         max_corruption_rate=max_rate,
         consistency_max_tokens=8,
         prefix_words=96,
         sessions_per_prefix=6,
         request_timeout_s=120,
         hicache=True,
+        admin_offload_path="default" if knob else None,
     )
     return asyncio.run(run_probes(settings))
 
 
-def test_gated_engine_passes(start_server):
-    """Each warm answer loads its prefix back after the offload, and says so
-    (`sglext.cached_tokens_details.host`): every judged sample is exercised."""
-    result = probe(start_server(*FLAGS), max_rate=0.1)
+def test_gated_engine_passes_reading_its_prefixes_back_by_eviction(start_server):
+    """No knob: the probe sizes its prefixes from the pool the engine reports (an 8,192-token
+    device pool, twice that on host) so that they outgrow the device pool and fit the host
+    tier; a group's prefix comes back from the host tier on its next turn, and the engine's
+    own count of host-tier tokens proves enough samples read it."""
+    result = probe(start_server(*FLAGS, "--max-total-tokens", "8192"), 0.1, 96, knob=False)
     assert result.verdict is Verdict.PASS, result.reasons
-    assert result.tally.exercised == result.judged == 48
+    assert result.host_tier is not None and result.host_tier.host_tokens > 0
+    assert result.host_tier.pool is not None and result.host_tier.pool.device == 8192
+    assert result.host_tier.prefix_groups > 32 // 6  # sized past the default groups
+    assert result.judged == 96 and 24 <= result.tally.exercised <= 2 * 96  # answers: cold, warm
 
 
 def test_ungated_index_k_fails(start_server):
@@ -66,7 +74,7 @@ def test_the_reference_workloads_prompts_show_the_race_on_every_consistency_prob
     for name, floor in floors.items():
         settings = ProbeSettings(
             base_url=url, backend="reference", probes=(name,), concurrency=24, requests=24,
-            hicache=True,
+            hicache=True, admin_offload_path="default",
         )  # fmt: skip
         result = asyncio.run(run_probes(settings))
         assert result.judged == 24 and result.corrupt >= floor, (name, result.corrupt)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dsv4_dev.cluster import pod_network
 from dsv4_dev.cluster.binaries import (
     CONTROL_PLANE,
     cache_dir,
@@ -98,6 +99,11 @@ class LocalCluster:
         )
 
     @property
+    def pod_network_claims(self) -> Path:
+        """Where every cluster of this machine claims its pods' loopback /16 (`pod_network`)."""
+        return cache_dir() / "pod-networks"
+
+    @property
     def env(self) -> dict[str, str]:
         return {**os.environ, "KUBECONFIG": self.kubeconfig}
 
@@ -105,16 +111,19 @@ class LocalCluster:
     def up(self, log: Any = print) -> None:
         """Start the cluster (or finish starting it) and register the fake nodes."""
         binaries = {name: control_plane_binary(name).resolve() for name in CONTROL_PLANE}
-        if self.exists() and self.reachable():
+        if self.exists() and self.reachable() and self._plays_pod_ips():
             log(f"cluster {self.name}: already running")
         else:
             if self.exists():
-                log(f"cluster {self.name}: found stopped or broken, recreating")
+                log(
+                    f"cluster {self.name}: found stopped, broken or made without local pod IPs, recreating"
+                )
                 self._kwokctl("delete", "cluster")
             self._check_port_free()
             log(f"cluster {self.name}: starting control plane")
             self._create(binaries)
         self._register_nodes()
+        self._publish_pod_network()
         self._wait_nodes_ready()
         self.lws.state_dir.mkdir(parents=True, exist_ok=True)
         self.lws.up(log)
@@ -127,6 +136,7 @@ class LocalCluster:
             log(f"cluster {self.name}: deleted")
         else:
             log(f"cluster {self.name}: not running")
+        pod_network.release(self.pod_network_claims, self.cluster_dir)
         killed = self.leftover_pids()
         for pid in killed:
             with contextlib.suppress(ProcessLookupError):  # it exited since the scan
@@ -242,16 +252,50 @@ class LocalCluster:
         ]
         if self.apiserver_port:
             args.append(f"--kube-apiserver-port={self.apiserver_port}")
-        args += _extra_args(self._component_flags())
+        slot = pod_network.claim(self.pod_network_claims, self.cluster_dir)
+        args += _extra_args(self._component_flags(pod_network.cidr(slot)))
         try:
             with _one_create_at_a_time():
                 self._kwokctl(*args)
+                self._annotated_pod_ips()
         except ClusterError:
             # Leave nothing half-started behind: a failed `up` is followed by a clean slate.
             self._kwokctl("delete", "cluster", check=False)
             raise
 
-    def _component_flags(self) -> dict[str, dict[str, str]]:
+    def _plays_pod_ips(self) -> bool:
+        """Whether the cluster's KWOK gives pods the IPs the local runtime picks."""
+        path = self.cluster_dir / "kwok.yaml"
+        return path.exists() and pod_network.POD_IP_ANNOTATION in path.read_text()
+
+    def _annotated_pod_ips(self) -> None:
+        """KWOK's pod-ready stage, patched to give a pod the IP the local runtime wrote into
+        it (`pod_network`), then the cluster restarted to run it: kwokctl saves the stages
+        it starts KWOK with, and KWOK reads them only as it starts."""
+        path = self.cluster_dir / "kwok.yaml"
+        try:
+            patched = pod_network.annotated_pod_ips(path.read_text())
+        except ValueError as err:
+            raise ClusterError(f"{path}: {err}") from None
+        if patched is None:
+            return
+        path.write_text(patched)
+        self._kwokctl("stop", "cluster")
+        self._kwokctl("start", "cluster")
+
+    def _publish_pod_network(self) -> None:
+        """Tell the local runtime which addresses it hands out (`pod_network.PUBLISHED`)."""
+        slot = pod_network.claim(self.pod_network_claims, self.cluster_dir)
+        namespace, name = pod_network.PUBLISHED
+        body = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": namespace},
+            "data": {pod_network.RANGE_KEY: pod_network.runtime_range(slot)},
+        }
+        self.kubectl("apply", "-f", "-", input=json.dumps(body))
+
+    def _component_flags(self, pod_cidr: str) -> dict[str, dict[str, str]]:
         # Room for thousands of ClusterIP Services (kube-apiserver's default, a /24, holds
         # 254: one router per deployment fills it at a few hundred), as kubeadm's default does.
         # One controller manager and one scheduler, so no leader election (as the LWS
@@ -261,10 +305,13 @@ class LocalCluster:
         if self.controller_qps:
             controller["kube-api-qps"] = str(self.controller_qps)
             controller["kube-api-burst"] = str(2 * self.controller_qps)
+        # Pods' IPs on loopback, one /16 per cluster (`pod_network`): the local runtime
+        # binds each pod's process to its IP, where sglang-router's discovery reaches it.
         return {
             "kube-apiserver": {"service-cluster-ip-range": SERVICE_IP_RANGE},
             "kube-controller-manager": controller,
             "kube-scheduler": controller,
+            "kwok-controller": {"cidr": pod_cidr},
         }
 
     def _check_port_free(self) -> None:

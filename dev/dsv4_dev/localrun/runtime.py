@@ -2,10 +2,14 @@
 
 KWOK marks pods Running without running anything.  This runtime watches DSV4 pods and, for
 each, starts what the pod would run — the CPU reference engine with the pod's own
-rendered `engine.yaml` (its role, its feature flags, fault injection included), or the PD
-router in front of its slice's engines — on a loopback port, then publishes the port in
-the endpoint map (see `endpoints`).  A pod that goes away takes its process with it.  A pod
-is scheduled, and so Ready, only once its process answers (see `readiness`).  A canary's
+rendered `engine.yaml` (its role, its feature flags, fault injection included), or the
+router pod's own container: sglang-router with the command and arguments the operator
+rendered, discovering its engines by label through the API server as the router's
+ServiceAccount — bound to the pod's own IP (a loopback address this runtime picks and
+KWOK reports as the pod's: `dsv4_dev.cluster.pod_network`) and the ports the operator
+rendered, then publishes each Service's address in the endpoint map (see `endpoints`).  A
+pod that goes away takes its process with it.  A pod is scheduled, and so Ready, only once
+its process answers (see `readiness`).  A canary's
 probe Job pod runs its `dsv4ctl probe` command here too (from the venv, or from the local
 image `$DSV4_LOCALRUN_IMAGES` maps its image to), and its exit goes to the API server, so
 the Job controller completes or fails the Job (see `probes`).
@@ -19,16 +23,17 @@ Engines, routers and probes run from the venv are forked from one fork server th
 imported the engine and the CLIs once (`forks`): the same entry point, arguments,
 environment and log as a fresh process, without each importing torch again.
 
-Only what cannot run here is changed: parallelism 1, and ports are local.  Everything the
-canary is meant to catch (flags, HiCache, index-K dtype) is exactly what the operator
-rendered.  The engine is never swapped: a pod of a deployment that runs SGLang (it needs
+Only what cannot run here is changed: parallelism 1, and the address each process binds
+(the pod's IP, where a pod's network namespace would bind every interface).  Everything
+the canary is meant to catch (flags, HiCache, index-K dtype, the router and its discovery)
+is exactly what the operator rendered.  The engine is never swapped: a pod of a deployment that runs SGLang (it needs
 GPUs) is left alone, with one log line saying so — such a deployment says `engine: reference`
 to run here (manifests/samples/flash-reference.yaml does).
 """
 
 from __future__ import annotations
 
-import json
+import ipaddress
 import logging
 import os
 import signal
@@ -43,11 +48,11 @@ from typing import Any
 import yaml
 
 from dsv4_dev import images
-from dsv4_dev.localrun import endpoints, processes, readiness
-from dsv4_dev.localrun.forks import ENGINE_CLI
+from dsv4_dev.cluster import pod_network
+from dsv4_dev.localrun import accounts, endpoints, processes, readiness
 from dsv4_dev.localrun.probes import IMAGES_ENV, ProbePods, parse_image_map, serialized
 from dsv4_engine.commands import launch
-from dsv4_engine.engine_config import Backend, load_engine_yaml
+from dsv4_engine.engine_config import Backend, EngineConfig, load_engine_yaml
 from dsv4_operator.render.engine import ENGINE_PORT, short_hash
 from dsv4_operator.render.meta import (
     ANNOTATION_CONFIG_HASH,
@@ -60,6 +65,9 @@ from dsv4_operator.render.meta import (
     Owner,
 )
 from dsv4_operator.render.router import ROUTER_PORT, router_name
+
+# The rendered router command's interpreter (`render.router`): this venv's here.
+ROUTER_PYTHON = "python3"
 
 log = logging.getLogger("dsv4_dev.localrun")
 READY_TIMEOUT_S = 60.0
@@ -87,6 +95,7 @@ class Process:
     namespace: str
     instance: str  # the slice: `<name>` or `<name>--canary`
     component: str  # prefill | decode | router
+    ip: str  # the pod's
     url: str
     popen: processes.Started
     command: tuple[str, ...] = ()
@@ -96,10 +105,6 @@ class Process:
     restarts: int = 0
     labels: dict[str, str] = field(default_factory=dict)  # the pod's
     service: str = ""  # the Service that publishes it
-    # A router's discovery: its pod's --prefill-selector / --decode-selector, and the
-    # workers it was last told.
-    selectors: tuple[dict[str, str], dict[str, str]] = ({}, {})
-    workers: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
     # Readiness as kubelet keeps it: not ready until it first answers, then ready until
     # FAILURE_THRESHOLD health checks in a row fail or the process exits.
     ready: bool = False
@@ -115,15 +120,20 @@ class NotReference(ValueError):
     """The pod runs an engine this machine cannot run (SGLang needs GPUs)."""
 
 
-def local_engine_yaml(text: str, port: int, bootstrap_port: int) -> tuple[str, dict[str, str]]:
-    """The pod's engine.yaml as the CPU reference engine runs it, plus the environment."""
-    config = load_engine_yaml(text)
+def check_reference(config: EngineConfig) -> None:
+    """Refuse (NotReference) an engine this machine cannot run."""
     if config.backend is not Backend.REFERENCE:
         raise NotReference(
             f"it runs engine {config.backend.value}, which needs GPUs; the local runtime runs "
             "only `spec.engine: reference` (see manifests/samples/flash-reference.yaml)"
         )
-    disaggregation = config.disaggregation.model_copy(update={"bootstrap_port": bootstrap_port})
+
+
+def local_engine_yaml(text: str, ip: str) -> tuple[str, dict[str, str]]:
+    """The pod's engine.yaml as the CPU reference engine runs it on the pod's ``ip``, plus
+    the environment."""
+    config = load_engine_yaml(text)
+    check_reference(config)
     local = config.model_copy(
         update={
             "tp": 1,
@@ -131,8 +141,7 @@ def local_engine_yaml(text: str, port: int, bootstrap_port: int) -> tuple[str, d
             "ep": 1,
             "enable_dp_attention": False,
             "multinode": None,
-            "port": port,
-            "disaggregation": disaggregation,
+            "host": ip,
             "extra_args": (),
         }
     )
@@ -141,11 +150,42 @@ def local_engine_yaml(text: str, port: int, bootstrap_port: int) -> tuple[str, d
     ), launch.fault_env(config)
 
 
+def router_command(command: list[str], args: list[str], ip: str) -> list[str]:
+    """A router pod's container as it runs here: its command and arguments, with this
+    venv's interpreter for ``python3`` and every address it binds (``--host``, and
+    ``--prometheus-host`` for its metrics port) the pod's ``ip``, not all interfaces."""
+    argv = [sys.executable if command[:1] == [ROUTER_PYTHON] else command[0], *command[1:]]
+    out = list(args)
+    for flag in ("--host", "--prometheus-host"):
+        if flag in out:
+            out[out.index(flag) + 1] = ip
+        else:
+            out += [flag, ip]
+    return argv + out
+
+
+class PodAddresses:
+    """The IPs this runtime gives the pods it runs (`pod_network.runtime_range`)."""
+
+    def __init__(self, network: str) -> None:
+        self.network = ipaddress.ip_network(network)
+
+    def pick(self, taken: set[str]) -> str:
+        for host in self.network.hosts():
+            if str(host) not in taken:
+                return str(host)
+        raise RuntimeError(f"every address of {self.network} is taken")
+
+
 @dataclass
 class LocalRuntime:
     core: Any  # kubernetes.client.CoreV1Api
     workdir: Path
     custom: Any = None  # kubernetes.client.CustomObjectsApi: the readiness gate's policy
+    # The IPs to give pods (None: only pods KWOK already gave an IP can run), and where the
+    # cluster is (a router's identity: its ServiceAccount's token in a kubeconfig of its own).
+    addresses: PodAddresses | None = None
+    kubeconfig: Path | None = None
     extra_engine_args: dict[str, str] = field(default_factory=dict)
     # Pod image -> local image: engine pods of these images run from them (podman).
     images: dict[str, str] = field(default_factory=dict)
@@ -159,6 +199,8 @@ class LocalRuntime:
     probes: ProbePods | None = None
     # Processes of vanished pods, unpublished and unrouted, stopped at their deadline.
     _draining: list[tuple[float, Process]] = field(default_factory=list, init=False, repr=False)
+    # Pod IPs given out (annotated on listed pods) as of this pass.
+    _taken: set[str] = field(default_factory=set, init=False, repr=False)
 
     def sync(self) -> None:
         """One pass: start what new Running pods need, stop what vanished pods left."""
@@ -170,16 +212,14 @@ class LocalRuntime:
                 self._draining.append((time.monotonic() + DRAIN_S, self.processes.pop(uid)))
             elif self.processes[uid].popen.poll() is not None:
                 self._restart(self.processes[uid])  # like kubelet: same pod, same port
-        engines = [p for p in live.values() if _component(p) in ("prefill", "decode")]
-        routers = [p for p in live.values() if _component(p) == "router"]
-        for pod in engines:
-            if pod.metadata.uid not in self.processes:
-                self._start_engine(pod)
-        for pod in routers:
-            if pod.metadata.uid not in self.processes:
+        self._taken = {_annotated_ip(p) for p in pods} - {None}  # type: ignore[assignment]
+        for pod in live.values():
+            if pod.metadata.uid in self.processes:
+                continue
+            if _component(pod) == "router":
                 self._start_router(pod)
             else:
-                self._follow_engines(self.processes[pod.metadata.uid])
+                self._start_engine(pod)
         published = self._publish()
         if self.probes is not None:
             self.probes.sync([p for p in pods if _component(p) == PROBE_COMPONENT], published)
@@ -227,22 +267,27 @@ class LocalRuntime:
         wanted = (pod.metadata.annotations or {}).get(ANNOTATION_CONFIG_HASH)
         if text is None or short_hash(text) != wanted:
             return  # the ConfigMap for this pod's template is not there yet: next pass
-        port, bootstrap = self._free_ports(2)
         try:
-            local, env = local_engine_yaml(text, port, bootstrap)
+            check_reference(load_engine_yaml(text))
         except NotReference as why:
             if pod.metadata.uid not in self._refused:
                 self._refused.add(pod.metadata.uid)
                 log.warning("not running pod %s/%s: %s", ns, pod.metadata.name, why)
             return
+        ip = self._pod_ip(pod)
+        if ip is None:
+            return
+        local, env = local_engine_yaml(text, ip)
+        engine_config = load_engine_yaml(local)
         stem = f"{pod.metadata.name}-{pod.metadata.uid[:8]}"
         spec = serialized(pod.spec)
         engine = [c["image"] for c in spec["containers"] if c["name"] == ENGINE_CONTAINER]
         image = self.images.get(engine[0]) if engine else None
+        bootstrap = engine_config.disaggregation.bootstrap_port
         if image is None:
             # What the image's `dsv4-engine launch` would exec for this engine.yaml.
-            command, env = launch.command(load_engine_yaml(local))
-            self._spawn(pod, command, env, port, bootstrap)
+            command, env = launch.command(engine_config)
+            self._spawn(pod, command, env, ip, engine_config.port, bootstrap)
             return
         # The pod's container from the image: its command, user and security context, its
         # engine.yaml (made local) where its ConfigMap volume puts it.
@@ -258,89 +303,63 @@ class LocalRuntime:
             *volumes,
             *(f"--env={k}={v}" for k, v in env.items()),
         )
-        self._spawn(pod, command, {"CONTAINERS_CONF": str(images.CONTAINERS_CONF)}, port, bootstrap)
+        environment = {"CONTAINERS_CONF": str(images.CONTAINERS_CONF)}
+        self._spawn(pod, command, environment, ip, engine_config.port, bootstrap)
         self.processes[pod.metadata.uid].container_name = name
 
-    def _discovered(
-        self, namespace: str, selectors: tuple[dict[str, str], dict[str, str]]
-    ) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """The workers sglang-router would discover with ``selectors``: the healthy engines
-        of ``namespace`` whose pod labels match (as `url bootstrap_port` / `url`)."""
-        prefill_selector, decode_selector = selectors
-        found: tuple[list[str], list[str]] = ([], [])
-        for p in self.processes.values():
-            if p.namespace != namespace or p.component == "router" or not self._healthy(p):
-                continue
-            if prefill_selector.items() <= p.labels.items() and p.component == "prefill":
-                found[0].append(f"{p.url} {p.bootstrap_port}")
-            if decode_selector.items() <= p.labels.items() and p.component == "decode":
-                found[1].append(p.url)
-        return tuple(sorted(found[0])), tuple(sorted(found[1]))
-
     def _start_router(self, pod: Any) -> None:
-        args = list(pod.spec.containers[0].args or [])
-        selectors = (_selector(args, "--prefill-selector"), _selector(args, "--decode-selector"))
-        prefill, decode = self._discovered(pod.metadata.namespace, selectors)
-        if not prefill or not decode:
-            return  # engines first, like a router whose workers are not up yet
-        (port,) = self._free_ports(1)
-        command = [*ENGINE_CLI, "router", "--port", str(port)]
-        for worker in prefill:
-            command += ["--prefill", *worker.split()]
-        for url in decode:
-            command += ["--decode", url]
-        self._spawn(pod, command, {}, port, None)
-        self.processes[pod.metadata.uid].selectors = selectors
-        self.processes[pod.metadata.uid].workers = (prefill, decode)
-
-    def _follow_engines(self, router: Process) -> None:
-        """sglang-router discovers its workers by label as pods come and go; ours is told
-        the change in place (requests in flight keep their workers), never restarted."""
-        workers = self._discovered(router.namespace, router.selectors)
-        if workers == router.workers or not self._healthy(router):
+        """The router pod's container: sglang-router as rendered, on the pod's IP, as the
+        pod's ServiceAccount (its discovery lists and watches pods through the API server)."""
+        container = pod.spec.containers[0]
+        if not container.command or self.kubeconfig is None:
             return
-        body = {
-            "prefill": [{"url": w.split()[0], "bootstrap_port": int(w.split()[1])} for w in workers[0]],
-            "decode": list(workers[1]),
-        }  # fmt: skip
-        request = urllib.request.Request(
-            f"{router.url}/admin/workers",
-            data=json.dumps(body).encode(),
-            method="PUT",
-            headers={"Content-Type": "application/json"},
+        ip = self._pod_ip(pod)
+        if ip is None:
+            return
+        account = pod.spec.service_account_name
+        token = accounts.request_token(
+            self.core, pod.metadata.namespace, account, (pod.metadata.name, pod.metadata.uid)
         )
-        try:
-            with urllib.request.urlopen(request, timeout=5):
-                router.workers = workers
-        except OSError as err:
-            log.warning(
-                "router of %s/%s not told its workers yet: %s",
-                router.namespace,
-                router.instance,
-                err,
-            )
-            return
-        log.info("router of %s/%s now routes to %s", router.namespace, router.instance, workers)
+        path = self.workdir / f"{pod.metadata.name}-{pod.metadata.uid[:8]}.kubeconfig"
+        accounts.write_kubeconfig(path, accounts.token_kubeconfig(self.kubeconfig, account, token))
+        command = router_command(list(container.command), list(container.args or []), ip)
+        port = int(command[command.index("--port") + 1]) if "--port" in command else ROUTER_PORT
+        self._spawn(pod, command, {"KUBECONFIG": str(path)}, ip, port, None)
 
-    def _free_ports(self, n: int) -> list[int]:
-        """``n`` ports nothing listens on, none of them handed to a process of this runtime
-        already: the kernel gives a port out again as soon as `free_port`'s socket closes,
-        and a process binds its port only once it has started (seconds, for a container),
-        so two pods started back to back were once given the same port."""
-        taken = {p.port for p in self.processes.values()} | {
-            p.bootstrap_port for p in self.processes.values() if p.bootstrap_port is not None
-        }
-        ports: list[int] = []
-        while len(ports) < n:
-            port = free_port()
-            if port not in taken:
-                taken.add(port)
-                ports.append(port)
-        return ports
+    def _pod_ip(self, pod: Any) -> str | None:
+        """The pod's IP: the one this runtime gave it, else (a pod still waiting at the
+        gate) a free one, now written into the pod; a pod KWOK already placed keeps its
+        own.  None: nothing to bind yet (try next pass)."""
+        given = _annotated_ip(pod)
+        if given is not None:
+            return given
+        if not readiness.gated(pod) or self.addresses is None:
+            return pod.status.pod_ip or None
+        from kubernetes.client import ApiException
+
+        taken = self._taken | {p.ip for p in self.processes.values()}
+        taken |= {p.ip for _, p in self._draining}
+        ip = self.addresses.pick(taken)
+        patch = {"metadata": {"annotations": {pod_network.POD_IP_ANNOTATION: ip}}}
+        try:
+            self.core.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace, patch)
+        except ApiException as err:
+            if err.status in (404, 409):
+                return None
+            raise
+        self._taken.add(ip)
+        return ip
 
     def _spawn(
-        self, pod: Any, command: list[str], env: dict[str, str], port: int, bootstrap: int | None
+        self,
+        pod: Any,
+        command: list[str],
+        env: dict[str, str],
+        ip: str,
+        port: int,
+        bootstrap: int | None,
     ) -> None:
+        self._reclaim(ip)
         log_path = self.workdir / f"{pod.metadata.name}-{pod.metadata.uid[:8]}.log"
         popen = processes.popen(command, env, log_path)
         process = Process(
@@ -349,7 +368,8 @@ class LocalRuntime:
             namespace=pod.metadata.namespace,
             instance=_instance(pod),
             component=_component(pod),
-            url=f"http://127.0.0.1:{port}",
+            ip=ip,
+            url=f"http://{ip}:{port}",
             popen=popen,
             command=tuple(command),
             env=env,
@@ -367,6 +387,14 @@ class LocalRuntime:
             process.url,
             f" with {env}" if env else "",
         )
+
+    def _reclaim(self, ip: str) -> None:
+        """Stop now a draining process on ``ip``: KWOK gives a pod's IP out again as soon as
+        the pod is gone, and on one machine the new pod's process could not bind it while
+        the old one still does (each pod's network namespace is its own on a node)."""
+        for deadline, process in [d for d in self._draining if d[1].ip == ip]:
+            self._draining.remove((deadline, process))
+            self._stop(process)
 
     def _restart(self, process: Process) -> None:
         assert process.log_path is not None
@@ -484,16 +512,8 @@ def _live(pod: Any) -> bool:
     )
 
 
-def _selector(args: list[str], flag: str) -> dict[str, str]:
-    """`--flag k=v k=v …` of a router's arguments, as sglang-router parses it."""
-    if flag not in args:
-        return {}
-    values = []
-    for arg in args[args.index(flag) + 1 :]:
-        if arg.startswith("--"):
-            break
-        values.append(arg)
-    return dict(v.split("=", 1) for v in values if "=" in v)
+def _annotated_ip(pod: Any) -> str | None:
+    return (pod.metadata.annotations or {}).get(pod_network.POD_IP_ANNOTATION)
 
 
 def _component(pod: Any) -> str:
@@ -519,10 +539,20 @@ def main() -> int:
     workdir = Path(os.environ.get("DSV4_LOCALRUN_DIR", "/tmp/dsv4-localrun"))
     workdir.mkdir(parents=True, exist_ok=True)
     core = client.CoreV1Api()
+    namespace, name = pod_network.PUBLISHED
+    try:
+        published = core.read_namespaced_config_map(name, namespace).data[pod_network.RANGE_KEY]
+    except (client.ApiException, KeyError, TypeError):
+        raise SystemExit(
+            f"local runtime: the cluster publishes no pod network (ConfigMap {namespace}/{name}): "
+            "it was made by an older dsv4ctl; recreate it (dsv4ctl cluster down, then up)"
+        ) from None
     runtime = LocalRuntime(
         core,
         workdir,
         custom=client.CustomObjectsApi(),
+        addresses=PodAddresses(published),
+        kubeconfig=kubeconfig,
         images=image_map,
         probes=ProbePods(core, workdir, kubeconfig, images=image_map),
     )

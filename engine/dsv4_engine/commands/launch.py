@@ -75,7 +75,7 @@ def reference_args(config: EngineConfig) -> list[str]:
         )
     args = [
         "serve",
-        "--host", "0.0.0.0",
+        "--host", config.host,
         "--port", str(config.port),
         "--model-path", config.model_path,
         "--served-model-name", config.served_model_name,
@@ -87,6 +87,8 @@ def reference_args(config: EngineConfig) -> list[str]:
     ]  # fmt: skip
     if share := config.features.fault_injection.benign_nondeterminism:
         args += ["--benign-nondeterminism", f"{share:g}"]
+    if config.max_total_tokens is not None:
+        args += ["--max-total-tokens", str(config.max_total_tokens)]
     return args + _hicache_args(to_sglang_args(config))
 
 

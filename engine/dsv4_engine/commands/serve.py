@@ -226,7 +226,7 @@ async def _serve(settings: ServeSettings) -> None:
             bootstrap = await pd.serve_bootstrap(
                 settings.host,
                 settings.disaggregation_bootstrap_port,
-                server.prefill,
+                server.rooms,
                 server.transfer_format,
             )
         stop = asyncio.Event()

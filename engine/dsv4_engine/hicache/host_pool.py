@@ -122,11 +122,16 @@ class HostPool:
         return pages
 
     def free(self, pages: Iterable[int]) -> None:
+        """Give pages back; a pinned page is refused: a load in flight reads it or a request
+        holds it, and the next `allocate` would hand it to another prefix's backup."""
         pages = list(pages)
         with self._lock:
             unknown = [p for p in pages if p not in self._lru]
             if unknown:
                 raise ValueError(f"free: host pages {unknown} are not allocated")
+            pinned = [p for p in pages if self._pins[p]]
+            if pinned:
+                raise ValueError(f"free: host pages {pinned} are pinned")
             self._release(pages)
 
     def _release(self, pages: list[int]) -> None:
@@ -141,9 +146,25 @@ class HostPool:
                 self._lru.move_to_end(p)
 
     def pin(self, pages: Iterable[int]) -> None:
+        """Keep pages from eviction and reuse until as many `unpin`s: a load in flight
+        reading them pins them, and so does each node a request holds (the prefix cache)."""
         with self._lock:
             self._pins.update(pages)
 
     def unpin(self, pages: Iterable[int]) -> None:
+        """Undo one `pin` of each page (an unbalanced unpin raises: a count below zero would
+        read as pinned for ever)."""
         with self._lock:
-            self._pins.subtract(pages)
+            want = Counter(pages)
+            unbalanced = sorted(p for p, n in want.items() if self._pins[p] < n)
+            if unbalanced:
+                raise ValueError(f"unpin: host pages {unbalanced} are not pinned")
+            self._pins.subtract(want)
+            for p in want:
+                if not self._pins[p]:
+                    del self._pins[p]
+
+    def pinned(self, page: int) -> bool:
+        """Whether a load in flight or a request's node holds `page` (it may not be freed)."""
+        with self._lock:
+            return self._pins[page] > 0

@@ -82,6 +82,7 @@ class _Job:
     fence: Any  # CUDA event on the caller's stream; None on CPU
     fault: TransferFault | None
     mismatches: list[tuple[Segment, torch.Tensor]] = field(default_factory=list)
+    pinned: bool = True  # its host pages, until the copy has ended
 
 
 class TransferController:
@@ -208,11 +209,22 @@ class TransferController:
                     self._settle(job)
             except Exception as exc:  # a reader must fail fast, not time out
                 logger.exception("hicache load failed")
+                if self._stream is None:
+                    self._unpin(job)
                 self._fail(job, TransferFailed(f"load failed: {exc}"), None)
             finally:
                 if self._stream is not None:
                     self._stream.synchronize()  # the host pages are read until the copy ends
-                self.host.unpin(job.host_pages)
+                self._unpin(job)
+
+    def _unpin(self, job: _Job) -> None:
+        """Let the host tier evict or reuse the load's host pages again (once).  On CPU the
+        copy has ended before the load reports done or failed, and the pages are unpinned
+        before it does: whoever sees the load finished sees its pages evictable, so the
+        prefix cache's eviction choices do not depend on how fast this thread runs."""
+        if job.pinned:
+            job.pinned = False
+            self.host.unpin(job.host_pages)
 
     def _load_layers(self, job: _Job) -> None:
         due = time.monotonic()  # CPU: when what is copied so far would have landed
@@ -228,8 +240,11 @@ class TransferController:
             if job.load.cuda_events is not None:
                 job.load.cuda_events[layer].record(self._stream)
             elif ok is not None and not bool(ok.all()):
+                self._unpin(job)
                 self._fail(job, *self._corruption(job))
                 return
+            if layer == self.pool.shape.num_layers - 1 and not self._cuda:
+                self._unpin(job)
             job.load.layer_done(layer)
 
     def _copy_segment(self, job: _Job, seg: Segment, due: float) -> float:

@@ -105,6 +105,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("seed", "seed"),
     Option("deterministic", "deterministic"),
     Option(
+        "reference_model",
+        "reference-model",
+        "the model a reference engine serves, for its default probe set (default: ask its "
+        "GET /server_info, which sglang-router does not serve)",
+    ),
+    Option(
         "baseline_url",
         "baseline-url",
         "the stable side's URL: on an engine that is not deterministic, the consistency "
@@ -130,9 +136,10 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "hicache",
         "hicache",
-        "the engine runs HiCache: PASS only if enough samples read a prefix back from its "
-        "host tier (SGLang's sglext.cached_tokens_details.host > 0; "
-        f"{exercised_needed(0.95)} at 95%% confidence)",
+        "the engine runs HiCache: PASS only if enough judged answers are proven to have read "
+        "a prefix back from its host tier, by the engines' own count of host-tier tokens "
+        "(sglang:cached_tokens_total{cache_source=host}) read through the router's GET "
+        f"/engine_metrics ({exercised_needed(0.95)} at 95%% confidence)",
     ),
 )
 # The fields spelled by hand, and those with no option: a Job cannot be told the latter, so
@@ -155,7 +162,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--admin-offload-path",
         default=ProbeSettings.model_fields["admin_offload_path"].default,
-        help=f"POST path pushing cached prefixes to the host tier ({NO_OFFLOAD!r} to skip)",
+        help="a reference-engine test knob: POST path pushing cached prefixes to the host "
+        "tier before each judged request ('default': the reference engine's; "
+        f"{NO_OFFLOAD!r} or unset: off, the host tier is reached by eviction)",
     )
 
 

@@ -7,12 +7,13 @@ send and full response, the peak and the time-weighted mean.
 Every failure to get an answer is a `TransportError` with a one-line reason; the probe
 records it as TRANSPORT_ERROR, never as corruption.
 
-Each chat answer also says how many of its prompt tokens the engine read back from its
-host tier (`host_tokens`), where SGLang 0.5.23 puts it when the request sets
-``return_cached_tokens_details``: ``sglext.cached_tokens_details.host`` at the top of the
-response (`ChatCompletionResponse.sglext`, entrypoints/openai/protocol.py; filled by
-`serving_chat` from the scheduler's `Req.cached_tokens_host`).  The reference engine
-answers the same field in the same place.
+Each chat answer also says how many tokens its prompt was (`usage.prompt_tokens`; a
+streamed answer sends its usage in a last chunk when asked with
+``stream_options.include_usage``, as OpenAI's API and SGLang do, and sglang-router passes it
+through): the probe's bound on how many samples read from the host tier rests on it
+(`evidence.proven_exercised`).  What a prompt read from the host tier no answer through
+sglang-router says (it drops ``return_cached_tokens_details``): the engines' own counters
+do (`evidence`).
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from typing import Any
 import aiohttp
 
 # A router's page of every engine's /metrics (sglang-router 0.3.2 serves it; so does the
-# reference router): where the probe reads the engines' kv-canary violations.
+# reference router): where the probe reads what the engines counted (`evidence`).
 ENGINE_METRICS_PATH = "/engine_metrics"
+ENGINE_OWN_METRICS_PATH = "/metrics"  # an engine's own page, probed without a router
 
 
 class TransportError(Exception):
@@ -78,21 +80,13 @@ class ConcurrencyMeter:
         return self._area / span if span > 0 else float(self.in_flight)
 
 
-RETURN_CACHED_TOKENS_DETAILS = "return_cached_tokens_details"
-"""The request field that asks SGLang (and the reference engine) for `host_tokens`."""
-
-
-def host_tokens(reply: Any) -> int:
-    """Prompt tokens the engine read back from its host tier for this answer.
-
-    0 when the reply has no ``sglext.cached_tokens_details.host`` count: SGLang leaves
-    ``sglext`` out when nothing of the prompt was cached, and an engine or router that does
-    not report it gives no evidence of a host-tier read either."""
+def prompt_tokens(reply: Any) -> int | None:
+    """``usage.prompt_tokens`` of a reply, or None when it has none."""
     try:
-        host = reply["sglext"]["cached_tokens_details"]["host"]
+        count = reply["usage"]["prompt_tokens"]
     except (TypeError, KeyError):
-        return 0
-    return host if isinstance(host, int) and not isinstance(host, bool) and host > 0 else 0
+        return None
+    return count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None
 
 
 @dataclass(frozen=True)
@@ -100,8 +94,8 @@ class ChatAnswer:
     message: dict[str, Any]
     finish_reason: str | None
     latency_s: float
-    host_tokens: int = 0
-    """Prompt tokens read back from the host tier (`host_tokens`)."""
+    prompt_tokens: int | None = None
+    """The prompt's size as the engine counted it (`prompt_tokens`); None: not reported."""
     streamed: bool = False
     """The answer came as server-sent deltas, joined here as an OpenAI client joins them."""
 
@@ -182,8 +176,15 @@ class EngineClient:
 
     async def engine_metrics(self) -> str:
         """Every engine's Prometheus page through the router (sglang-router's
-        ``GET /engine_metrics``; not a request in flight)."""
-        async with self._exchange("GET", ENGINE_METRICS_PATH, None, counted=False) as resp:
+        ``GET /engine_metrics``), or, probing an engine itself, its own ``/metrics`` (not
+        requests in flight)."""
+        try:
+            return await self._page(ENGINE_METRICS_PATH)
+        except EndpointMissing:
+            return await self._page(ENGINE_OWN_METRICS_PATH)
+
+    async def _page(self, path: str) -> str:
+        async with self._exchange("GET", path, None, counted=False) as resp:
             return (await resp.read()).decode("utf-8", "replace")
 
     async def offload(self, path: str) -> None:
@@ -194,6 +195,7 @@ class EngineClient:
         its deltas (`joined`), then checked as an unstreamed answer is."""
         start = time.monotonic()
         if body.get("stream"):
+            body = {**body, "stream_options": {"include_usage": True}}
             chunks = await self._events("POST", "/v1/chat/completions", body)
             reply = joined(chunks)
         else:
@@ -219,7 +221,7 @@ class EngineClient:
             message,
             choice.get("finish_reason"),
             latency,
-            host_tokens(reply),
+            prompt_tokens(reply),
             bool(body.get("stream")),
         )
 
@@ -244,16 +246,17 @@ class EngineClient:
 def joined(chunks: list[Any]) -> dict[str, Any]:
     """A streamed chat answer as one unstreamed reply: content deltas concatenated, each
     tool call's id, type and name from its first delta and its arguments from all of them
-    (by `index`, as the OpenAI clients join them), the last finish_reason, and SGLang's
-    `sglext`, which it streams in a chunk of its own with no choices."""
+    (by `index`, as the OpenAI clients join them), the last finish_reason, and the `usage`
+    (and SGLang's `sglext`) streamed in a last chunk of their own with no choices."""
     content: list[str] = []
     calls: dict[int, dict[str, Any]] = {}
     finish: str | None = None
     reply: dict[str, Any] = {}
     try:
         for chunk in chunks:
-            if chunk.get("sglext") is not None:
-                reply["sglext"] = chunk["sglext"]
+            for key in ("usage", "sglext"):
+                if chunk.get(key) is not None:
+                    reply[key] = chunk[key]
             for choice in chunk.get("choices") or []:
                 delta = choice.get("delta") or {}
                 content.append(delta.get("content") or "")

@@ -14,14 +14,15 @@ from typing import Any
 
 from dsv4_engine.probe.outcome import Outcome
 from dsv4_engine.probe.probes import EXCERPT_CHARS
-from dsv4_engine.probe.runner import DifferentialTally, KvCanaryReading, ProbeResult
+from dsv4_engine.probe.runner import DifferentialTally, KvCanaryReading, ProbeResult, Tally
 from dsv4_engine.probe.stats import fail_boundary_lower, percents, upper_bound
 from dsv4_engine.probe.verdict import exercised_needed
 
 # 2: failed requests count as failures (`samples.failed`); 3: `samples.exercised`, with
 # `settings.hicache` saying whether the verdict asked for it; 4: `samples.streamed`;
-# 5: `differential` and the DIVERGED outcome
-REPORT_SCHEMA_VERSION = 5
+# 5: `differential` and the DIVERGED outcome; 6: `host_tier`, and `samples.exercised`
+# counts judged answers proven by the engines' own host-tier count
+REPORT_SCHEMA_VERSION = 6
 EXAMPLES_PER_CLASS = 3
 SERIES_POINTS = 400
 LATENCY_BINS = 30
@@ -140,7 +141,26 @@ def build_report(result: ProbeResult) -> dict[str, Any]:
         "latency": _latency(latencies),
         "series": _series(tally.failure_flags, s.confidence),
         "kv_canary": _kv_canary(result.kv_canary),
+        "host_tier": _host_tier(result, tally),
         "differential": _differential(tally.differential, s.max_divergence_excess, s.confidence),
+    }
+
+
+def _host_tier(result: ProbeResult, tally: Tally) -> dict[str, Any] | None:
+    reading = result.host_tier
+    if reading is None:
+        return None
+    pool = reading.pool
+    return {
+        "host_tokens": reading.host_tokens,
+        "unread": reading.unread,
+        "device_pool_tokens": pool.device if pool else None,
+        "host_pool_tokens": pool.host if pool else None,
+        "prefix_groups": reading.prefix_groups,
+        "judged_requests": len(tally.judged_prompts),
+        "judged_prompt_tokens": sum(tally.judged_prompts),
+        "unjudged_prompt_tokens": tally.unjudged_tokens,
+        "seconds_per_sample": result.duration_s / max(1, len(tally.samples)),
     }
 
 
@@ -198,6 +218,7 @@ def summary_table(report: dict[str, Any]) -> str:
             f"{smp.get('exercised', '-')} / {smp['judged']} / {report['counts'][Outcome.VALID.value]}",
         ),
         ("host-tier reads", _host_tier_rule(report)),
+        *_host_tier_rows(report.get("host_tier")),
         (
             "streamed/whole",
             # A report of schema 3 or older did not stream any sample: "-".
@@ -252,9 +273,33 @@ def _host_tier_rule(report: dict[str, Any]) -> str:
         return "not applicable: HiCache off, no exercised sample required"
     needed = exercised_needed(report["confidence"])
     return (
-        f"{needed} exercised samples required to PASS (an answer whose "
-        "sglext.cached_tokens_details.host > 0: prompt tokens read back from the host tier)"
+        f"{needed} exercised answers required to PASS (judged answers proven, by the engines' "
+        "own count of prompt tokens read back from the host tier, to have read from it)"
     )
+
+
+def _host_tier_rows(host: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """What the engines counted and the prompt sizes the bound rests on."""
+    if host is None:
+        return []
+    if host["unread"] is not None:
+        read = f"not read: {host['unread']}"
+    else:
+        read = f"{host['host_tokens']} prompt tokens read back by the engines"
+    pool = host["device_pool_tokens"]
+    sized = (
+        f"device pool {pool}, host tier {host['host_pool_tokens']} tokens; "
+        f"{host['prefix_groups'] or 'default'} prefix groups"
+        if pool is not None
+        else "pool not reported; default prefix groups"
+    )
+    requests = host["judged_requests"]
+    prompts = (
+        f"{host['judged_prompt_tokens']} in {requests} judged requests "
+        f"({host['judged_prompt_tokens'] // max(1, requests)} each), "
+        f"{host['unjudged_prompt_tokens']} unjudged; {host['seconds_per_sample']:.2f} s a sample"
+    )
+    return [("  host tier", read), ("  sized", sized), ("  prompt tokens", prompts)]
 
 
 SUMMARY_EXAMPLES = 3

@@ -10,6 +10,7 @@ and are counted.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ import aiohttp
 
 from dsv4_engine import kv_canary
 from dsv4_engine.engine_config import Backend, ReferenceModelKind
+from dsv4_engine.probe import evidence
 from dsv4_engine.probe.client import EndpointMissing, EngineClient, TransportError
 from dsv4_engine.probe.outcome import Outcome
 from dsv4_engine.probe.probes import Baseline, ProbeContext, Sample, run_sample
@@ -48,7 +50,12 @@ class Tally:
     transport_errors: int = 0
     """Failed requests: no answer to judge (each also a failure)."""
     exercised: int = 0
-    """Samples whose judged answers read a prefix back from the host tier."""
+    """Judged answers proven to have read a prefix back from the host tier (set after the
+    run, from the engines' counts: `evidence.proven_exercised`)."""
+    judged_prompts: list[int] = field(default_factory=list)
+    """The prompt size of every judged request to the engine under test."""
+    unjudged_tokens: int = 0
+    """The prompt tokens of its requests whose answers were not judged."""
     streamed: int = 0
     """Samples whose judged answer was streamed (the rest were answered whole)."""
     fail_at: int | None = None
@@ -60,13 +67,14 @@ class Tally:
 
     def add(self, sample: Sample) -> None:
         self.samples.append(sample)
+        self.judged_prompts.extend(sample.judged_prompts)
+        self.unjudged_tokens += sample.unjudged_tokens
         if self.differential is not None and sample.probe.needs_determinism:
             self._add_differential(sample)
             return
         self.judged += 1
         self.corrupt += sample.outcome.is_corruption
         self.transport_errors += sample.outcome is Outcome.TRANSPORT_ERROR
-        self.exercised += sample.exercised
         self.streamed += sample.streamed
         self.failure_flags.append(sample.outcome.is_failure)
         s = self.settings
@@ -79,7 +87,6 @@ class Tally:
     def _add_differential(self, sample: Sample) -> None:
         d = self.differential
         assert d is not None
-        self.exercised += sample.exercised
         d.add(sample)
         s = self.settings
         if d.fail_at is None and excess_fail_now(
@@ -153,6 +160,8 @@ class ProbeResult:
     duration_s: float
     kv_canary: KvCanaryReading | None = None
     """The engines' kv-canary violations during the run; None: not asked for."""
+    host_tier: HostTierReading | None = None
+    """What the engines read from their host tier during the run; None: HiCache off."""
 
     @property
     def judged(self) -> int:
@@ -180,30 +189,61 @@ class ProbeResult:
         return self.verdict.exit_code
 
 
-Counts = dict[tuple[str, str, str], int]
-
-
 @dataclass(frozen=True)
 class KvCanaryReading:
     """What the engines' kv-canary counted between the probe's two reads of it."""
 
     violations: tuple[kv_canary.Violations, ...] = ()
     unread: str | None = None
-    """Why a read failed (then nothing is known about violations)."""
+    """Why the violations are not known (a read failed, or a page could not vouch for
+    them: `kv_canary.unread`)."""
 
     @classmethod
-    def of(cls, before: Counts | str, after: Counts | str) -> KvCanaryReading:
+    def of(
+        cls, before: evidence.EngineReading | str, after: evidence.EngineReading | str
+    ) -> KvCanaryReading:
         for read in (before, after):
             if isinstance(read, str):
                 return cls(unread=read)
+            if read.kv_unread is not None:
+                return cls(unread=read.kv_unread)
         assert not isinstance(before, str) and not isinstance(after, str)
-        return cls(violations=kv_canary.new_violations(before, after))
+        return cls(violations=kv_canary.new_violations(before.kv_counts, after.kv_counts))
 
 
-async def _violation_counts(client: EngineClient) -> Counts | str:
-    """The engines' kv-canary counts through the router, or why they could not be read."""
+@dataclass(frozen=True)
+class HostTierReading:
+    """What the engines read back from their host tier during the run (`evidence`)."""
+
+    host_tokens: int | None = None
+    """Host-tier prompt tokens the prefix-matching engines counted; None: not read."""
+    unread: str | None = None
+    pool: evidence.PoolSizes | None = None
+    prefix_groups: int | None = None
+    """The shared prefixes the probe cycled through (sized from ``pool``)."""
+
+    @classmethod
+    def of(
+        cls,
+        before: evidence.EngineReading | str,
+        after: evidence.EngineReading | str,
+        prefix_groups: int | None,
+    ) -> HostTierReading:
+        for read in (before, after):
+            if isinstance(read, str):
+                return cls(unread=read, prefix_groups=prefix_groups)
+        assert not isinstance(before, str) and not isinstance(after, str)
+        if not after.host_tokens:
+            why = f"no prefix-matching engine's page counts {evidence.CACHED_TOKENS}"
+            return cls(unread=why, pool=after.pool, prefix_groups=prefix_groups)
+        read = evidence.host_tokens_read(before, after)
+        return cls(host_tokens=read, pool=after.pool, prefix_groups=prefix_groups)
+
+
+async def _engine_reading(client: EngineClient) -> evidence.EngineReading | str:
+    """The engines' counts through the router, or why they could not be read."""
     try:
-        return kv_canary.read(await client.engine_metrics())
+        return evidence.read(await client.engine_metrics())
     except TransportError as err:
         return str(err)
 
@@ -226,22 +266,36 @@ async def run_probes(settings: ProbeSettings, progress: ProgressFn | None = None
             settings.api_key,
         )
         model = await _warm_up(client, settings)
-        before = await _violation_counts(client) if settings.kv_canary else None
+        counted = settings.kv_canary or settings.hicache
+        first = await _engine_reading(client) if counted else None
         probe_set = settings.probe_set(await _reference_model(client, settings))
+        groups = None
+        if settings.hicache and not isinstance(first, (str, type(None))):
+            groups = await _prefix_groups(client, settings, model, first.pool, len(probe_set))
+        # Read after the working set's measure: every request from here on is a sample's.
+        before = await _engine_reading(client) if counted else None
         not_applicable, host_round_trip, baseline = await _preflight(
             client, session, settings, probe_set
         )
         applicable = tuple(p for p in probe_set if p not in not_applicable)
         client.meter.reset()
-        ctx = ProbeContext(client, settings, model, host_round_trip, baseline)
+        ctx = ProbeContext(client, settings, model, host_round_trip, baseline, groups)
         tally = Tally(settings, settings.sample_budget)
         if baseline is not None and settings.baseline_url is not None:
             tally.differential = DifferentialTally(settings.baseline_url)
         if applicable:
             await _drive(ctx, applicable, tally, progress)
         meter = client.meter
-        kv = None if before is None else KvCanaryReading.of(before, await _violation_counts(client))
-    evidence = Evidence(
+        after = await _engine_reading(client) if counted else None
+    kv = host = None
+    if before is not None and after is not None:
+        kv = KvCanaryReading.of(before, after) if settings.kv_canary else None
+        host = HostTierReading.of(before, after, groups) if settings.hicache else None
+    if host is not None and host.host_tokens is not None:
+        tally.exercised = evidence.proven_exercised(
+            host.host_tokens, tally.judged_prompts, tally.unjudged_tokens
+        )
+    found = Evidence(
         judged=tally.judged,
         corrupt=tally.corrupt,
         transport_errors=tally.transport_errors,
@@ -255,11 +309,12 @@ async def run_probes(settings: ProbeSettings, progress: ProgressFn | None = None
         exercised=tally.exercised,
         kv_canary=kv.violations if kv else (),
         kv_canary_unread=kv.unread if kv else None,
+        host_tier_unread=host.unread if host else None,
         divergence=tally.differential.evidence(settings.max_divergence_excess)
         if tally.differential is not None
         else None,
     )
-    verdict, reasons = decide(evidence)
+    verdict, reasons = decide(found)
     return ProbeResult(
         settings=settings,
         model=model,
@@ -274,6 +329,7 @@ async def run_probes(settings: ProbeSettings, progress: ProgressFn | None = None
         finished_at=datetime.now(UTC),
         duration_s=time.monotonic() - t0,
         kv_canary=kv,
+        host_tier=host,
     )
 
 
@@ -297,13 +353,42 @@ async def _drive(
                 tally.stop(f"time limit of {limit:g} s reached")
                 break
             index, next_index = next_index, next_index + 1
-            sample = await run_sample(applicable[index % len(applicable)], index, ctx)
+            use, probe = divmod(index, len(applicable))
+            sample = await run_sample(applicable[probe], index, ctx, use)
             tally.add(sample)
             if progress is not None:
                 progress(tally)
 
     workers = [asyncio.create_task(worker()) for _ in range(ctx.settings.concurrency)]
     await asyncio.gather(*workers)
+
+
+async def _prefix_groups(
+    client: EngineClient,
+    settings: ProbeSettings,
+    model: str,
+    pool: evidence.PoolSizes | None,
+    probes: int,
+) -> int | None:
+    """How many shared prefixes the prefix-reuse probes cycle through so that between two
+    turns of one the samples send about `PoolSizes.working_set` prompt tokens: by then it
+    has left the device pool and is still on the host tier, and comes back from there.
+    The samples take the ``probes`` of the set in turn, each prompt about a prefix long, so
+    one round of them sends about ``probes`` prefixes' worth; one request (a prefix and a
+    one-token answer) measures a prefix in the engine's tokens.  None (the default groups)
+    when the engines report no pool, or it cannot be measured."""
+    if pool is None:
+        return None
+    ctx = ProbeContext(client, settings, model)
+    body = ctx.body([{"role": "system", "content": ctx.shared_prefix(0)},
+                     {"role": "user", "content": "Reply with OK."}], 1, tools=False)  # fmt: skip
+    try:
+        tokens = (await client.chat(body)).prompt_tokens
+    except TransportError:
+        return None
+    if not tokens:
+        return None
+    return max(ctx.groups, math.ceil(pool.working_set / (tokens * probes)))
 
 
 # Pauses between warm-up tries: the first, and the longest (doubling in between).
@@ -361,9 +446,12 @@ async def _model(client: EngineClient, settings: ProbeSettings) -> str:
 async def _reference_model(
     client: EngineClient, settings: ProbeSettings
 ) -> ReferenceModelKind | None:
-    """Which model a reference engine serves, when the default probe set depends on it."""
+    """Which model a reference engine serves, when the default probe set depends on it: as
+    told (`ProbeSettings.reference_model`), else as its GET /server_info says."""
     if settings.probes or settings.backend is not Backend.REFERENCE:
         return None
+    if settings.reference_model is not None:
+        return settings.reference_model
     try:
         served = (await client.server_info()).get("reference_model")
     except TransportError:

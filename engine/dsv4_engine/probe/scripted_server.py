@@ -10,9 +10,13 @@ Which answers are damaged depends only on (seed, request content), never on arri
 so a test's outcome does not depend on scheduling.
 
 Its host tier is a set of prompts: an offload moves every prompt answered since the last one
-there, and a request for a prompt found there "loads it back" and says so as SGLang does
-(``sglext.cached_tokens_details.host``, when the request asks with
-``return_cached_tokens_details``), so the probe's exercised count can be checked too.
+there, as does eviction when more prompts than `device_slots` were answered since (the
+oldest first), and a request for a prompt found there "loads it back" and counts it as
+SGLang does
+(``sglang:cached_tokens_total{cache_source="host"}`` on the page a router's
+``GET /engine_metrics`` serves, a character a token; every answer's
+``usage.prompt_tokens`` counts the same way), so the probe's exercised count can be
+checked too.
 """
 
 from __future__ import annotations
@@ -26,9 +30,11 @@ from typing import Any
 from aiohttp import web
 
 from dsv4_engine import kv_canary
+from dsv4_engine.engine_metrics import spelled
 from dsv4_engine.probe.client import ENGINE_METRICS_PATH
 from dsv4_engine.probe.dsml import EOS, DsmlFormat
 from dsv4_engine.probe.dsml_format import render_dsml
+from dsv4_engine.probe.evidence import CACHED_TOKENS
 
 
 def _chance(*key: object) -> float:
@@ -56,13 +62,19 @@ class ScriptedCompletionServer:
     kv_canary_violation_at: int | None = None
     """The chat request, by arrival, while which the engine's kv-canary counts a violation
     (`kv_canary.METRIC` on the router's GET /engine_metrics); None: it never does."""
+    kv_canary_armed: bool = True
+    """Its page says its kv-canary check runs (`kv_canary.ARMED`)."""
     engine_metrics_endpoint: bool = True
+    host_tokens: int = 0
+    """Prompt tokens read back from the host tier, as the page counts them."""
+    device_slots: int | None = None
+    """Prompts the device holds before the oldest is evicted to the host tier; None: all."""
     in_flight: int = 0
     max_in_flight: int = 0
     chat_requests: int = 0
     offloads: int = 0
     _seen: set[str] = field(default_factory=set)
-    _on_device: set[str] = field(default_factory=set)
+    _on_device: dict[str, None] = field(default_factory=dict)  # oldest first
     _on_host: set[str] = field(default_factory=set)
     _runner: web.AppRunner | None = None
 
@@ -99,14 +111,22 @@ class ScriptedCompletionServer:
         return web.json_response(self.server_info or {"deterministic": self.deterministic})
 
     async def _engine_metrics(self, _: web.Request) -> web.Response:
+        """A page as sglang-router serves it (names with `_`, each sample's worker)."""
         at = self.kv_canary_violation_at
         count = int(at is not None and self.chat_requests >= at)
-        labels = 'worker_addr="scripted",launch_tag="HEAD_K_FULL",fail_reason="verify_chain_hash"'
-        return web.Response(text=f"{kv_canary.METRIC}{{{labels}}} {count}\n")
+        worker = 'worker_addr="scripted",engine_type="unified"'
+        lines = [
+            f'{spelled(CACHED_TOKENS)}{{{worker},cache_source="host"}} {self.host_tokens}',
+            f'{spelled(kv_canary.METRIC)}{{{worker},launch_tag="HEAD_K_FULL",'
+            f'fail_reason="verify_chain_hash"}} {count}',
+        ]
+        if self.kv_canary_armed:
+            lines.append(f"{spelled(kv_canary.ARMED)}{{{worker}}} 1")
+        return web.Response(text="".join(f"{line}\n" for line in lines))
 
     async def _offload(self, _: web.Request) -> web.Response:
         self.offloads += 1
-        self._on_host |= self._on_device
+        self._on_host |= self._on_device.keys()
         self._on_device.clear()
         return web.json_response({"offloaded_tokens": 0})
 
@@ -131,21 +151,28 @@ class ScriptedCompletionServer:
                 "object": "chat.completion",
                 "model": self.model,
                 "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": len(key)},  # a character a token
             }
-            host = len(key) if key in self._on_host else 0  # a character a token
+            if key in self._on_host:
+                self.host_tokens += len(key)
             self._on_host.discard(key)
-            self._on_device.add(key)
-            if host and body.get("return_cached_tokens_details"):
-                reply["sglext"] = {"cached_tokens_details": {"device": 0, "host": host}}
+            self._on_device.pop(key, None)
+            self._on_device[key] = None
+            while self.device_slots is not None and len(self._on_device) > self.device_slots:
+                oldest = next(iter(self._on_device))
+                del self._on_device[oldest]
+                self._on_host.add(oldest)
             if body.get("stream"):
-                return await self._stream(request, reply)
+                return await self._stream(request, reply, body.get("stream_options") or {})
             return web.json_response(reply)
         finally:
             self.in_flight -= 1
 
-    async def _stream(self, request: web.Request, reply: dict[str, Any]) -> web.StreamResponse:
+    async def _stream(
+        self, request: web.Request, reply: dict[str, Any], options: dict[str, Any]
+    ) -> web.StreamResponse:
         """``reply`` as SGLang streams it: content, then each call's id and name, then its
-        arguments, the finish, `sglext` in a chunk of its own, `[DONE]`."""
+        arguments, the finish, `usage` in a chunk of its own when asked, `[DONE]`."""
         choice = reply["choices"][0]
         message = choice["message"]
         deltas: list[dict[str, Any]] = []
@@ -166,8 +193,8 @@ class ScriptedCompletionServer:
         chunks = [{"choices": [{"index": 0, "delta": d}]} for d in deltas]
         reason = "tool_calls" if message.get("tool_calls") else choice["finish_reason"]
         chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": reason}]})
-        if "sglext" in reply:
-            chunks.append({"choices": [], "sglext": reply["sglext"]})
+        if options.get("include_usage"):
+            chunks.append({"choices": [], "usage": reply["usage"]})
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         for chunk in chunks:

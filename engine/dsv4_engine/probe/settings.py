@@ -61,15 +61,11 @@ DEFAULT_PROBES: dict[Backend, tuple[ProbeName, ...]] = {
 
 ECHO_MODEL_PROBES = DEFAULT_PROBES[Backend.SGLANG]
 
-DEFAULT_ADMIN_OFFLOAD_PATH: dict[Backend, str | None] = {
-    Backend.REFERENCE: "/admin/hicache/offload",
-    # SGLang 0.5.23 has no "move this prefix to host" call; its /flush_cache drops the whole
-    # radix cache, host pool included, and refuses while requests run, so under load the
-    # warm answer comes from the same request repeated (a prefix hit on device or host, as
-    # eviction decides).  Each answer says which (`client.host_tokens`), and a HiCache
-    # run without enough host-tier reads cannot PASS (`verdict.unexercised`).
-    Backend.SGLANG: None,
-}
+# The reference engine's "push every cached prefix to the host tier" call: a test knob of
+# the reference engine only (SGLang 0.5.23 has no such call; its /flush_cache drops the
+# whole radix cache, host pool included).  Off by default: a canary reads prefixes back
+# from the host tier by eviction, on either engine (`evidence`, `CanarySpec.device_pool_tokens`).
+REFERENCE_OFFLOAD_PATH = "/admin/hicache/offload"
 
 
 @dataclass(frozen=True)
@@ -163,8 +159,13 @@ class ProbeSettings(BaseModel):
     connect_timeout_s: float = Field(default=10.0, gt=0)
     seed: int = 0
     deterministic: Determinism = Determinism.AUTO
-    admin_offload_path: str | None = "default"
-    """POST path that pushes cached prefixes to the host tier; "default" picks the backend's."""
+    reference_model: ReferenceModelKind | None = None
+    """The model a reference engine serves, when the default probe set depends on it; None:
+    ask GET /server_info (an engine answers it; sglang-router does not)."""
+    admin_offload_path: str | None = None
+    """A reference-only test knob: the POST path that pushes cached prefixes to the host
+    tier before each judged request ("default": the reference engine's); None: off, the
+    host tier is reached by eviction."""
     hicache: bool = False
     """The engine under test runs HiCache: a PASS then needs enough samples that read a
     prefix back from its host tier (`verdict.unexercised`)."""
@@ -201,7 +202,7 @@ class ProbeSettings(BaseModel):
     @property
     def offload_path(self) -> str | None:
         if self.admin_offload_path == "default":
-            return DEFAULT_ADMIN_OFFLOAD_PATH[self.backend]
+            return REFERENCE_OFFLOAD_PATH
         return self.admin_offload_path
 
     @property

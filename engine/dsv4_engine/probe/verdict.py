@@ -2,8 +2,10 @@
 
 Never PASS by default: PASS needs a judged sample count large enough for the exact upper
 bound to clear the threshold, the target concurrency actually reached and, when the engine
-runs HiCache, enough samples that really read a prefix back from the host tier
-(`unexercised`): a run that never took the changed path proves nothing about it.  The bounds count
+runs HiCache, enough samples proven to have read a prefix back from the host tier
+(`unexercised`; the proof is the engines' own count of host-tier reads:
+`dsv4_engine.probe.evidence`): a run that never took the changed path proves nothing
+about it, and one whose host-tier reads could not be read proves nothing either.  The bounds count
 failures: corrupt answers and requests that got no answer alike (a user of the canary gets
 neither).  FAIL needs only evidence of failures (the sequential rule in `stats`): a run that
 shows them fails even if it was otherwise too small.  So does a kv-canary violation the
@@ -87,7 +89,9 @@ class Evidence:
     hicache: bool = False
     """The engine runs HiCache: a PASS needs exercised samples (`unexercised`)."""
     exercised: int = 0
-    """Judged samples whose answer read a prefix back from the host tier."""
+    """Judged answers proven to have read a prefix back from the host tier."""
+    host_tier_unread: str | None = None
+    """Why the engines' host-tier reads, needed with HiCache, could not be read (no PASS)."""
     kv_canary: tuple[Violations, ...] = ()
     """kv-canary violations the engines counted during the run: each one FAILs it."""
     kv_canary_unread: str | None = None
@@ -97,11 +101,12 @@ class Evidence:
 
 
 def exercised_needed(confidence: float) -> int:
-    """Fewest samples that must read a prefix back from the host tier before a HiCache run
-    may PASS: 24 at 95%.  It is `minimum_samples` at EXERCISED_DETECTABLE_RATE: if the
-    host-tier path garbled 12% of the answers that take it, the chance that that many
-    exercised samples all come back clean, (1 - 0.12) ** 24 = 4.6%, is below
-    1 - confidence — so a PASS cannot rest on too few of them to have shown the incident."""
+    """Fewest judged answers that must read a prefix back from the host tier before a
+    HiCache run may PASS: 24 at 95%.  It is `minimum_samples` at EXERCISED_DETECTABLE_RATE:
+    if the host-tier path garbled 12% of the answers that take it (the incident garbled 12-18%
+    of tool calls), the chance that that many exercised answers all come back clean,
+    (1 - 0.12) ** 24 = 4.6%, is below 1 - confidence — so a PASS cannot rest on too few of
+    them to have shown the incident."""
     return minimum_samples(EXERCISED_DETECTABLE_RATE, confidence)
 
 
@@ -116,8 +121,8 @@ def unexercised(hicache: bool, exercised: int, judged: int, confidence: float) -
     if exercised >= needed:
         return None
     return (
-        f"HiCache is on but only {exercised} of {judged} judged samples read a prefix back "
-        f"from the host tier; at least {needed} required"
+        f"HiCache is on but only {exercised} judged answers are proven to have read a prefix "
+        f"back from the host tier; at least {needed} required"
     )
 
 
@@ -146,6 +151,8 @@ def decide(ev: Evidence) -> tuple[Verdict, tuple[str, ...]]:
     reasons = []
     if ev.kv_canary_unread is not None:
         reasons.append(f"kv-canary violations not read: {ev.kv_canary_unread}")
+    if ev.hicache and ev.host_tier_unread is not None:
+        reasons.append(f"host-tier reads not read: {ev.host_tier_unread}")
     if ev.applicable_probes == 0:
         reasons.append("no probe of the set applies to this engine")
     if ev.peak_concurrency < ev.target_concurrency:

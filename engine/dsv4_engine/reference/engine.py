@@ -213,19 +213,32 @@ class Engine:
 
     def _admit(self) -> None:
         to_load: list[Node] = []
-        while self._waiting and self._free_slots:
-            req = self._waiting[0]
-            try:
-                to_load += self._reserve(req)
-            except OutOfPages:
-                break  # wait for running requests to free pages
-            self._waiting.popleft()
-            req.slot = self._free_slots.pop()
-            self._running.append(req)
-            if req.prefilled is not None:
-                self._import(req, req.prefilled)
-        self.radix.load(to_load)
-        self.stats.load_back_tokens += len(to_load) * self.page_size
+        try:
+            while self._waiting and self._free_slots:
+                req = self._waiting[0]
+                try:
+                    to_load += self._reserve(req)
+                except OutOfPages:
+                    break  # wait for running requests to free pages
+                self._waiting.popleft()
+                req.slot = self._free_slots.pop()
+                self._running.append(req)
+                if req.prefilled is not None:
+                    self._import(req, req.prefilled)
+        finally:  # even when admitting a later request failed: these pages are in the tree
+            self._start_load(to_load)
+
+    def _start_load(self, nodes: list[Node]) -> None:
+        """Start the step's one host→device load.  If it cannot start, the device pages
+        reserved for it go back and its nodes keep only their host copies: a node must
+        never claim a device page nothing was loaded into (a later match would read its
+        previous owner's KV), and the loop then ends the requests admitted with them."""
+        try:
+            self.radix.load(nodes)
+        except Exception:
+            self.radix.cancel_load(nodes)
+            raise
+        self.stats.load_back_tokens += len(nodes) * self.page_size
 
     def _reserve(self, req: Request) -> list[Node]:
         total_pages = math.ceil((len(req.prompt) + req.max_new_tokens) / self.page_size)
@@ -236,10 +249,8 @@ class Engine:
         try:
             self.radix.ensure_free(total_pages - len(nodes))
             fresh = self.pool.allocator.allocate(total_pages - len(nodes))
-        except OutOfPages:
-            for n in on_host:  # give back the device pages reserved for the load
-                self.pool.allocator.free([n.device_page])  # type: ignore[list-item]
-                n.device_page = None
+        except Exception:  # OutOfPages, or a bug: never leave a reserved page unloaded
+            self.radix.cancel_load(on_host)  # give back the device pages reserved for it
             self.radix.release(nodes)
             raise
         req.nodes = nodes

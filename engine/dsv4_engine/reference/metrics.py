@@ -45,29 +45,60 @@ class EngineStats:
         return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
 
-def render(
-    stats: EngineStats,
-    model: str,
-    total_pages: int,
-    gate_waits: int,
-    gate_blocked: int,
-    gated: bool,
-    stale_index_k_reads: int,
-    kv_canary_violations: dict[str, int] | None = None,
-) -> str:
-    """The page; ``kv_canary_violations`` (by launch tag; None: kv-canary off) as SGLang's
-    are counted for the probe (`dsv4_engine.kv_canary`)."""
-    label = f'{{model_name="{model}"}}'
-    used = 1 - stats.free_pages / total_pages if total_pages else 0.0
+@dataclass
+class ServedCounts:
+    """Prompt tokens of finished requests by where the prefix cache held them, counted as
+    SGLang's tokenizer counts a finished request (`sglang:cached_tokens_total` by
+    `cache_source`, `TokenizerMetricsCollector.observe_one_finished_request`): on a PD
+    decode server from the counts the prefill server handed over with the pages.  Written
+    by the HTTP server's event loop only."""
+
+    device: int = 0
+    host: int = 0
+
+    def count(self, cached: int, host: int) -> None:
+        self.device += cached - host
+        self.host += host
+
+
+@dataclass(frozen=True)
+class Page:
+    """What one /metrics page shows."""
+
+    stats: EngineStats
+    served: ServedCounts
+    model: str
+    engine_type: str
+    """SGLang's label for the server's disaggregation mode: prefill, decode or unified."""
+    page_size: int
+    total_pages: int
+    host_pages: int | None
+    """The host tier's pages; None: no HiCache."""
+    gate_waits: int
+    gate_blocked: int
+    gated: bool
+    stale_index_k_reads: int
+    kv_canary_violations: dict[str, int] | None = None
+    """By launch tag; None: kv-canary off."""
+
+
+def render(page: Page) -> str:
+    """The page, in prometheus_client's text format (each family's HELP and TYPE, a
+    counter's samples named with its `_total`): sglang-router's `/engine_metrics` parses
+    every worker's page and drops one it cannot parse.  Every sample carries SGLang's
+    `model_name` and `engine_type` labels."""
+    stats = page.stats
+    base = f'model_name="{page.model}",engine_type="{page.engine_type}"'
+    used = 1 - stats.free_pages / page.total_pages if page.total_pages else 0.0
     rows = [
         ("sglang:num_running_reqs", "gauge", "Requests in the running batch.", stats.running),
         ("sglang:num_queue_reqs", "gauge", "Requests waiting to be admitted.", stats.queued),
         ("sglang:token_usage", "gauge", "Fraction of device KV pages in use.", used),
+        ("sglang:max_total_num_tokens", "gauge", "Tokens the device KV pool holds.",
+         page.total_pages * page.page_size),
         ("sglang:cache_hit_rate", "gauge", "Prompt tokens served from the prefix cache.",
          stats.cache_hit_rate),
         ("sglang:prompt_tokens_total", "counter", "Prompt tokens.", stats.prompt_tokens),
-        ("sglang:cached_tokens_total", "counter", "Prompt tokens found in the prefix cache.",
-         stats.cached_tokens),
         ("sglang:generation_tokens_total", "counter", "Generated tokens.",
          stats.generation_tokens),
         ("sglang:num_requests_total", "counter", "Finished requests.", stats.finished),
@@ -78,14 +109,14 @@ def render(
         ("dsv4:offloaded_tokens_total", "counter", "Tokens pushed to host by the admin call.",
          stats.offloaded_tokens),
         ("dsv4:index_k_gated", "gauge", "1 when index-K reads wait at the layer gate.",
-         int(gated)),
+         int(page.gated)),
         ("dsv4:layer_gate_waits_total", "counter", "Device reads that passed the layer gate.",
-         gate_waits),
+         page.gate_waits),
         ("dsv4:layer_gate_blocked_total", "counter", "Gate passes that waited for a load.",
-         gate_blocked),
+         page.gate_blocked),
         ("dsv4:index_k_reads_during_load_total", "counter",
          "Index-K reads that found a page whose HiCache load had not landed (observed: each "
-         "page carries its load's generation).", stale_index_k_reads),
+         "page carries its load's generation).", page.stale_index_k_reads),
         ("dsv4:hicache_transfer_failures_total", "counter",
          "HiCache loads that failed their checksum or timed out.", stats.transfer_failures),
         ("dsv4:pd_transfer_format_mismatch_total", "counter",
@@ -93,14 +124,27 @@ def render(
          "(index-K dtype, KV dtype, page size or build) than this decode engine's.",
          stats.transfer_format_mismatches),
     ]  # fmt: skip
+    if page.host_pages is not None:
+        rows.append(("sglang:hicache_host_total_tokens", "gauge", "Tokens the host tier holds.",
+                     page.host_pages * page.page_size))  # fmt: skip
     out = []
     for name, kind, doc, value in rows:
-        out += [f"# HELP {name} {doc}", f"# TYPE {name} {kind}", f"{name}{label} {value}"]
-    if kv_canary_violations is not None:
-        out += [f"# HELP {kv_canary.METRIC} {kv_canary.HELP}", f"# TYPE {kv_canary.METRIC} counter"]
+        out += [f"# HELP {name} {doc}", f"# TYPE {name} {kind}", f"{name}{{{base}}} {value}"]
+    name = "sglang:cached_tokens_total"
+    out += [f"# HELP {name} Number of cached prompt tokens by source (device/host).",
+            f"# TYPE {name} counter"]  # fmt: skip
+    for source, count in (("device", page.served.device), ("host", page.served.host)):
+        out.append(f'{name}{{{base},cache_source="{source}"}} {count}')
+    if page.kv_canary_violations is not None:
         out += [
-            f'{kv_canary.METRIC}{{model_name="{model}",launch_tag="{tag}",'
-            f'fail_reason="{STALE_READ}"}} {count}'
-            for tag, count in kv_canary_violations.items()
+            f"# HELP {kv_canary.ARMED} {kv_canary.ARMED_HELP}",
+            f"# TYPE {kv_canary.ARMED} gauge",
+            f"{kv_canary.ARMED}{{{base}}} 1",
+            f"# HELP {kv_canary.METRIC} {kv_canary.HELP}",
+            f"# TYPE {kv_canary.METRIC} counter",
+        ]
+        out += [
+            f'{kv_canary.METRIC}{{{base},launch_tag="{tag}",fail_reason="{STALE_READ}"}} {count}'
+            for tag, count in page.kv_canary_violations.items()
         ]
     return "\n".join(out) + "\n"

@@ -1,24 +1,36 @@
-"""A minimal PD router: each request goes to a decode server, told which prefill server
-holds its prompt (`bootstrap_host` / `bootstrap_port`, SGLang's fields); round robin.
+"""A development fallback for sglang-router: a minimal PD router in front of reference
+prefill and decode servers, for working on the engines without the router the operator
+deploys.  No default path uses it: every deployment, test and the demo run sglang-router
+0.3.2 (`python3 -m sglang_router.launch_router`), which this imitates only as far as the
+engines and the probe see it:
 
-Admin offload goes to every prefill server: in PD mode the prefix cache and its host
-tier live there.
+- each request goes to *both* a prefill and a decode server, on the route it came in on,
+  with `bootstrap_host`, `bootstrap_port` and a random `bootstrap_room` added (the
+  servers hand the prompt's pages over through the room: `pd`); the decode's answer is the
+  client's, the prefill's must succeed;
+- ``GET /engine_metrics`` is every worker's /metrics in sglang-router's spelling
+  (`dsv4_engine.engine_metrics.labelled`);
+- ``POST /admin/hicache/offload`` reaches every prefill server: the reference-only test
+  knob, which sglang-router does not route (no such call exists in SGLang).
+
+Round robin over the workers it was started with; no discovery, no health checks.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
-import re
+import random
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp import web
 
-from dsv4_engine.kv_canary import WORKER_LABEL
+from dsv4_engine.engine_metrics import labelled
 
 PROXY_TIMEOUT_S = 600.0
-_SAMPLE = re.compile(r"([^#{\s][^{\s]*)(?:\{(.*)\})? (.*)")  # name, labels, value
+_ROOMS = random.SystemRandom()
 
 
 @dataclass(frozen=True)
@@ -36,11 +48,6 @@ class Router:
         if not prefills or not decodes:
             raise ValueError("a PD router needs at least one --prefill and one --decode")
         self._http: aiohttp.ClientSession | None = None
-        self.set_workers(prefills, decodes)
-
-    def set_workers(self, prefills: list[PrefillWorker], decodes: list[str]) -> None:
-        """Route new requests to these workers; requests in flight keep theirs (as
-        sglang-router does when its discovery sees pods come and go)."""
         self.prefills = prefills
         self.decodes = [d.rstrip("/") for d in decodes]
         self._next_prefill = itertools.cycle(prefills)
@@ -50,12 +57,10 @@ class Router:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_get("/health", self._health)
         app.router.add_get("/v1/models", self._models)
-        app.router.add_get("/server_info", self._server_info)
         app.router.add_get("/engine_metrics", self._engine_metrics)
         app.router.add_post("/v1/chat/completions", self._generate)
         app.router.add_post("/v1/completions", self._generate)
         app.router.add_post("/admin/hicache/offload", self._offload)
-        app.router.add_put("/admin/workers", self._workers)
         app.on_startup.append(self._open)
         app.on_cleanup.append(self._close)
         return app
@@ -73,8 +78,12 @@ class Router:
         assert self._http is not None
         return self._http
 
+    @property
+    def _workers(self) -> list[str]:
+        return [p.url for p in self.prefills] + self.decodes
+
     async def _health(self, _: web.Request) -> web.Response:
-        for url in [p.url for p in self.prefills] + self.decodes:
+        for url in self._workers:
             try:
                 async with self.http.get(f"{url}/health") as resp:
                     if resp.status != 200:
@@ -84,29 +93,20 @@ class Router:
         return web.Response(text="ok")
 
     async def _models(self, _: web.Request) -> web.Response:
-        return await self._forward_get(f"{self.decodes[0]}/v1/models")
-
-    async def _server_info(self, _: web.Request) -> web.Response:
-        return await self._forward_get(f"{self.decodes[0]}/server_info")
-
-    async def _engine_metrics(self, _: web.Request) -> web.Response:
-        """Every worker's /metrics on one page (the route sglang-router serves), each
-        sample labelled with its worker (``worker_addr``)."""
-        pages = []
-        for url in [p.url for p in self.prefills] + self.decodes:
-            try:
-                async with self.http.get(f"{url}/metrics") as resp:
-                    if resp.status != 200:
-                        return web.Response(status=502, text=f"{url}/metrics: HTTP {resp.status}")
-                    pages.append(_labelled(await resp.text(), url))
-            except aiohttp.ClientError as err:
-                return web.Response(status=502, text=f"{url}/metrics: {err}")
-        return web.Response(text="".join(pages), content_type="text/plain", charset="utf-8")
-
-    async def _forward_get(self, url: str) -> web.Response:
-        async with self.http.get(url) as resp:
+        async with self.http.get(f"{self.decodes[0]}/v1/models") as resp:
             return web.Response(status=resp.status, body=await resp.read(),
                                 content_type=resp.content_type)  # fmt: skip
+
+    async def _engine_metrics(self, _: web.Request) -> web.Response:
+        pages = []
+        for url in self._workers:
+            try:
+                async with self.http.get(f"{url}/metrics") as resp:
+                    if resp.status == 200:
+                        pages.append(labelled(await resp.text(), url))
+            except aiohttp.ClientError:
+                pass  # sglang-router leaves out a worker it cannot read, too
+        return web.Response(text="".join(pages), content_type="text/plain", charset="utf-8")
 
     async def _offload(self, _: web.Request) -> web.Response:
         total = 0
@@ -116,22 +116,6 @@ class Router:
                     return web.Response(status=resp.status, body=await resp.read())
                 total += (await resp.json()).get("offloaded_tokens", 0)
         return web.json_response({"offloaded_tokens": total})
-
-    async def _workers(self, request: web.Request) -> web.Response:
-        """The worker set, replaced: how a local runtime plays sglang-router's discovery."""
-        try:
-            body = await request.json()
-            prefills = [PrefillWorker(p["url"].rstrip("/"), int(p["bootstrap_port"]))
-                        for p in body["prefill"]]  # fmt: skip
-            decodes = [str(url) for url in body["decode"]]
-        except (ValueError, KeyError, TypeError, AttributeError) as err:
-            message = f'body: expected {{"prefill": [{{"url", "bootstrap_port"}}], "decode": [url]}} ({err})'
-            return web.json_response({"error": {"message": message}}, status=400)
-        if not prefills or not decodes:
-            message = "prefill, decode: a PD router needs at least one of each"
-            return web.json_response({"error": {"message": message}}, status=400)
-        self.set_workers(prefills, decodes)
-        return web.json_response({"prefill": len(prefills), "decode": len(decodes)})
 
     async def _generate(self, request: web.Request) -> web.StreamResponse:
         try:
@@ -144,10 +128,15 @@ class Router:
             )
         prefill = next(self._next_prefill)
         body["bootstrap_host"], body["bootstrap_port"] = prefill.host, prefill.bootstrap_port
+        body["bootstrap_room"] = _ROOMS.getrandbits(63)
+        prefilled = asyncio.create_task(self._prefill(f"{prefill.url}{request.path}", body))
         target = f"{next(self._next_decode)}{request.path}"
         resp = web.StreamResponse()
         try:
             async with self.http.post(target, json=body) as upstream:
+                failed = await prefilled
+                if failed is not None:
+                    return web.json_response({"error": {"message": failed}}, status=502)
                 resp.set_status(upstream.status)
                 resp.content_type = upstream.content_type
                 await resp.prepare(request)
@@ -157,23 +146,24 @@ class Router:
         except aiohttp.ClientError as err:
             if resp.prepared:
                 if isinstance(err, ConnectionResetError):
-                    # Writing to the client failed: it left mid-answer (a probe that
-                    # stopped early), so there is no one left to answer; not an error.
-                    return resp
+                    return resp  # the client left mid-answer: no one to answer
                 raise  # the decode server broke off: cutting the answer short is all that is left
             message = f"decode server {target}: {err or type(err).__name__}"
             return web.json_response({"error": {"message": message}}, status=502)
+        finally:
+            if not prefilled.done():
+                prefilled.cancel()
         return resp
 
-
-def _labelled(page: str, worker: str) -> str:
-    """``page``'s samples with the label ``worker_addr="<worker>"`` added."""
-    label = f'{WORKER_LABEL}="{worker}"'
-    out = []
-    for line in page.splitlines():
-        sample = _SAMPLE.match(line)
-        if sample is not None:
-            name, labels, rest = sample.groups()
-            line = f"{name}{{{labels + ',' if labels else ''}{label}}} {rest}"
-        out.append(line + "\n")
-    return "".join(out)
+    async def _prefill(self, url: str, body: dict) -> str | None:
+        """Why the prefill server's side of a request failed, or None."""
+        try:
+            async with self.http.post(url, json=body) as resp:
+                text = await resp.text()
+                return (
+                    None
+                    if resp.status == 200
+                    else f"prefill server {url}: HTTP {resp.status}: {text[:200]}"
+                )
+        except aiohttp.ClientError as err:
+            return f"prefill server {url}: {err or type(err).__name__}"

@@ -1,9 +1,12 @@
-"""The reference engine's HTTP server (aiohttp): OpenAI API, /health, /metrics, admin.
+"""The reference engine's HTTP server (aiohttp): OpenAI API, /health, /metrics, the info
+routes SGLang serves, and the reference-only host-tier offload (a test knob).
 
 Handlers never touch engine state: they submit requests to the engine thread and await
-tokens it hands back through `loop.call_soon_threadsafe`.  In PD mode a decode server
-first fetches the prompt's pages from the prefill server named in the request (the
-router adds `bootstrap_host` / `bootstrap_port`, SGLang's field names).
+tokens it hands back through `loop.call_soon_threadsafe`.  In PD mode both servers get
+every request, as sglang-router sends it (`pd`): the prefill server prefills it and hands
+its pages over through the request's `bootstrap_room`, then answers (no generated text,
+as SGLang's prefill answers); the decode server takes the pages from the prefill server
+named in the request (`bootstrap_host` / `bootstrap_port`) and generates the answer.
 """
 
 from __future__ import annotations
@@ -24,7 +27,11 @@ from dsv4_engine.reference.engine import Engine, PrefilledState, Request
 from dsv4_engine.reference.openai_api import BadRequest, Prompt
 from dsv4_engine.reference.settings import DisaggregationMode, ServeSettings
 
+# A reference-only test knob (SGLang 0.5.23 has no call that moves a prefix to the host
+# tier): a probe uses it only when told to (`ProbeSettings.admin_offload_path`).
 OFFLOAD_PATH = "/admin/hicache/offload"
+# How long a prefill whose request failed keeps its room for the decode to hear why.
+FAILED_ROOM_WAIT_S = 10.0
 
 
 class _Stream:
@@ -78,18 +85,25 @@ class ReferenceServer:
             page_size=settings.page_size,
             build=f"dsv4-engine {importlib.metadata.version('dsv4-engine')}",
         )
+        self.rooms = pd.Rooms()  # a prefill server's hand-overs, by bootstrap room
+        self.served = metrics.ServedCounts()
+
+    @property
+    def mode(self) -> DisaggregationMode:
+        return self.settings.disaggregation_mode
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_get("/health", self._health)
         app.router.add_get("/health_generate", self._health)
         app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/model_info", self._model_info)
+        app.router.add_get("/get_model_info", self._model_info)
         app.router.add_get("/server_info", self._server_info)
         app.router.add_get("/get_server_info", self._server_info)
         app.router.add_get("/metrics", self._metrics)
-        if self.settings.disaggregation_mode is not DisaggregationMode.PREFILL:
-            app.router.add_post("/v1/chat/completions", self._chat)
-            app.router.add_post("/v1/completions", self._completions)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/completions", self._completions)
         if self.engine.hicache is not None:
             app.router.add_post(OFFLOAD_PATH, self._offload)
         return app
@@ -103,13 +117,32 @@ class ReferenceServer:
         card = {"id": self.model, "object": "model", "owned_by": "dsv4-reference"}
         return web.json_response({"object": "list", "data": [card]})
 
+    async def _model_info(self, _: web.Request) -> web.Response:
+        """SGLang 0.5.23's `/model_info` keys (entrypoints/http_server.py `model_info`) as far
+        as sglang-router's worker registration and a probe read them."""
+        info = {
+            "model_path": self.settings.model_path or self.model,
+            "served_model_name": self.model,
+            "tokenizer_path": self.settings.model_path or self.model,
+            "is_generation": True,
+            "disaggregation_mode": self.mode.value,
+            "model_type": "deepseek_v4",
+            "architectures": ["DeepseekV4ForCausalLM"],
+        }
+        return web.json_response(info)
+
     async def _server_info(self, _: web.Request) -> web.Response:
+        """SGLang's `/server_info` shape: its server arguments at the top level (those this
+        engine shares with SGLang, by SGLang's names), the pool it sized, and the reference
+        engine's own facts beside them."""
         args = {k: str(v) if not isinstance(v, int | float | bool | None) else v
                 for k, v in dataclasses.asdict(self.settings).items()}  # fmt: skip
         info = {
+            **args,
+            "max_total_num_tokens": self.settings.device_pages * self.settings.page_size,
+            "version": importlib.metadata.version("dsv4-engine"),
             "deterministic": not self.settings.benign_nondeterminism,
             "reference_model": self.settings.reference_model.value,
-            "server_args": args,
             "index_k_gated": not self.engine.pool.ungated_index_k,
             "kernel_backend": self.engine.pool.ops.backend,
         }
@@ -117,19 +150,27 @@ class ReferenceServer:
 
     async def _metrics(self, _: web.Request) -> web.Response:
         pool = self.engine.pool
+        host = self.engine.hicache.host.num_pages if self.engine.hicache is not None else None
         text = metrics.render(
-            self.engine.stats,
-            self.model,
-            self.settings.device_pages,
-            pool.gate.waits,
-            pool.gate.blocked,
-            not pool.ungated_index_k,
-            pool.stale_reads(BufferKind.INDEX_K),
-            None
-            if self.settings.kv_canary == "none"
-            else {
-                f"{k.name}_READ": pool.stale_reads(k) for k in (BufferKind.INDEX_K, BufferKind.KV)
-            },
+            metrics.Page(
+                stats=self.engine.stats,
+                served=self.served,
+                model=self.model,
+                engine_type=self.mode.engine_type,
+                page_size=self.settings.page_size,
+                total_pages=self.settings.device_pages,
+                host_pages=host,
+                gate_waits=pool.gate.waits,
+                gate_blocked=pool.gate.blocked,
+                gated=not pool.ungated_index_k,
+                stale_index_k_reads=pool.stale_reads(BufferKind.INDEX_K),
+                kv_canary_violations=None
+                if self.settings.kv_canary == "none"
+                else {
+                    f"{k.name}_READ": pool.stale_reads(k)
+                    for k in (BufferKind.INDEX_K, BufferKind.KV)
+                },
+            )
         )
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
@@ -143,7 +184,7 @@ class ReferenceServer:
     async def prefill(self, prompt: list[int]) -> PrefilledState:
         """PD prefill: run the prompt (prefix cache and HiCache included), export its pages."""
         if (too_big := self.engine.check_fits(len(prompt), 1)) is not None:
-            raise ValueError(too_big)
+            raise BadRequest(too_big)
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[PrefilledState] = loop.create_future()
 
@@ -167,6 +208,50 @@ class ReferenceServer:
         )
         return await fut
 
+    async def _prefill_answer(
+        self, body: dict[str, Any], prompt: Prompt, chat: bool, request: web.Request
+    ) -> web.StreamResponse:
+        """A PD prefill server's answer to a routed request: prefill it, hand its pages to
+        the decode server that names the same `bootstrap_room`, then answer with no text
+        (finish_reason `length`), as SGLang's prefill does once its transfer is done."""
+        room = pd.bootstrap_room(body)
+        if room is None:
+            return _error(
+                "bootstrap_room: a prefill server serves requests routed to it with their "
+                "bootstrap room (send requests through the PD router)"
+            )
+        try:
+            self.rooms.open(room, pd.prompt_digest(prompt.ids))
+        except ValueError as err:
+            return _error(str(err))
+        try:
+            state = await self.prefill(prompt.ids)
+        except (BadRequest, RuntimeError) as err:
+            # Told to the room's decode server too (if it comes soon), which answers 502.
+            failed = f"prefill failed: {err}"
+            self.rooms.fill(room, None, failed)
+            await self.rooms.handed_over(room, FAILED_ROOM_WAIT_S)
+            return _error(failed, 400 if isinstance(err, BadRequest) else 500)
+        self.rooms.fill(room, state)
+        if (why := await self.rooms.handed_over(room)) is not None:
+            return _error(why, 500)
+        self.served.count(state.cached_tokens, state.host_tokens)
+        use = openai_api.usage(len(prompt.ids), 0, state.cached_tokens)
+        if chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": ""}}
+        else:
+            choice = {"index": 0, "text": ""}
+        kind = "chat.completion" if chat else "text_completion"
+        answer = openai_api.envelope(kind, self.model, [{**choice, "finish_reason": "length"}],
+                                     usage=use)  # fmt: skip
+        if not prompt.stream:
+            return web.json_response(answer)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(f"data: {json.dumps(answer)}\n\ndata: [DONE]\n\n".encode())
+        await resp.write_eof()
+        return resp
+
     # -- generation -----------------------------------------------------------------------
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
@@ -181,6 +266,11 @@ class ReferenceServer:
             return _error("body: expected a JSON object")
         try:
             prompt = openai_api.chat_prompt(body) if chat else openai_api.completion_prompt(body)
+        except BadRequest as err:
+            return _error(str(err))
+        if self.mode is DisaggregationMode.PREFILL:
+            return await self._prefill_answer(body, prompt, chat, request)
+        try:
             prefilled = await self._prefilled(body, prompt)
         except BadRequest as err:
             return _error(str(err))
@@ -203,6 +293,7 @@ class ReferenceServer:
             ids = [t async for t in stream.tokens()]
         except web.HTTPException as err:
             return web.Response(status=err.status, text=err.text, content_type="application/json")
+        self.served.count(req.cached_tokens, req.host_tokens)
         text = tokenizer.decode(ids)
         use = openai_api.usage(len(prompt.ids), len(ids), req.cached_tokens)
         if chat:
@@ -219,15 +310,16 @@ class ReferenceServer:
         return web.json_response(openai_api.envelope(kind, self.model, [choice], **extra))
 
     async def _prefilled(self, body: dict[str, Any], prompt: Prompt) -> PrefilledState | None:
-        if self.settings.disaggregation_mode is not DisaggregationMode.DECODE:
+        if self.mode is not DisaggregationMode.DECODE:
             return None
         host, port = body.get("bootstrap_host"), body.get("bootstrap_port")
-        if not isinstance(host, str) or not isinstance(port, int):
+        room = pd.bootstrap_room(body)
+        if not isinstance(host, str) or not isinstance(port, int) or room is None:
             raise BadRequest(
-                "bootstrap_host/bootstrap_port: a decode server needs the prefill server "
-                "of the request (send requests through the PD router)"
+                "bootstrap_host/bootstrap_port/bootstrap_room: a decode server needs the "
+                "prefill server and room of the request (send requests through the PD router)"
             )
-        return await pd.fetch_prefill(host, port, prompt.ids, self.transfer_format)
+        return await pd.fetch_prefill(host, port, room, prompt.ids, self.transfer_format)
 
     async def _stream_out(
         self,
@@ -261,21 +353,30 @@ class ReferenceServer:
         # A character can span tokens: decode incrementally, as `tokenizer.decode` does
         # all at once, so the streamed pieces join to the non-streamed text.
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        generated = 0
         try:
             async for token in stream.tokens():
+                generated += 1
                 await send(decoder.decode(tokenizer.token_bytes(token)))
             await send(decoder.decode(b"", final=True))
             for delta in calls.end() if calls is not None else []:
                 await write(delta)
+            self.served.count(req.cached_tokens, req.host_tokens)
             reason = "tool_calls" if calls is not None and calls.called else stream.finish_reason
             end = {"delta": {}} if chat else {"text": ""}
             last = {"index": 0, **end, "finish_reason": reason}
             await resp.write(
                 f"data: {json.dumps(openai_api.envelope(kind, self.model, [last]))}\n\n".encode()
             )
-            # SGLang streams `sglext` last, in a chunk of its own with no choices.
+            # SGLang streams the usage (asked with `stream_options.include_usage`, as
+            # OpenAI's API) and `sglext` last, in a chunk of their own with no choices.
+            extra: dict[str, Any] = {}
+            if (body.get("stream_options") or {}).get("include_usage"):
+                extra["usage"] = openai_api.usage(len(req.prompt), generated, req.cached_tokens)
             if (ext := openai_api.sglext(body, req.cached_tokens, req.host_tokens)) is not None:
-                chunk = openai_api.envelope(kind, self.model, [], sglext=ext)
+                extra["sglext"] = ext
+            if extra:
+                chunk = openai_api.envelope(kind, self.model, [], **extra)
                 await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
         except web.HTTPException as err:
             await resp.write(f"data: {err.text}\n\n".encode())

@@ -29,6 +29,12 @@ class DisaggregationMode(StrEnum):
     PREFILL = "prefill"
     DECODE = "decode"
 
+    @property
+    def engine_type(self) -> str:
+        """The `engine_type` label SGLang puts on its request metrics for this mode
+        (`DisaggregationMode.to_engine_type`, srt/disaggregation/utils.py)."""
+        return "unified" if self is DisaggregationMode.NULL else self.value
+
 
 class SettingsError(ValueError):
     """A flag value the engine cannot run with; the message names the flag."""

@@ -30,7 +30,8 @@ The plugin does not gate reads: SGLang 0.5.23's DeepSeek-V4 pool getters wait fo
 layer's HiCache load themselves; ``gate_check`` proves it for the pinned SGLang.
 
 It also counts SGLang's kv-canary violations (logged, never counted by SGLang) into a
-Prometheus counter on the engine's /metrics (``kv_canary``), where the canary's probe reads it.
+Prometheus counter on the engine's /metrics, and marks that counter armed once SGLang's
+check runs (``kv_canary``), where the canary's probe reads both.
 """
 
 from __future__ import annotations
@@ -73,6 +74,16 @@ HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
     (DSA_TARGET, refuse_unstored_index_dtype),
     (DSV4_TARGET, refuse_unstored_index_dtype),
 )
+# Hooks that run after their target (SGLang's HookType.AFTER): the kv-canary's armed mark.
+AFTER_HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
+    (kv_canary.REPORTER_TARGET, kv_canary.mark_armed),
+)
+# What running without each hook would do (what a hook that cannot apply stops with).
+WITHOUT: dict[Callable[..., Any], str] = {
+    refuse_unstored_index_dtype: "SGLang would size and run a bf16 index-K request as fp8",
+    kv_canary.mark_armed: "the engine's kv-canary check would never be vouched for, and "
+    "every canary probing it would end INCONCLUSIVE",
+}
 
 
 def unresolved_target(target: str) -> str | None:
@@ -94,11 +105,11 @@ def hook_not_applicable(target: str, hook: Callable[..., Any], why: str) -> str:
     SGLang version, and what running without the hook would do."""
     import sglang
 
+    without = WITHOUT.get(hook, "")
     return (
         f"dsv4_index_k: SGLang cannot apply hook {hook.__name__} to {target} ({why}). "
         f"The plugin is written for SGLang {SGLANG_VERSION}; this is SGLang "
-        f"{sglang.__version__}. Without the hook SGLang would size and run a bf16 index-K "
-        "request as fp8: refusing to start."
+        f"{sglang.__version__}. Without the hook {without}: refusing to start."
     )
 
 
@@ -109,11 +120,13 @@ def register() -> None:
 
     unapplicable = [
         hook_not_applicable(target, hook, why)
-        for target, hook in HOOKS
+        for target, hook in (*HOOKS, *AFTER_HOOKS)
         if (why := unresolved_target(target)) is not None
     ]
     if unapplicable:
         raise SystemExit("\n".join(unapplicable))
     for target, hook in HOOKS:
         HookRegistry.register(target, hook, HookType.AROUND)
+    for target, hook in AFTER_HOOKS:
+        HookRegistry.register(target, hook, HookType.AFTER)
     kv_canary.install()

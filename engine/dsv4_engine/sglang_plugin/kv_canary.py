@@ -10,6 +10,13 @@ in multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``, utils/common.py
 one included.  The counter is made at the first violation, never at plugin load: the main
 process loads plugins before it sets ``PROMETHEUS_MULTIPROC_DIR``, and prometheus_client
 must not be imported there before it (SGLang's own rule, common.py).
+
+A counter with no violation has no sample, and a page without one cannot tell "none" from
+"not counted".  So the engine also serves `ARMED` (1, labelled with its `engine_type`) from
+the moment SGLang's kv-canary check exists in it: `mark_armed` runs after SGLang builds its
+`ViolationReporter` (kv_canary/runner/violation_reporter.py), which it does only with
+``--kv-canary`` on, in the process that runs the check (its metrics directory set by then).
+The probe reads a page without it as "violations not read" (`dsv4_engine.kv_canary.unread`).
 """
 
 from __future__ import annotations
@@ -17,7 +24,19 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from dsv4_engine.kv_canary import HELP, LABELS, METRIC, SGLANG_LINE, SGLANG_LOGGER
+from dsv4_engine.kv_canary import (
+    ARMED,
+    ARMED_HELP,
+    ENGINE_TYPE,
+    HELP,
+    LABELS,
+    METRIC,
+    SGLANG_LINE,
+    SGLANG_LOGGER,
+)
+
+# SGLang builds one of these wherever its kv-canary check runs (`mark_armed` follows it).
+REPORTER_TARGET = "sglang.srt.kv_canary.runner.violation_reporter.ViolationReporter.__init__"
 
 
 class ViolationCounter(logging.Handler):
@@ -40,6 +59,25 @@ class ViolationCounter(logging.Handler):
             registry = REGISTRY if self._registry is None else self._registry
             self._counter = Counter(METRIC.removesuffix("_total"), HELP, LABELS, registry=registry)
         return self._counter
+
+
+def mark_armed(result: Any, *_: Any, registry: Any = None, **__: Any) -> Any:
+    """AFTER hook of `REPORTER_TARGET`: this engine's page says its check is counted
+    (`ARMED`, labelled with SGLang's `engine_type` for its disaggregation mode)."""
+    from prometheus_client import REGISTRY, Gauge
+    from sglang.srt.disaggregation.utils import DisaggregationMode
+    from sglang.srt.runtime_context import get_disagg
+
+    engine_type = DisaggregationMode.to_engine_type(get_disagg().disaggregation_mode)
+    gauge = Gauge(
+        ARMED,
+        ARMED_HELP,
+        (ENGINE_TYPE,),
+        registry=REGISTRY if registry is None else registry,
+        multiprocess_mode="max",
+    )
+    gauge.labels(**{ENGINE_TYPE: engine_type}).set(1)
+    return result
 
 
 def install(registry: Any = None) -> ViolationCounter:

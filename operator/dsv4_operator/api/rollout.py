@@ -17,11 +17,22 @@ from typing import Any
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from dsv4_engine.engine_config import Backend
 from dsv4_engine.features import CamelModel, EngineFeatures, Role
 from dsv4_engine.probe.settings import ProbeName
 from dsv4_engine.probe.stats import MAX_REQUESTS, can_pass, minimum_samples
 from dsv4_operator.api.canary_rule import requests_can_pass_rule
 from dsv4_operator.api.schema import validations
+
+# Bounds of a device KV pool cap (`--max-total-tokens`), in tokens.
+MIN_POOL_TOKENS = 1024
+MAX_POOL_TOKENS = 1 << 30
+# The canary's HiCache roles' device pool when `spec.canary.devicePoolTokens` is unset:
+# small enough that the probe's prompts (about 0.7-0.8 M unique tokens on SGLang, a few
+# hundred thousand on the reference engine) evict prefixes to the host tier and read them
+# back, large enough to hold a batch of the probe's concurrency (docs/rollout.md, "Reading
+# from the host tier").
+CANARY_DEVICE_POOL_TOKENS = {Backend.SGLANG: 65536, Backend.REFERENCE: 16384}
 
 
 class RolloutSpec(CamelModel):
@@ -126,6 +137,21 @@ class CanarySpec(CamelModel):
         le=86400,
         description="A probe run without a verdict within this long is INCONCLUSIVE.",
     )
+    device_pool_tokens: int | None = Field(
+        default=None,
+        ge=MIN_POOL_TOKENS,
+        le=MAX_POOL_TOKENS,
+        description="The device KV pool of the canary's HiCache roles, in tokens (SGLang "
+        "`--max-total-tokens`): a pool smaller than the probe's prompts makes the engine "
+        "evict prefixes to its host tier and read them back, the path a HiCache change "
+        "alters; a PASS needs such reads.  It changes the canary's capacity, never its "
+        "flags or the pages' layout, and production never runs it.  Unset: 65536 on "
+        "SGLang, 16384 on the reference engine.",
+    )
+
+    def pool_tokens(self, backend: Backend) -> int:
+        """The canary's device pool cap for ``backend`` (`device_pool_tokens` or its default)."""
+        return self.device_pool_tokens or CANARY_DEVICE_POOL_TOKENS[backend]
 
     @property
     def sample_count(self) -> int:

@@ -31,7 +31,7 @@ from dsv4_engine.features import CamelModel, EngineFeatures, IndexDtype, Role
 from dsv4_engine.index_k import SGLANG_INDEX_DTYPES, sglang_index_dtype_error
 from dsv4_operator.api import known_issues
 from dsv4_operator.api.names import MAX_ROLE_REPLICAS
-from dsv4_operator.api.rollout import CanarySpec, RolloutSpec
+from dsv4_operator.api.rollout import MAX_POOL_TOKENS, MIN_POOL_TOKENS, CanarySpec, RolloutSpec
 from dsv4_operator.api.rolls import Rolls
 from dsv4_operator.api.schema import cel, validations
 
@@ -183,6 +183,14 @@ class RoleSpec(CamelModel):
     enable_dp_attention: Annotated[bool, Rolls.REVISION] = False
     resources: Annotated[RoleResources, Rolls.CAPACITY] = RoleResources()
     extra_args: Annotated[tuple[ExtraArg, ...], Rolls.REVISION] = Field(default=(), max_length=64)
+    max_total_tokens: Annotated[int | None, Rolls.REVISION] = Field(
+        default=None,
+        ge=MIN_POOL_TOKENS,
+        le=MAX_POOL_TOKENS,
+        description="The device KV pool's cap in tokens (SGLang `--max-total-tokens`).  Unset: "
+        "the engine sizes its pool from the GPU memory left after the weights.  A canary's "
+        "HiCache roles run `spec.canary.devicePoolTokens` instead.",
+    )
     env: Annotated[tuple[EnvVar, ...], Rolls.REVISION] = Field(
         default=(),
         max_length=64,

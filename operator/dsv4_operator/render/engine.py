@@ -63,6 +63,7 @@ def engine_config(spec: DSV4DeploymentSpec, role: Role) -> EngineConfig:
         disaggregation=spec.disaggregation,
         features=role_features(spec.features, role),
         extra_args=role_spec.extra_args,
+        max_total_tokens=role_spec.max_total_tokens,
         port=ENGINE_PORT,
     )
 

@@ -15,8 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from dsv4_engine.engine_config import Backend
 from dsv4_engine.features import KvCanary
 from dsv4_engine.probe import ProbeSettings
+from dsv4_engine.probe.settings import Determinism
 from dsv4_operator.api.rollout import (
     CanarySpec,
     EngineRevision,
@@ -304,19 +306,27 @@ def canary_settings(
     spec: DSV4DeploymentSpec, url: str, baseline: str | None = None
 ) -> ProbeSettings:
     """What a probe attempt runs with: `spec.canary`, against ``url``, for the engines
-    ``spec`` renders.  Without HiCache there is no host tier to push prefixes to, so the
-    probes ask for no offload (the engine serves no offload endpoint then).  Engines that
-    run kv-canary (a canary always does: `slices.canary_spec`) have their violations read.
-    ``baseline``: the stable router, for a canary; on an engine that is not deterministic
-    (SGLang) its consistency probes then compare the canary's divergence with the stable's."""
+    ``spec`` renders.  What the probe cannot ask sglang-router (it serves no /server_info)
+    it is told: the served model, the reference model, and whether the engine is
+    deterministic (SGLang refuses deterministic inference for DeepSeek-V4, sglang#36174; a
+    reference engine is, unless it is told to flip near-ties).  Engines that run kv-canary
+    (a canary always does: `slices.canary_spec`) have their violations read; with HiCache,
+    the engines' host-tier reads (`dsv4_engine.probe.evidence`), which the canary's capped
+    device pool makes happen by eviction.  ``baseline``: the stable router, for a canary;
+    on an engine that is not deterministic its consistency probes then compare the
+    canary's divergence with the stable's."""
     canary: CanarySpec = spec.canary
     hicache = probes_hicache(spec_revision(spec))
+    reference = spec.engine is Backend.REFERENCE
+    deterministic = reference and not spec.features.fault_injection.benign_nondeterminism
     return ProbeSettings(
-        admin_offload_path="default" if hicache else None,
         hicache=hicache,
         base_url=url,
         baseline_url=baseline,
         backend=spec.engine,
+        model=spec.model.served_model_name,
+        reference_model=spec.model.reference_model if reference else None,
+        deterministic=Determinism.YES if deterministic else Determinism.NO,
         probes=canary.probes or (),
         concurrency=canary.concurrency,
         requests=canary.sample_count,

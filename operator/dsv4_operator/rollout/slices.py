@@ -13,7 +13,7 @@ from dsv4_engine.features import KvCanary, Role
 from dsv4_operator.api.names import CANARY_SUFFIX
 from dsv4_operator.api.rollout import CanarySpec, EngineRevision, RolloutStatus
 from dsv4_operator.api.rolls import Rolls, classes, overlay, project
-from dsv4_operator.api.spec import REVISION_ADMITTED, DSV4DeploymentSpec
+from dsv4_operator.api.spec import REVISION_ADMITTED, DSV4DeploymentSpec, RoleSpec
 from dsv4_operator.render import render_all
 from dsv4_operator.render.meta import LABEL_COMPONENT, WORKLOAD_KINDS, Owner
 from dsv4_operator.render.router import COMPONENT as ROUTER_COMPONENT
@@ -56,14 +56,26 @@ def canary_spec(
     """The canary's deployment: ``flags`` at the canary's replica counts, and SGLang's
     kv-canary in log mode whatever ``flags`` say, so every violation its engines find is
     logged and counted for the probe (`dsv4_engine.kv_canary`) while they keep serving:
-    off it finds nothing, and raise would stop the engine before the probe could read it."""
+    off it finds nothing, and raise would stop the engine before the probe could read it.
+    Its HiCache roles run a device pool of `CanarySpec.pool_tokens`: the probe's prompts
+    outgrow it, so prefixes are evicted to the host tier and read back (the path HiCache
+    changes), which a PASS needs; production never runs the cap."""
     flagged = with_revision(spec, flags)
     features = flagged.features.model_copy(update={"kv_canary": KvCanary.LOG})
+    hicache = features.hicache
+    cap = canary.pool_tokens(spec.engine)
+
+    def role(role: Role, replicas: int) -> RoleSpec:
+        update: dict[str, Any] = {"replicas": replicas}
+        if hicache.enabled and role in hicache.roles:
+            update["max_total_tokens"] = cap
+        return flagged.role_spec(role).model_copy(update=update)
+
     return flagged.model_copy(
         update={
             "features": features,
-            "prefill": flagged.prefill.model_copy(update={"replicas": canary.prefill_replicas}),
-            "decode": flagged.decode.model_copy(update={"replicas": canary.decode_replicas}),
+            "prefill": role(Role.PREFILL, canary.prefill_replicas),
+            "decode": role(Role.DECODE, canary.decode_replicas),
             "router": flagged.router.model_copy(update={"replicas": 1}),
         }
     )

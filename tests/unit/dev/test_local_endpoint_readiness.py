@@ -49,6 +49,7 @@ def router(tmp_path: Path) -> Iterator[tuple[LocalRuntime, Process, Health]]:
         namespace="serving",
         instance="flash",
         component="router",
+        ip="127.0.0.1",
         url=health.url,
         popen=popen,
     )

@@ -20,7 +20,7 @@ import yaml
 from dsv4_dev.cluster import binaries
 from dsv4_dev.monitoring import dashboard
 from dsv4_dev.monitoring.config import MONITORING, metric_names
-from dsv4_engine.reference.metrics import EngineStats, render
+from dsv4_engine.reference.metrics import EngineStats, Page, ServedCounts, render
 from dsv4_operator import metrics
 from dsv4_operator.cli import dashboard as cli_dashboard
 from tests.unit.operator.harness import NS, World
@@ -49,7 +49,8 @@ def operator_series() -> set[str]:
 
 def engine_series() -> set[str]:
     """Every series name the reference engine's /metrics serves."""
-    text = render(EngineStats(), "m", 1, 0, 0, False, 0)
+    page = Page(EngineStats(), ServedCounts(), "m", "unified", 128, 1, 2, 0, 0, False, 0, {})
+    text = render(page)
     return {line.split("{")[0] for line in text.splitlines() if not line.startswith("#")}
 
 

@@ -12,6 +12,8 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
+from dsv4_engine.features import Role
+from dsv4_engine.probe.settings import Determinism
 from dsv4_operator.api import KIND
 from dsv4_operator.api.rollout import EngineRevision
 from dsv4_operator.api.rolls import Rolls, Unclassified, classes, project
@@ -38,6 +40,7 @@ REVISION_CHANGES = {
     ("prefill", "enableDpAttention"): {"decode": {"enableDpAttention": True, "dp": 2}},
     ("prefill", "extraArgs"): {"prefill": {"extraArgs": ["--mem-fraction-static", "0.8"]}},
     ("prefill", "env"): {"prefill": {"env": [{"name": "NCCL_DEBUG", "value": "INFO"}]}},
+    ("prefill", "maxTotalTokens"): {"prefill": {"maxTotalTokens": 65536}},
     ("router", "policy"): {"router": {"policy": "round_robin"}},
     ("router", "image"): {"router": {"image": "ghcr.io/dsv4/router:1"}},
 }
@@ -101,6 +104,7 @@ SAME_WIRE = {
     "tool-call parser": {"model": {"toolCallParser": "deepseekv32"}},
     "served name": {"model": {"servedModelName": "flash-2"}},
     "other extra args": {"prefill": {"extraArgs": ["--mem-fraction-static", "0.8"]}},
+    "device pool cap": {"prefill": {"maxTotalTokens": 65536}},
     "other env": {"decode": {"env": [{"name": "NCCL_DEBUG", "value": "INFO"}]}},
     "IB devices": {"disaggregation": {"ibDevices": ["mlx5_0"]}},
     "replicas": {"decode": {"replicas": 3}},
@@ -355,14 +359,41 @@ def test_a_rejected_revision_stays_rejected_after_the_spec_moved_away_and_back()
     assert f"flags {rejected} were rejected (earlier" in world.rollout()["message"]
 
 
-def test_probes_ask_for_a_host_tier_round_trip_only_where_the_revision_has_one():
-    """A canary without HiCache serves no offload endpoint: asking for one made every
-    consistency probe inapplicable, so no such canary (a parser, an env change) could PASS."""
-
+def test_probes_need_host_tier_reads_only_where_the_revision_has_a_host_tier():
+    """A canary's probe asks for host-tier reads where its revision runs HiCache, and never
+    uses the reference engine's offload knob: on either engine the canary reads prefixes
+    back from the host tier by eviction, its HiCache roles' device pool capped
+    (`CanarySpec.pool_tokens`).  What the probe cannot ask sglang-router it is told: the
+    served model, the reference model, whether the engine is deterministic."""
     plain = canary_settings(spec({"engine": "reference"}), "http://canary:8000")
     assert plain.offload_path is None and not plain.hicache
-    hicache = canary_settings(spec({"engine": "reference", **HICACHE}), "http://canary:8000")
-    assert hicache.offload_path is not None and hicache.hicache
+    hicache = spec({"engine": "reference", **HICACHE})
+    settings = canary_settings(hicache, "http://canary:8000")
+    assert settings.offload_path is None and settings.hicache
+    assert settings.model == hicache.model.served_model_name
+    assert settings.reference_model is hicache.model.reference_model
+    assert settings.deterministic is Determinism.YES
+    flipping = spec(
+        {"engine": "reference", "features": {"faultInjection": {"benignNondeterminism": 0.1}}}
+    )
+    assert canary_settings(flipping, "http://c:8000").deterministic is Determinism.NO
+    sglang = canary_settings(spec({}), "http://canary:8000")
+    assert sglang.deterministic is Determinism.NO and sglang.reference_model is None
+
+
+def test_a_canarys_hicache_roles_run_a_capped_device_pool_production_never_does():
+    """The cap is the canary's (a rendering of the canary slice), never the revision's:
+    promoting the revision runs production's own pool."""
+    hicache = spec({"engine": "reference", **HICACHE})
+    canary = canary_spec(hicache, spec_revision(hicache), hicache.canary)
+    roles = hicache.features.hicache.roles
+    for role in Role:
+        cap = canary.role_spec(role).max_total_tokens
+        assert cap == (16384 if role in roles else None), role
+        assert hicache.role_spec(role).max_total_tokens is None
+    sized = spec({"engine": "reference", **HICACHE, "canary": {"devicePoolTokens": 32768}})
+    cap = canary_spec(sized, spec_revision(sized), sized.canary).role_spec(roles[0])
+    assert cap.max_total_tokens == 32768
 
 
 @pytest.mark.parametrize(("mode", "read"), [("off", False), ("log", True), ("raise", True)])
@@ -387,8 +418,8 @@ def test_a_hicache_pass_without_host_tier_reads_is_not_promoted():
     rollout = world.rollout()
     assert rollout["verdict"] == "INCONCLUSIVE" and rollout["stableRevision"] == stable
     assert rollout["verdictReason"].endswith(
-        "was not trusted: HiCache is on but only 0 of 598 judged samples read a prefix back "
-        "from the host tier; at least 24 required"
+        "was not trusted: HiCache is on but only 0 judged answers are proven "
+        "to have read a prefix back from the host tier; at least 24 required"
     )
     world.patch_spec("flash", {"features": {"hicache": None, "kvCanary": "raise"}})
     world.until("promoted", lambda: world.phase() == "Idle" and world.rollout().get("verdict"))

@@ -1,10 +1,10 @@
-"""The probe client's joining of a streamed chat answer (`client.joined`)."""
+"""The probe client's joining of a streamed chat answer (`client.joined`), usage included."""
 
 from __future__ import annotations
 
 import pytest
 
-from dsv4_engine.probe.client import TransportError, host_tokens, joined
+from dsv4_engine.probe.client import TransportError, joined, prompt_tokens
 
 
 def test_streamed_deltas_join_as_an_openai_client_joins_them():
@@ -18,7 +18,7 @@ def test_streamed_deltas_join_as_an_openai_client_joins_them():
         {"choices": [{"index": 0, "delta": {"tool_calls": [
             {"index": 0, "function": {"arguments": '"A"}'}}]}}]},
         {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
-        {"choices": [], "sglext": {"cached_tokens_details": {"device": 3, "host": 5}}},
+        {"choices": [], "usage": {"prompt_tokens": 57, "completion_tokens": 9}},
     ]  # fmt: skip
     reply = joined(chunks)
     (choice,) = reply["choices"]
@@ -29,7 +29,12 @@ def test_streamed_deltas_join_as_an_openai_client_joins_them():
         "name": "record_echo",
         "arguments": '{"token": "A"}',
     }
-    assert host_tokens(reply) == 5
+    assert prompt_tokens(reply) == 57  # the last chunk's usage (stream_options.include_usage)
+
+
+@pytest.mark.parametrize("usage", [None, {}, {"prompt_tokens": "7"}, {"prompt_tokens": -1}])
+def test_a_reply_without_a_prompt_size_says_none(usage):
+    assert prompt_tokens({"usage": usage}) is None
 
 
 @pytest.mark.parametrize(

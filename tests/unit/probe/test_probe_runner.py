@@ -26,6 +26,7 @@ from dsv4_engine.probe import (
 )
 from dsv4_engine.probe.dsml import DsmlFormat
 from dsv4_engine.probe.dsml_format import render_dsml
+from dsv4_engine.probe.evidence import proven_exercised
 from dsv4_engine.probe.report import summary_table
 from dsv4_engine.probe.scripted_server import ScriptedCompletionServer
 from dsv4_engine.probe.settings import DEFAULT_PROBES, ECHO_MODEL_PROBES
@@ -176,6 +177,7 @@ async def test_reference_backend_consistency_catches_changed_warm_answers(serve)
         requests=1000,
         prefix_words=64,
         long_context_words=256,
+        admin_offload_path="default",  # the reference engine's test knob, asked for
     )
     result = await run_probes(settings)
     assert result.applicable == settings.probe_set()
@@ -219,8 +221,9 @@ async def test_missing_offload_endpoint_makes_consistency_not_applicable_only(se
     _, url = await serve(offload_endpoint=False)
     probes = (ProbeName.TOOLCALL_ECHO, ProbeName.CACHE_CONSISTENCY)
     settings = ProbeSettings(
-        base_url=url, backend=Backend.REFERENCE, probes=probes, concurrency=4, requests=40
-    )
+        base_url=url, backend=Backend.REFERENCE, probes=probes, concurrency=4, requests=40,
+        admin_offload_path="default",
+    )  # fmt: skip
     result = await run_probes(settings)
     assert result.not_applicable == {
         ProbeName.CACHE_CONSISTENCY: "engine has no POST /admin/hicache/offload (host-tier offload)"
@@ -391,17 +394,20 @@ async def test_the_reference_engines_model_picks_the_default_probe_set(serve, mo
 
 
 @pytest.mark.asyncio
-async def test_echo_requests_make_a_host_round_trip_where_the_engine_offers_one(serve):
-    """With a host-tier offload (the reference engine), each echo request is preceded by a
-    one-token answer to the same prompt and an offload, so it is answered while its prefix
-    loads back; SGLang has no such call, and its echo requests go out alone."""
-    reference, url = await serve()
-    await run_probes(_settings(url, backend=Backend.REFERENCE, concurrency=4, requests=12))
-    assert reference.chat_requests == 1 + 2 * 12  # the warm-up, then two per sample
-    assert reference.offloads == 1 + 12  # the preflight's, then one per sample
-    sglang, url = await serve()
-    await run_probes(_settings(url, concurrency=4, requests=12))
-    assert (sglang.chat_requests, sglang.offloads) == (1 + 12, 0)
+async def test_echo_requests_make_a_host_round_trip_only_when_the_knob_asks(serve):
+    """Asked for the reference engine's host-tier offload (a test knob), each echo request is
+    preceded by a one-token answer to the same prompt and an offload, so it is answered
+    while its prefix loads back; by default (SGLang has no such call, and a canary reaches
+    the host tier by eviction) the echo requests go out alone, on either backend."""
+    knob, url = await serve()
+    settings = _settings(url, backend=Backend.REFERENCE, concurrency=4, requests=12)
+    await run_probes(settings.model_copy(update={"admin_offload_path": "default"}))
+    assert knob.chat_requests == 1 + 2 * 12  # the warm-up, then two per sample
+    assert knob.offloads == 1 + 12  # the preflight's, then one per sample
+    for backend in Backend:
+        plain, url = await serve()
+        await run_probes(_settings(url, backend=backend, concurrency=4, requests=12))
+        assert (plain.chat_requests, plain.offloads) == (1 + 12, 0)
 
 
 @pytest.mark.asyncio
@@ -447,41 +453,64 @@ def test_an_echo_answer_budget_per_backend():
 
 
 @pytest.mark.asyncio
-async def test_a_hicache_run_counts_the_samples_that_read_back_from_the_host_tier(serve):
-    """Every echo request asks for `return_cached_tokens_details`; with a host-tier offload
-    before each, every judged answer reports host tokens, and the HiCache run PASSes with
-    all of them exercised — shown as exercised / judged / clean."""
-    server, url = await serve()
-    settings = _settings(url, backend=Backend.REFERENCE, hicache=True, requests=600)
+async def test_a_hicache_run_counts_the_answers_that_read_back_from_the_host_tier(serve):
+    """The engines' page counts the host-tier tokens their prefix matches read: here every
+    consistency sample's warm request finds its prompt evicted to the host tier (a device
+    of one slot); the judged answers proven to account for them
+    (`evidence.proven_exercised`) carry the HiCache PASS — shown as exercised / judged /
+    clean.  Cold and warm prompts are the same size, so the bound proves half the answers:
+    never more than read."""
+    server, url = await serve(device_slots=0)
+    settings = _settings(
+        url, backend=Backend.REFERENCE, probes=(ProbeName.CACHE_CONSISTENCY,), hicache=True,
+        requests=600,
+    )  # fmt: skip
     result = await run_probes(settings)
     assert result.verdict is Verdict.PASS, result.reasons
-    assert result.tally.exercised == result.judged == 600
-    assert all(s.host_tokens > 0 for s in result.tally.samples)
+    tally = result.tally
+    proven = proven_exercised(server.host_tokens, tally.judged_prompts, tally.unjudged_tokens)
+    assert tally.exercised == proven and 24 <= proven <= len(tally.judged_prompts) == 1200
+    assert result.host_tier.host_tokens == server.host_tokens > 0
     report = build_report(result)
     jsonschema.Draft202012Validator(report_schema()).validate(report)
-    assert report["samples"]["exercised"] == 600 and report["settings"]["hicache"] is True
+    exercised = report["samples"]["exercised"]
+    assert exercised == result.tally.exercised and report["settings"]["hicache"] is True
     rows = summary_table(report).splitlines()
-    assert "exercised/judged/clean  600 / 600 / 600" in rows
+    assert f"exercised/judged/clean  {exercised} / 600 / 600" in rows
     older = {**report, "samples": {k: v for k, v in report["samples"].items() if k != "exercised"}}
     assert "exercised/judged/clean  - / 600 / 600" in summary_table(older).splitlines()
     assert any(
-        r.startswith("host-tier reads") and "24 exercised samples required" in r for r in rows
+        r.startswith("host-tier reads") and "24 exercised answers required" in r for r in rows
     )
 
 
 @pytest.mark.asyncio
-async def test_a_hicache_run_whose_samples_never_read_the_host_tier_is_inconclusive(serve):
-    """No offload (SGLang has none; here it is turned off): no answer reports host tokens,
-    and 600 clean samples do not PASS a HiCache canary.  Without HiCache the same run
-    PASSes and the count is not asked for."""
+async def test_with_the_offload_knob_the_priming_requests_prove_nothing(serve):
+    """The reference-only knob answers a priming request before each judged one: that
+    request is not judged and may have read everything the engines counted, so a HiCache
+    run on the knob cannot PASS on the engines' count (it FAILs on corruption all the same)."""
     _, url = await serve()
-    unexercised = _settings(url, backend=Backend.REFERENCE, admin_offload_path=None, requests=600)
+    knob = _settings(
+        url, backend=Backend.REFERENCE, hicache=True, requests=600, admin_offload_path="default"
+    )
+    result = await run_probes(knob)
+    assert result.tally.exercised == 0 and result.verdict is Verdict.INCONCLUSIVE
+    assert result.host_tier.host_tokens > 0
+
+
+@pytest.mark.asyncio
+async def test_a_hicache_run_whose_samples_never_read_the_host_tier_is_inconclusive(serve):
+    """Nothing evicted, no knob: the engines count no host-tier read, and 600 clean samples
+    do not PASS a HiCache canary.  Without HiCache the same run PASSes and the count is not
+    asked for."""
+    _, url = await serve()
+    unexercised = _settings(url, backend=Backend.REFERENCE, requests=600)
     result = await run_probes(unexercised.model_copy(update={"hicache": True}))
     assert result.corrupt == 0 and result.tally.exercised == 0
     assert result.verdict is Verdict.INCONCLUSIVE
     assert result.reasons == (
-        "HiCache is on but only 0 of 600 judged samples read a prefix back from the host "
-        "tier; at least 24 required",
+        "HiCache is on but only 0 judged answers are proven to have read "
+        "a prefix back from the host tier; at least 24 required",
     )
     result = await run_probes(unexercised)
     assert result.verdict is Verdict.PASS, result.reasons
@@ -490,10 +519,21 @@ async def test_a_hicache_run_whose_samples_never_read_the_host_tier_is_inconclus
 
 
 @pytest.mark.asyncio
+async def test_host_tier_reads_that_cannot_be_read_leave_a_hicache_run_inconclusive(serve):
+    """A HiCache run whose engines' page cannot be read proves no host-tier read, however
+    its answers look."""
+    _, url = await serve(engine_metrics_endpoint=False)
+    settings = _settings(url, requests=600, hicache=True, admin_offload_path="default")
+    result = await run_probes(settings)
+    assert result.verdict is Verdict.INCONCLUSIVE
+    assert result.reasons[0] == "host-tier reads not read: GET /metrics: HTTP 404"
+
+
+@pytest.mark.asyncio
 async def test_a_fail_needs_no_exercised_samples(serve):
     """The count gates a PASS only: corruption seen is a FAIL however it was reached."""
     _, url = await serve(corruption_rate=0.12, seed=3)
-    settings = _settings(url, admin_offload_path=None, hicache=True, requests=2000)
+    settings = _settings(url, hicache=True, requests=2000)
     result = await run_probes(settings)
     assert result.verdict is Verdict.FAIL and result.tally.exercised == 0
 
@@ -566,4 +606,17 @@ async def test_kv_canary_violations_that_cannot_be_read_leave_the_run_inconclusi
     _, url = await serve(engine_metrics_endpoint=False)
     result = await run_probes(_settings(url, requests=600, kv_canary=True))
     assert result.verdict is Verdict.INCONCLUSIVE
-    assert result.reasons == ("kv-canary violations not read: GET /engine_metrics: HTTP 404",)
+    assert result.reasons == ("kv-canary violations not read: GET /metrics: HTTP 404",)
+
+
+@pytest.mark.asyncio
+async def test_a_page_that_cannot_vouch_for_kv_canary_leaves_the_run_inconclusive(serve):
+    """A page without the engine's `dsv4_kv_canary_armed` (a plugin that never loaded, an
+    engine whose page the router dropped) is not "0 violations"."""
+    _, url = await serve(kv_canary_armed=False)
+    result = await run_probes(_settings(url, requests=600, kv_canary=True))
+    assert result.verdict is Verdict.INCONCLUSIVE
+    assert result.reasons == (
+        "kv-canary violations not read: no engine on the page serves dsv4_kv_canary_armed "
+        "(its kv-canary check is not counted)",
+    )

@@ -12,8 +12,9 @@ from dsv4_engine import kv_canary
 from dsv4_engine.probe.client import joined
 from dsv4_engine.reference.engine import Engine, Request
 from dsv4_engine.reference.server import ReferenceServer
-from dsv4_engine.reference.settings import ServeSettings
+from dsv4_engine.reference.settings import DisaggregationMode, ServeSettings
 
+LABELS = 'model_name="dsv4-reference",engine_type="unified"'
 CHAT = {"messages": [{"role": "user", "content": "Say something."}], "max_tokens": 5}
 
 
@@ -65,10 +66,34 @@ def test_models_info_metrics_and_errors():
         assert (await client.post("/admin/hicache/offload", json={})).status == 404
         await client.post("/v1/chat/completions", json=CHAT)
         metrics = await (await client.get("/metrics")).text()
-        assert 'sglang:generation_tokens_total{model_name="dsv4-reference"} 5' in metrics
+        assert f"sglang:generation_tokens_total{{{LABELS}}} 5" in metrics
         assert "sglang:cache_hit_rate" in metrics and "dsv4:index_k_gated" in metrics
+        assert f"sglang:max_total_num_tokens{{{LABELS}}} 131072" in metrics
 
     with_client(ServeSettings(), scenario)
+
+
+def test_the_info_routes_answer_what_sglang_router_and_the_probe_read():
+    """sglang-router registers a worker with GET /health, /server_info, /model_info; the
+    keys it reads (`served_model_name`, `model_path`, `disaggregation_mode`) are where
+    SGLang 0.5.23 puts them: its server arguments flat at the top of /server_info (with the
+    pool it sized), and /model_info's own (entrypoints/http_server.py)."""
+
+    async def scenario(client: TestClient) -> None:
+        info = await (await client.get("/server_info")).json()
+        assert info["served_model_name"] == "dsv4-reference"
+        assert info["disaggregation_mode"] == "prefill" and info["max_total_num_tokens"] == 8192
+        assert (await (await client.get("/get_server_info")).json()) == info
+        model = await (await client.get("/model_info")).json()
+        assert model["served_model_name"] == "dsv4-reference" and model["is_generation"] is True
+        assert model["disaggregation_mode"] == "prefill"
+        assert (await (await client.get("/get_model_info")).json()) == model
+        assert (await client.get("/health")).status == 200
+
+    with_client(
+        ServeSettings(disaggregation_mode=DisaggregationMode.PREFILL, max_total_tokens=8192),
+        scenario,
+    )
 
 
 def test_offload_then_reload_is_counted():
@@ -81,9 +106,9 @@ def test_offload_then_reload_is_counted():
         assert warm["choices"][0]["message"] == cold["choices"][0]["message"]
         assert warm["usage"]["prompt_tokens_details"]["cached_tokens"] >= 384
         metrics = await (await client.get("/metrics")).text()
-        assert 'sglang:load_back_tokens_total{model_name="dsv4-reference"} 384' in metrics
+        assert f"sglang:load_back_tokens_total{{{LABELS}}} 384" in metrics
         offloaded = offload["offloaded_tokens"]
-        assert f'dsv4:offloaded_tokens_total{{model_name="dsv4-reference"}} {offloaded}' in metrics
+        assert f"dsv4:offloaded_tokens_total{{{LABELS}}} {offloaded}" in metrics
 
     with_client(ServeSettings(enable_hierarchical_cache=True, hicache_ratio=2), scenario)
 
@@ -96,6 +121,7 @@ def test_the_host_tier_tokens_of_an_answer_are_reported_as_sglang_does():
 
     async def scenario(client: TestClient) -> None:
         system = {"role": "system", "content": "x" * 400}
+        host = f'sglang:cached_tokens_total{{{LABELS},cache_source="host"}}'
         chat = {
             **CHAT,
             "messages": [system, *CHAT["messages"]],
@@ -109,9 +135,11 @@ def test_the_host_tier_tokens_of_an_answer_are_reported_as_sglang_does():
         await client.post("/admin/hicache/offload", json={})
         warm = await (await client.post("/v1/chat/completions", json=chat)).json()
         metrics = await (await client.get("/metrics")).text()
-        loaded = f'sglang:load_back_tokens_total{{model_name="dsv4-reference"}} {cached}'
-        assert loaded in metrics
+        assert f"sglang:load_back_tokens_total{{{LABELS}}} {cached}" in metrics
         assert warm["sglext"] == {"cached_tokens_details": {"device": 0, "host": cached}}
+        # Counted per finished request, by tier, as SGLang's tokenizer counts it (the
+        # probe's evidence through sglang-router, which drops the request field).
+        assert f"{host} {cached}" in metrics
         await client.post("/admin/hicache/offload", json={})
         unasked = {k: v for k, v in chat.items() if k != "return_cached_tokens_details"}
         assert (
@@ -158,14 +186,20 @@ def test_streamed_pieces_join_to_the_text_when_characters_span_tokens(cut, expec
     asyncio.run(main())
 
 
-def test_a_streamed_answer_ends_with_sglext_in_a_chunk_of_its_own_as_sglang_streams_it():
-    """`return_cached_tokens_details` on a streamed request: SGLang streams `sglext` after
-    the finish, in a chunk with no choices; the probe joins it into the answer."""
+def test_a_streamed_answer_ends_with_usage_and_sglext_in_a_chunk_of_its_own():
+    """A streamed request asking for its usage (`stream_options.include_usage`) and for
+    `return_cached_tokens_details`: SGLang streams both after the finish, in a chunk with
+    no choices; the probe joins it into the answer."""
     long = {**CHAT, "messages": [{"role": "user", "content": "Say something. " * 40}]}
-    asked = {**long, "stream": True, "return_cached_tokens_details": True}
+    asked = {
+        **long,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "return_cached_tokens_details": True,
+    }
 
     async def scenario(client: TestClient) -> None:
-        await client.post("/v1/chat/completions", json=long)  # its pages are now cached
+        whole = await (await client.post("/v1/chat/completions", json=long)).json()  # cached now
         resp = await client.post("/v1/chat/completions", json=asked)
         events = [ln[6:] for ln in (await resp.text()).splitlines() if ln.startswith("data: ")]
         assert events[-1] == "[DONE]"
@@ -177,6 +211,9 @@ def test_a_streamed_answer_ends_with_sglext_in_a_chunk_of_its_own_as_sglang_stre
         assert details["device"] + details["host"] > 0
         reply = joined(chunks)
         assert reply["sglext"] == chunks[-1]["sglext"]
+        assert reply["usage"] == chunks[-1]["usage"]
+        assert reply["usage"]["completion_tokens"] == whole["usage"]["completion_tokens"]
+        assert reply["usage"]["prompt_tokens"] == whole["usage"]["prompt_tokens"]
         assert reply["choices"][0]["finish_reason"] == finish[-1]["choices"][0]["finish_reason"]
 
     with_client(ServeSettings(), scenario)
@@ -189,11 +226,13 @@ def test_kv_canary_violations_are_served_only_with_kv_canary_on(mode):
 
     async def scenario(client: TestClient) -> None:
         await client.post("/v1/chat/completions", json=CHAT)
-        counts = kv_canary.read(await (await client.get("/metrics")).text())
+        page = await (await client.get("/metrics")).text()
         expected = {} if mode == "none" else {
             ("", "INDEX_K_READ", "load_not_landed"): 0,
             ("", "KV_READ", "load_not_landed"): 0,
         }  # fmt: skip
-        assert counts == expected
+        assert kv_canary.read(page) == expected
+        # On, the page vouches for the counter (`kv_canary.ARMED`); off, it cannot.
+        assert (kv_canary.unread(page) is None) is (mode == "log")
 
     with_client(ServeSettings(kv_canary=mode), scenario)

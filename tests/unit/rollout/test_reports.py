@@ -134,12 +134,12 @@ def test_a_hicache_pass_is_trusted_only_with_enough_host_tier_reads():
 
     assert why(PASSED, hicache=False) is None
     assert why(PASSED, hicache=True) == (
-        "HiCache is on but only 0 of 598 judged samples read a prefix back from the host "
-        "tier; at least 24 required"
+        "HiCache is on but only 0 judged answers are proven to have read a "
+        "prefix back from the host tier; at least 24 required"
     )
     unsaid = ProbeOutcome(RolloutVerdict.PASS, 0.0, 0.00499, 598, NAME)
-    assert "only 0 of 598" in why(unsaid, hicache=True)
-    assert "only 23 of 598" in why(replace(PASSED, exercised=23), hicache=True)
+    assert "only 0 judged answers" in why(unsaid, hicache=True)
+    assert "only 23 judged answers" in why(replace(PASSED, exercised=23), hicache=True)
     assert why(replace(PASSED, exercised=24), hicache=True) is None
 
 
@@ -181,7 +181,9 @@ def test_a_report_read_for_recovery_is_re_checked_against_its_revisions_hicache(
     assert asked == [REF.revision]
     assert rechecked.outcome is not None
     assert rechecked.outcome.verdict is RolloutVerdict.INCONCLUSIVE
-    assert "only 0 of 598 judged samples read a prefix back" in rechecked.outcome.message
+    assert (
+        "only 0 judged answers are proven to have read a prefix back" in rechecked.outcome.message
+    )
     assert FiledReport.of(filed, CanarySpec()).outcome.verdict is RolloutVerdict.INCONCLUSIVE
     without = FiledReport.of(filed, CanarySpec(), lambda revision: False)
     assert without.outcome is not None and without.outcome.verdict is RolloutVerdict.PASS

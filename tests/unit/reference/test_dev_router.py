@@ -1,7 +1,7 @@
-"""The reference PD router's worker set can be replaced in place (how the local runtime
-plays sglang-router's label discovery): new requests go to the new workers.  Its
-/engine_metrics gathers every worker's page.  A client leaving mid-answer, or a decode
-server out of reach, is an ordinary outcome, not a traceback."""
+"""The development fallback for sglang-router (`dsv4_engine.reference.router`): each request
+goes to both a prefill and a decode server with a bootstrap room, as sglang-router sends it;
+its /engine_metrics is every worker's page in sglang-router's spelling.  A client leaving
+mid-answer, or a decode server out of reach, is an ordinary outcome, not a traceback."""
 
 from __future__ import annotations
 
@@ -29,35 +29,51 @@ def decode_server(
     return TestServer(app)
 
 
-def router_to(decode: TestServer) -> Router:
-    """A router whose one decode server is ``decode`` (its prefill is never reached)."""
-    return Router([PrefillWorker("http://127.0.0.1:1", 2)], [str(decode.make_url("")).rstrip("/")])
+def prefill_server(bodies: list[dict] | None = None) -> TestServer:
+    """A stand-in prefill server: records each body and answers it, as a prefill does once
+    it has handed its pages over."""
+
+    async def prefill(request: web.Request) -> web.Response:
+        if bodies is not None:
+            bodies.append(await request.json())
+        return web.json_response({"choices": [{"index": 0, "text": "", "finish_reason": "length"}]})
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", prefill)
+    return TestServer(app)
+
+
+def url_of(server: TestServer) -> str:
+    return str(server.make_url("")).rstrip("/")
+
+
+def router_to(prefill: TestServer, decode: TestServer) -> Router:
+    return Router([PrefillWorker(url_of(prefill), 8998)], [url_of(decode)])
 
 
 @pytest.mark.asyncio
-async def test_workers_are_replaced_in_place_and_bad_sets_are_refused():
-    router = Router([PrefillWorker("http://127.0.0.1:1", 2)], ["http://127.0.0.1:3"])
-    async with TestClient(TestServer(router.app())) as client:
-        body = {
-            "prefill": [{"url": "http://127.0.0.1:5/", "bootstrap_port": 6}],
-            "decode": ["http://127.0.0.1:7"],
-        }
-        resp = await client.put("/admin/workers", json=body)
-        assert resp.status == 200 and await resp.json() == {"prefill": 1, "decode": 1}
-        assert router.prefills == [PrefillWorker("http://127.0.0.1:5", 6)]
-        assert router.decodes == ["http://127.0.0.1:7"]
-        empty = await client.put("/admin/workers", json={"prefill": [], "decode": []})
-        assert empty.status == 400
-        assert "at least one of each" in (await empty.json())["error"]["message"]
-        garbled = await client.put("/admin/workers", json={"prefill": "x"})
-        assert garbled.status == 400
-        assert router.decodes == ["http://127.0.0.1:7"]  # refused sets change nothing
+async def test_each_request_reaches_both_servers_with_one_bootstrap_room():
+    sent: list[dict] = []
+    received: list[dict] = []
+
+    async def decode(request: web.Request) -> web.Response:
+        received.append(await request.json())
+        return web.json_response({"choices": [{"index": 0, "text": "ok"}]})
+
+    async with prefill_server(sent) as prefill, decode_server(decode) as dec:
+        router = router_to(prefill, dec)
+        async with TestClient(TestServer(router.app())) as client:
+            for _ in range(2):
+                resp = await client.post("/v1/completions", json={"prompt": "x"})
+                assert resp.status == 200 and (await resp.json())["choices"][0]["text"] == "ok"
+    assert sent == received and len({b["bootstrap_room"] for b in sent}) == 2
+    assert {(b["bootstrap_host"], b["bootstrap_port"]) for b in sent} == {("127.0.0.1", 8998)}
 
 
 @pytest.mark.asyncio
 async def test_engine_metrics_serves_every_workers_page_labelled_with_its_worker():
-    """As sglang-router's GET /engine_metrics: the probe reads each engine's kv-canary count
-    through the router it probes."""
+    """As sglang-router's GET /engine_metrics (`:` spelled `_`): the probe reads each
+    engine's kv-canary count through the router it probes."""
 
     def worker(violations: int) -> web.Application:
         page = (
@@ -82,7 +98,7 @@ async def test_engine_metrics_serves_every_workers_page_labelled_with_its_worker
         (p, "INDEX_K_READ", "load_not_landed"): 0,
         (d, "INDEX_K_READ", "load_not_landed"): 3,
     }
-    assert f'sglang:num_running_reqs{{worker_addr="{d}"}} 0' in page
+    assert f'sglang_num_running_reqs{{worker_addr="{d}"}} 0' in page
 
 
 @pytest.mark.asyncio
@@ -112,8 +128,8 @@ async def test_a_client_leaving_mid_answer_ends_its_request_quietly(caplog):
         await resp.write_eof()
         return resp
 
-    async with decode_server(stream) as decode:
-        router = router_to(decode)
+    async with prefill_server() as prefill, decode_server(stream) as decode:
+        router = router_to(prefill, decode)
         # As `dsv4-engine router` serves it (web.run_app): a client leaving does not cancel
         # the handler, whose next write then meets the closed connection.
         served = TestServer(router.app(), handler_cancellation=False)
@@ -147,8 +163,8 @@ async def test_a_client_gone_as_its_answer_ends_is_no_error(caplog, monkeypatch)
         await resp.write_eof()
         return resp
 
-    async with decode_server(stream) as decode:
-        router = router_to(decode)
+    async with prefill_server() as prefill, decode_server(stream) as decode:
+        router = router_to(prefill, decode)
         router_app = router.app()
         closing: list[web.StreamResponse] = []
         real_write_eof = web.StreamResponse.write_eof

@@ -1,0 +1,126 @@
+"""Each local cluster's pods get addresses of their own on loopback: 127.<slot>.0.0/16.
+
+On a real node every pod has its own network namespace, so every engine binds the ports
+the operator rendered (30000, the bootstrap port 8998) and sglang-router, discovering
+pods by label, reaches each at ``http://<podIP>:<port>``.  Linux routes all of
+127.0.0.0/8 to the loopback device, so with loopback pod IPs the local runtime binds each
+pod's process to the pod's own IP and the rendered ports, and the real router finds it
+where Kubernetes says it is.
+
+A cluster's /16 has two halves.  KWOK hands the pods it plays alone an IP from the lower
+one (its controller's ``--cidr``; its default, 10.0.0.1/24, answers nothing here).  The
+local runtime picks the IP of each pod it runs from the upper one, before the pod is
+scheduled (the process must answer before the pod is Ready: `localrun.readiness`), and
+writes it into the pod's `POD_IP_ANNOTATION`; KWOK's pod-ready stage, patched once when
+the cluster is created (`annotated_pod_ips`), makes a pod's IP that annotation's value
+when it has one.  The runtime finds its half in the `PUBLISHED` ConfigMap.
+
+Clusters run side by side on one machine (make test keeps three, a developer's beside
+them), so each cluster claims a slot (one /16) machine-wide, under a lock: a claim is a
+file naming the cluster's folder, and a slot whose cluster folder no longer holds the same
+claim is free again (a cluster deleted, or a test's temporary folder gone).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+from collections.abc import Iterator
+from pathlib import Path
+
+SLOTS = range(1, 255)  # 127.0.x.x stays the machine's own
+CLAIM_FILE = "pod-network"
+POD_IP_ANNOTATION = "inference.dsv4.dev/local-pod-ip"
+# Where a cluster says which addresses its local runtime hands out (`runtime_range`).
+PUBLISHED = ("default", "dsv4-local-pod-network")
+RANGE_KEY = "runtimeRange"
+# KWOK v0.8.0's pod-ready stage asks for a pod's IPs with this call (kustomize/stage/pod/
+# fast/pod-ready.yaml); the patch lets the annotation, when set, override its answer.
+_POD_IPS = "{{ $podIPs := PodIPsWith "
+_OVERRIDE = (
+    "{{ with .metadata.annotations }}{{ with index . "
+    f'"{POD_IP_ANNOTATION}" }}}}{{{{ $podIPs = list . }}}}{{{{ end }}}}{{{{ end }}}}'
+)
+
+
+def cidr(slot: int) -> str:
+    """KWOK's pod CIDR for ``slot``: the lower half of its /16, from .1 as KWOK's own."""
+    return f"127.{slot}.0.1/17"
+
+
+def runtime_range(slot: int) -> str:
+    """The addresses the local runtime hands out for ``slot``: the upper half."""
+    return f"127.{slot}.128.0/17"
+
+
+def annotated_pod_ips(kwok_config: str) -> str | None:
+    """KWOK's saved cluster configuration with its pod-ready stage honouring
+    `POD_IP_ANNOTATION`; None when it already does.  Raises ValueError when the stage does
+    not ask for pod IPs the way KWOK v0.8.0 does (another KWOK: look at its stage)."""
+    if POD_IP_ANNOTATION in kwok_config:
+        return None
+    lines, found = [], 0
+    for line in kwok_config.splitlines():
+        lines.append(line)
+        if _POD_IPS in line:
+            found += 1
+            indent = line[: len(line) - len(line.lstrip())]
+            lines.append(indent + _OVERRIDE)
+    if not found:
+        raise ValueError(f"KWOK's pod stages do not contain {_POD_IPS.strip()!r}: cannot patch")
+    return "\n".join(lines) + "\n"
+
+
+@contextlib.contextmanager
+def _locked(claims: Path) -> Iterator[None]:
+    claims.mkdir(parents=True, exist_ok=True)
+    with (claims / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _holder(claims: Path, slot: int) -> Path | None:
+    """The cluster folder that holds ``slot``, or None when the slot is free."""
+    try:
+        folder = Path((claims / str(slot)).read_text().strip())
+    except OSError:
+        return None
+    try:
+        held = int((folder / CLAIM_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return folder if held == slot else None
+
+
+def claim(claims: Path, cluster_dir: Path) -> int:
+    """The slot of the cluster in ``cluster_dir``: the one it holds, else a free one, now
+    claimed (``claims``: the machine-wide folder of claims)."""
+    with _locked(claims):
+        try:
+            slot = int((cluster_dir / CLAIM_FILE).read_text().strip())
+            if _holder(claims, slot) == cluster_dir:
+                return slot
+        except (OSError, ValueError):
+            pass
+        for slot in SLOTS:
+            if _holder(claims, slot) is None:
+                cluster_dir.mkdir(parents=True, exist_ok=True)
+                (cluster_dir / CLAIM_FILE).write_text(f"{slot}\n")
+                (claims / str(slot)).write_text(f"{cluster_dir}\n")
+                return slot
+    raise RuntimeError(f"no free pod network: all {len(SLOTS)} slots under {claims} are claimed")
+
+
+def release(claims: Path, cluster_dir: Path) -> None:
+    """Give the cluster's slot back (nothing if it holds none)."""
+    with _locked(claims):
+        try:
+            slot = int((cluster_dir / CLAIM_FILE).read_text().strip())
+        except (OSError, ValueError):
+            return
+        if _holder(claims, slot) == cluster_dir:
+            (claims / str(slot)).unlink(missing_ok=True)
+        (cluster_dir / CLAIM_FILE).unlink(missing_ok=True)
