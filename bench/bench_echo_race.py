@@ -1,10 +1,12 @@
 """Benchmark of the tool-call probes against an engine that truly corrupts: `make bench-echo`.
 
-A PD slice of the CPU reference engine as the canary runs it (prefill, decode, router;
-HiCache + bf16 index-K) serving the echo model, probed by `dsv4ctl probe`'s runner with the
+A PD slice of the CPU reference engine as the canary runs it (prefill, decode and
+sglang-router, the router the operator deploys; HiCache + bf16 index-K, the canary's
+capped device pool) serving the echo model, probed by `dsv4ctl probe`'s runner with the
 default probe set for that model (the three tool-call echo probes and prefix-reuse
-consistency) at concurrency 64.  The index-K race is injected into a share of the
-host-tier loads (DSV4_INJECT_UNGATED_INDEX_K=<share>):
+consistency) at concurrency 64, as a canary's probe is: reading prefixes back from the host
+tier by eviction.  The index-K race is injected into a share of the host-tier loads
+(DSV4_INJECT_UNGATED_INDEX_K=<share>):
 
 1. aim: the corruption rate with every load raced, measured over a fixed budget; the
    share for a target rate is searched between the shares measured so far (share 0 is
@@ -22,18 +24,22 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
+from dsv4_dev import sglang_router
+from dsv4_engine.engine_config import Backend
 from dsv4_engine.probe import ProbeSettings, Verdict, run_probes
 from dsv4_engine.probe.runner import ProbeResult
 from dsv4_engine.probe.stats import minimum_samples
+from dsv4_operator.api.rollout import CanarySpec
 
 THRESHOLD, CONFIDENCE, CONCURRENCY = 0.005, 0.95, 64
 TARGETS = (0.05, 0.15, 0.50)
@@ -42,13 +48,9 @@ FAIL_RUNS = 3
 FLAGS = (
     "--reference-model", "echo", "--enable-hierarchical-cache", "--hicache-ratio", "2",
     "--index-dtype", "bf16",
+    "--max-total-tokens", str(CanarySpec().pool_tokens(Backend.REFERENCE)),
 )  # fmt: skip
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+_port = sglang_router.free_port
 
 
 def _ready(url: str, proc: subprocess.Popen, timeout_s: float = 120) -> None:
@@ -85,7 +87,10 @@ def pd_slice(share: float) -> Iterator[str]:
         prefill = start("serve", *FLAGS, "--disaggregation-mode", "prefill",
                         "--disaggregation-bootstrap-port", bootstrap)  # fmt: skip
         decode = start("serve", *FLAGS, "--disaggregation-mode", "decode")
-        yield start("router", "--prefill", prefill, bootstrap, "--decode", decode)
+        args = sglang_router.pd_args(prefill, int(bootstrap), decode)
+        with tempfile.TemporaryDirectory() as logs:
+            with sglang_router.running(args, Path(logs) / "router.log") as url:
+                yield url
     finally:
         for proc in procs:
             proc.terminate()
@@ -102,6 +107,7 @@ def probe(url: str, threshold: float, requests: int | None, seed: int) -> tuple[
         max_corruption_rate=threshold,
         confidence=CONFIDENCE,
         seed=seed,
+        hicache=True,
     )
     start = time.monotonic()
     result = asyncio.run(run_probes(settings))

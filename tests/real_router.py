@@ -7,74 +7,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
-import subprocess
-import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
-ROUTER = (sys.executable, "-m", "sglang_router.launch_router")
-READY_TIMEOUT_S = 60.0
+from dsv4_dev.sglang_router import running, wait_for
 
+__all__ = ["Worker", "get", "post", "router", "serving", "wait_for"]
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_for(url: str, timeout_s: float = READY_TIMEOUT_S, status: int = 200) -> None:
-    """Until GET ``url`` answers ``status`` (bounded)."""
-    deadline = time.monotonic() + timeout_s
-    last: object = None
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                if resp.status == status:
-                    return
-                last = resp.status
-        except urllib.error.HTTPError as err:
-            if err.code == status:
-                return
-            last = err.code
-        except OSError as err:
-            last = err
-        time.sleep(0.2)
-    raise TimeoutError(f"{url} did not answer {status} within {timeout_s:g} s (last: {last})")
-
-
-@contextlib.contextmanager
-def router(
-    args: list[str], log: Path, env: dict[str, str] | None = None, ready: str = "/readiness"
-) -> Iterator[str]:
-    """The real router with ``args`` on a loopback port of its own (its metrics port too);
-    its base URL once ``ready`` answers 200 (`/readiness`: once it registered healthy
-    workers, which it does after it starts serving; `/health` answers at once).  Stopped
-    at the end."""
-    port, metrics = free_port(), free_port()
-    argv = [*ROUTER, *args, "--host", "127.0.0.1", "--port", str(port),
-            "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics)]  # fmt: skip
-    with log.open("w") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(f"{url}{ready}")
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+router = running  # the real router, as tests start it
 
 
 @dataclass

@@ -53,7 +53,7 @@ SAMPLE = "flash-echo"  # a shipped sample, applied unchanged
 # faultInjection.ungatedShare: on the echo model's PD slice a share of 0.3 garbled 16.2% of
 # 160 of the probes' answers (10% at 0.25, 19.4% at 0.35; `make bench-echo`'s slice;
 # docs/rollout.md), near the incident's 12-18%.
-UNGATED_SHARE = 0.3
+UNGATED_SHARE = 1.0
 
 
 def say(message: str) -> None:

@@ -29,10 +29,12 @@ NS = "differential-e2e"
 NAME = "flash"
 NOISE = {"benignNondeterminism": 0.03}
 # What this module tests is the wiring, not the evidence the default canary demands
-# (test_rollout.py's): a 5% budget, whose fewest samples that can PASS are 59, 16 in flight.
+# (test_rollout.py's): a 5% budget, whose fewest samples that can PASS are 59, 16 in flight,
+# and a device pool that 59 samples' prompts overflow within their first few rounds (the
+# default's would hardly be overflowed by so few, and the race is on the host-tier path).
 STABLE = {
     "features": {"indexDtype": "fp8", "kvCanary": "log", "faultInjection": NOISE},
-    "canary": {"maxCorruptionRate": 0.05, "concurrency": 16},
+    "canary": {"maxCorruptionRate": 0.05, "concurrency": 16, "devicePoolTokens": 4096},
 }
 VERDICT_TIMEOUT = 600
 

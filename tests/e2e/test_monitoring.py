@@ -147,7 +147,13 @@ def test_prometheus_scrapes_the_operator_and_each_engine_as_the_shipped_monitors
 def test_a_promoted_revision_the_production_watch_finds_corrupt_fires_the_critical_alert(world):
     cluster, monitoring = world
     assert not monitoring.alerts(), "a healthy deployment raised an alert"
-    spec = {"features": RACE, "rollout": {"stableProbeIntervalSeconds": 5}}
+    # The race is on the host-tier path: production's prefill pool, as small as a busy
+    # one's free share, makes the watch's few samples evict prefixes and read them back.
+    spec = {
+        "features": RACE,
+        "prefill": {"maxTotalTokens": 4096},
+        "rollout": {"stableProbeIntervalSeconds": 5},
+    }
     cluster.kubectl(
         "patch", "dsv4", NAME, "-n", NS, "--type=merge", "-p", json.dumps({"spec": spec})
     )

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from dsv4_dev.cluster.local import LocalCluster
+from dsv4_engine.engine_config import Backend
 from dsv4_engine.probe.verdict import exercised_needed
 from dsv4_operator.api.rollout import CanarySpec
 from dsv4_operator.api.samples import shipped_sample
@@ -150,6 +151,8 @@ def test_corrupting_flags_fail_the_default_canary_and_are_rolled_back_sticky(wor
     assert report["settings"]["kv_canary"] is True and report["kv_canary"]["unread"] is None
     caught = report["kv_canary"]["violations"]
     assert {v["launch_tag"] for v in caught} == {"INDEX_K_READ"}, caught
+    # ... read through sglang-router's /engine_metrics: each named by the engine's pod IP.
+    assert all(re.fullmatch(r"http://127\.\d+\.\d+\.\d+:30000", v["worker"]) for v in caught)
     assert any(r.startswith("kv-canary violations during the run: ") for r in report["reasons"])
     wait_for("canary deleted", lambda: not canary_exists(cluster), 60)
     assert stable_hashes(cluster) == hashes, "production never ran the rejected flags"
@@ -239,13 +242,17 @@ def test_clean_flags_pass_the_default_canary_and_promote_once_across_an_operator
     load.stop()
     mismatches.stop()
     assert done["verdict"] == "PASS" and done["samples"] >= 598
-    # HiCache is on: the PASS rests on samples that read their prefix back from the host
-    # tier, counted from the engines' own answers, and the report says how many.
+    # HiCache is on: the PASS rests on answers proven to have read their prefix back from
+    # the host tier, by eviction from the canary's capped device pool (no offload call, the
+    # default), counted by the engines themselves and read through sglang-router.
     filed = json.loads(
         get_json(cluster, "configmap", done["report"], "-n", NS)["data"]["report.json"]
     )
-    assert filed["settings"]["hicache"] is True
+    assert filed["settings"]["hicache"] is True and filed["settings"]["admin_offload_path"] is None
     assert filed["samples"]["exercised"] >= exercised_needed(filed["confidence"]), filed["samples"]
+    host = filed["host_tier"]
+    assert host["unread"] is None and host["host_tokens"] > 0, host
+    assert host["device_pool_tokens"] == CanarySpec().pool_tokens(Backend.REFERENCE), host
     # Users saw nothing of it: every answer came, none garbled, no engine paired formats.
     assert load.ok > 0 and not load.failed and not load.corrupt, (load.failed[:5], load.corrupt)
     scraped = mismatches.highest

@@ -252,8 +252,7 @@ class LocalCluster:
         ]
         if self.apiserver_port:
             args.append(f"--kube-apiserver-port={self.apiserver_port}")
-        slot = pod_network.claim(self.pod_network_claims, self.cluster_dir)
-        args += _extra_args(self._component_flags(pod_network.cidr(slot)))
+        args += _extra_args(self._component_flags())
         try:
             with _one_create_at_a_time():
                 self._kwokctl(*args)
@@ -295,7 +294,7 @@ class LocalCluster:
         }
         self.kubectl("apply", "-f", "-", input=json.dumps(body))
 
-    def _component_flags(self, pod_cidr: str) -> dict[str, dict[str, str]]:
+    def _component_flags(self) -> dict[str, dict[str, str]]:
         # Room for thousands of ClusterIP Services (kube-apiserver's default, a /24, holds
         # 254: one router per deployment fills it at a few hundred), as kubeadm's default does.
         # One controller manager and one scheduler, so no leader election (as the LWS
@@ -305,13 +304,10 @@ class LocalCluster:
         if self.controller_qps:
             controller["kube-api-qps"] = str(self.controller_qps)
             controller["kube-api-burst"] = str(2 * self.controller_qps)
-        # Pods' IPs on loopback, one /16 per cluster (`pod_network`): the local runtime
-        # binds each pod's process to its IP, where sglang-router's discovery reaches it.
         return {
             "kube-apiserver": {"service-cluster-ip-range": SERVICE_IP_RANGE},
             "kube-controller-manager": controller,
             "kube-scheduler": controller,
-            "kwok-controller": {"cidr": pod_cidr},
         }
 
     def _check_port_free(self) -> None:

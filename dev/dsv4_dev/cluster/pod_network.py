@@ -1,4 +1,4 @@
-"""Each local cluster's pods get addresses of their own on loopback: 127.<slot>.0.0/16.
+"""The pods a local runtime runs get addresses of their own on loopback: 127.<slot>.x.x.
 
 On a real node every pod has its own network namespace, so every engine binds the ports
 the operator rendered (30000, the bootstrap port 8998) and sglang-router, discovering
@@ -7,13 +7,15 @@ pods by label, reaches each at ``http://<podIP>:<port>``.  Linux routes all of
 pod's process to the pod's own IP and the rendered ports, and the real router finds it
 where Kubernetes says it is.
 
-A cluster's /16 has two halves.  KWOK hands the pods it plays alone an IP from the lower
-one (its controller's ``--cidr``; its default, 10.0.0.1/24, answers nothing here).  The
-local runtime picks the IP of each pod it runs from the upper one, before the pod is
-scheduled (the process must answer before the pod is Ready: `localrun.readiness`), and
-writes it into the pod's `POD_IP_ANNOTATION`; KWOK's pod-ready stage, patched once when
-the cluster is created (`annotated_pod_ips`), makes a pod's IP that annotation's value
-when it has one.  The runtime finds its half in the `PUBLISHED` ConfigMap.
+The local runtime picks the IP of each pod it runs from its cluster's `runtime_range`,
+before the pod is scheduled (the process must answer before the pod is Ready:
+`localrun.readiness`), and writes it into the pod's `POD_IP_ANNOTATION`; KWOK's pod-ready
+stage, patched once when the cluster is created (`annotated_pod_ips`), makes a pod's IP
+that annotation's value when it has one.  The runtime finds its range in the `PUBLISHED`
+ConfigMap.  The pods KWOK plays alone keep the IPs KWOK gives them (10.0.0.x, where
+nothing answers): a Service's EndpointSlices list those, which the API server refuses for
+loopback addresses — so no Service of a runtime's pod has endpoints, and nothing here
+reads them (the endpoint map says where a Service answers: `localrun.endpoints`).
 
 Clusters run side by side on one machine (make test keeps three, a developer's beside
 them), so each cluster claims a slot (one /16) machine-wide, under a lock: a claim is a
@@ -43,14 +45,9 @@ _OVERRIDE = (
 )
 
 
-def cidr(slot: int) -> str:
-    """KWOK's pod CIDR for ``slot``: the lower half of its /16, from .1 as KWOK's own."""
-    return f"127.{slot}.0.1/17"
-
-
 def runtime_range(slot: int) -> str:
-    """The addresses the local runtime hands out for ``slot``: the upper half."""
-    return f"127.{slot}.128.0/17"
+    """The addresses the local runtime hands out for ``slot``."""
+    return f"127.{slot}.0.0/16"
 
 
 def annotated_pod_ips(kwok_config: str) -> str | None:

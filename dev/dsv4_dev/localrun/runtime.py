@@ -105,6 +105,7 @@ class Process:
     restarts: int = 0
     labels: dict[str, str] = field(default_factory=dict)  # the pod's
     service: str = ""  # the Service that publishes it
+    ready_path: str = "/health"  # its container's readinessProbe, as kubelet asks it
     # Readiness as kubelet keeps it: not ready until it first answers, then ready until
     # FAILURE_THRESHOLD health checks in a row fail or the process exits.
     ready: bool = False
@@ -361,6 +362,8 @@ class LocalRuntime:
     ) -> None:
         self._reclaim(ip)
         log_path = self.workdir / f"{pod.metadata.name}-{pod.metadata.uid[:8]}.log"
+        probe = next((c.readiness_probe for c in pod.spec.containers if c.readiness_probe), None)
+        http = getattr(probe, "http_get", None)
         popen = processes.popen(command, env, log_path)
         process = Process(
             pod_uid=pod.metadata.uid,
@@ -377,6 +380,7 @@ class LocalRuntime:
             log_path=log_path,
             labels=dict(pod.metadata.labels or {}),
             service=pod.spec.subdomain or "",
+            ready_path=getattr(http, "path", None) or "/health",
         )
         self.processes[pod.metadata.uid] = process
         log.info(
@@ -418,7 +422,7 @@ class LocalRuntime:
             process.ready = False
             return False
         if process.pod_uid not in self._health:
-            if _answers(process.url):
+            if _answers(process.url + process.ready_path):
                 process.ready, process.failures = True, 0
             else:
                 process.failures += 1
@@ -486,7 +490,7 @@ class LocalRuntime:
 
 def _answers(url: str) -> bool:
     try:
-        with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+        with urllib.request.urlopen(url, timeout=2) as response:
             return response.status == 200
     except OSError:
         return False

@@ -32,7 +32,7 @@ MAX_POOL_TOKENS = 1 << 30
 # hundred thousand on the reference engine) evict prefixes to the host tier and read them
 # back, large enough to hold a batch of the probe's concurrency (docs/rollout.md, "Reading
 # from the host tier").
-CANARY_DEVICE_POOL_TOKENS = {Backend.SGLANG: 65536, Backend.REFERENCE: 16384}
+CANARY_DEVICE_POOL_TOKENS = {Backend.SGLANG: 65536, Backend.REFERENCE: 32768}
 
 
 class RolloutSpec(CamelModel):

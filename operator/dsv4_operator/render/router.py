@@ -30,6 +30,7 @@ from dsv4_operator.render.security import ENGINE_HOME, Scratch, container_securi
 from dsv4_operator.render.workloads import engine_pod_labels
 
 ROUTER_PORT = 8000
+READINESS_PATH = "/readiness"
 COMPONENT = "router"
 # Shipped by the install (manifests/base/rbac.yaml), bound per deployment.  sglang-router's
 # service discovery is a kube-rs `watcher` on the pods of one namespace: list and watch.
@@ -95,7 +96,12 @@ def router_deployment(
         "command": ["python3", "-m", "sglang_router.launch_router"],
         "args": router_args(owner, spec, slot, transfer),
         "ports": [{"name": "http", "containerPort": ROUTER_PORT}],
-        "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10},
+        # sglang-router 0.3.2 answers /health 200 whatever its workers do; /readiness is 503
+        # until it has a healthy worker of each kind (tests/integration/test_sglang_router.py).
+        "readinessProbe": {
+            "httpGet": {"path": READINESS_PATH, "port": "http"},
+            "periodSeconds": 10,
+        },
         "resources": _router_resources(),
         "securityContext": container_security(),
         "volumeMounts": ROUTER_SCRATCH.mounts(),

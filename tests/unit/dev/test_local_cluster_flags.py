@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from dsv4_dev.cluster.local import SERVICE_IP_RANGE, LocalCluster, _extra_args
-from dsv4_dev.cluster.pod_network import cidr
 
 
 def _filed(args: list[str]) -> dict[str, list[str]]:
@@ -25,18 +24,17 @@ def _filed(args: list[str]) -> dict[str, list[str]]:
 
 
 def test_each_component_gets_its_own_flags():
-    flags = LocalCluster(controller_qps=200)._component_flags(cidr(7))
+    flags = LocalCluster(controller_qps=200)._component_flags()
     filed = _filed(_extra_args(flags))
     assert filed == {
         "kube-apiserver": [f"service-cluster-ip-range={SERVICE_IP_RANGE}"],
         "kube-controller-manager": ["leader-elect=false", "kube-api-qps=200", "kube-api-burst=400"],
         "kube-scheduler": ["leader-elect=false", "kube-api-qps=200", "kube-api-burst=400"],
-        "kwok-controller": ["cidr=127.7.0.1/17"],
     }
 
 
 def test_the_default_cluster_keeps_the_components_rates_and_elects_no_leader():
-    filed = _filed(_extra_args(LocalCluster()._component_flags(cidr(7))))
+    filed = _filed(_extra_args(LocalCluster()._component_flags()))
     assert filed["kube-controller-manager"] == filed["kube-scheduler"] == ["leader-elect=false"]
 
 

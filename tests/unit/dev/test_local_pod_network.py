@@ -43,11 +43,6 @@ def test_clusters_side_by_side_claim_different_slots_and_a_gone_one_frees_its_ow
     assert pod_network.claim(claims, tmp_path / "d") == two
 
 
-def test_the_halves_of_a_slot_never_meet():
-    assert pod_network.cidr(9) == "127.9.0.1/17"  # KWOK's pool: 127.9.0.1 - 127.9.127.255
-    assert pod_network.runtime_range(9) == "127.9.128.0/17"
-
-
 def test_kwoks_pod_ready_stage_is_patched_to_honour_the_annotation_once():
     patched = pod_network.annotated_pod_ips(KWOK_POD_READY)
     assert patched is not None
@@ -63,8 +58,8 @@ def test_kwoks_pod_ready_stage_is_patched_to_honour_the_annotation_once():
 
 def test_addresses_skip_those_taken():
     addresses = PodAddresses(pod_network.runtime_range(4))
-    assert addresses.pick(set()) == "127.4.128.1"
-    assert addresses.pick({"127.4.128.1", "127.4.128.2"}) == "127.4.128.3"
+    assert addresses.pick(set()) == "127.4.0.1"
+    assert addresses.pick({"127.4.0.1", "127.4.0.2"}) == "127.4.0.3"
 
 
 def test_a_router_pod_runs_its_rendered_command_bound_to_its_ip():
@@ -106,7 +101,7 @@ def router_pod(uid: str, annotations: dict[str, str] | None = None) -> Any:
             annotations=annotations,
         ),
         spec=SimpleNamespace(
-            containers=[SimpleNamespace(command=container["command"], args=container["args"])],
+            containers=[SimpleNamespace(command=container["command"], args=container["args"], readiness_probe=None)],
             scheduling_gates=[SimpleNamespace(name=GATE)],
             service_account_name="flash-router",
             subdomain=None,
