@@ -50,9 +50,10 @@ STEP_TIMEOUT_S = 900.0
 
 
 SAMPLE = "flash-echo"  # a shipped sample, applied unchanged
-# faultInjection.ungatedShare: on the echo model's PD slice a share of 0.3 garbled 16.2% of
-# 160 of the probes' answers (10% at 0.25, 19.4% at 0.35; `make bench-echo`'s slice;
-# docs/rollout.md), near the incident's 12-18%.
+# faultInjection.ungatedShare: every host-tier load races its indexer.  The canary reaches
+# the host tier by eviction from its capped pool, so those loads are a share of its answers':
+# 10 of 87 tool calls came back garbled before the FAIL rule fired (11.5%; the incident saw
+# 12-18%; docs/rollout.md).
 UNGATED_SHARE = 1.0
 
 

@@ -196,6 +196,8 @@ class LocalRuntime:
     _health: dict[str, bool] = field(default_factory=dict, init=False, repr=False)
     # Pods this runtime will not run (another engine), told once each.
     _refused: set[str] = field(default_factory=set, init=False, repr=False)
+    # Pods placed before this runtime ran, deleted for their controllers to make anew.
+    _replaced: set[str] = field(default_factory=set, init=False, repr=False)
     # Probe Job pods' processes (None: probe pods are left to KWOK, as in unit tests).
     probes: ProbePods | None = None
     # Processes of vanished pods, unpublished and unrouted, stopped at their deadline.
@@ -329,14 +331,20 @@ class LocalRuntime:
 
     def _pod_ip(self, pod: Any) -> str | None:
         """The pod's IP: the one this runtime gave it, else (a pod still waiting at the
-        gate) a free one, now written into the pod; a pod KWOK already placed keeps its
-        own.  None: nothing to bind yet (try next pass)."""
+        gate) a free one, now written into the pod.  A pod KWOK placed before this runtime
+        played kubelet has an IP of KWOK's, where nothing here can listen: it is deleted,
+        for its controller to make it anew, at the gate.  None: nothing to bind yet (try
+        next pass)."""
+        from kubernetes.client import ApiException
+
         given = _annotated_ip(pod)
         if given is not None:
             return given
-        if not readiness.gated(pod) or self.addresses is None:
+        if self.addresses is None:
             return pod.status.pod_ip or None
-        from kubernetes.client import ApiException
+        if not readiness.gated(pod):
+            self._replace(pod)
+            return None
 
         taken = self._taken | {p.ip for p in self.processes.values()}
         taken |= {p.ip for _, p in self._draining}
@@ -391,6 +399,25 @@ class LocalRuntime:
             process.url,
             f" with {env}" if env else "",
         )
+
+    def _replace(self, pod: Any) -> None:
+        """Delete a pod placed before this runtime played kubelet (once; its controller makes
+        it anew, and the new one waits at the gate for an IP of this runtime's)."""
+        from kubernetes.client import ApiException
+
+        if pod.metadata.uid in self._replaced:
+            return
+        self._replaced.add(pod.metadata.uid)
+        log.warning(
+            "pod %s/%s was placed before the local runtime ran (its IP %s is KWOK's, where "
+            "nothing here can listen): deleting it for its controller to make it anew",
+            pod.metadata.namespace, pod.metadata.name, pod.status.pod_ip,
+        )  # fmt: skip
+        try:
+            self.core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace)
+        except ApiException as err:
+            if err.status != 404:
+                raise
 
     def _reclaim(self, ip: str) -> None:
         """Stop now a draining process on ``ip``: KWOK gives a pod's IP out again as soon as

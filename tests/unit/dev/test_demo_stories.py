@@ -27,8 +27,10 @@ def test_the_demo_runs_the_model_the_readme_names():
     assert f"the\nrace is injected into {UNGATED_SHARE:.0%} of host-tier loads" in readme
 
 
-def test_the_race_is_aimed_at_a_share_of_loads():
-    assert 0 < UNGATED_SHARE < 1  # not every load: the incident's rate, not a certain FAIL
+def test_the_race_is_aimed_at_host_tier_loads():
+    """Every load, or a share: the answers that read from the host tier are a share of all
+    (the canary reaches the tier by eviction), which makes the incident's rate."""
+    assert 0 < UNGATED_SHARE <= 1
 
 
 def test_the_demo_says_how_the_flags_were_promoted_as_the_status_records_it():

@@ -389,7 +389,7 @@ def test_a_canarys_hicache_roles_run_a_capped_device_pool_production_never_does(
     roles = hicache.features.hicache.roles
     for role in Role:
         cap = canary.role_spec(role).max_total_tokens
-        assert cap == (16384 if role in roles else None), role
+        assert cap == (32768 if role in roles else None), role
         assert hicache.role_spec(role).max_total_tokens is None
     sized = spec({"engine": "reference", **HICACHE, "canary": {"devicePoolTokens": 32768}})
     cap = canary_spec(sized, spec_revision(sized), sized.canary).role_spec(roles[0])
