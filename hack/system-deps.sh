@@ -12,6 +12,8 @@ declare -A wanted=(
   [/usr/bin/promtool]=prometheus # `promtool check rules` / `test rules` on the PrometheusRule
   # The server itself, from the same package: `dsv4ctl cluster up --monitoring` runs it.
   [/usr/bin/prometheus]=prometheus
+  # The local runtime makes its pods' network (198.18.0.0/15) local: `ip route`.
+  [/usr/bin/ip]=iproute2
   [/usr/bin/openssl]=openssl # signs the local cluster's LeaderWorkerSet webhook certificate
   # `make images` and the image tests: podman on runc (crun fails on hybrid cgroups here),
   # mmdebstrap for the local Debian base (no container registry is reachable).

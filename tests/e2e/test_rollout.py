@@ -15,6 +15,7 @@ test says which timeout it shortens and why.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 import signal
@@ -25,11 +26,13 @@ from pathlib import Path
 
 import pytest
 
+from dsv4_dev.cluster import pod_network
 from dsv4_dev.cluster.local import LocalCluster
 from dsv4_engine.engine_config import Backend
 from dsv4_engine.probe.verdict import exercised_needed
 from dsv4_operator.api.rollout import CanarySpec
 from dsv4_operator.api.samples import shipped_sample
+from dsv4_operator.render.engine import ENGINE_PORT
 from dsv4_operator.rollout import manual
 from dsv4_operator.rollout.decide import ManualAction
 from tests.e2e.helpers import (
@@ -87,6 +90,15 @@ def stable_hashes(cluster: LocalCluster) -> dict[str, str]:
 def canary_exists(cluster: LocalCluster) -> bool:
     result = cluster.kubectl("get", "statefulset", CANARY_DECODE, "-n", NS, check=False)
     return result.returncode == 0
+
+
+def runtime_pod_url(cluster: LocalCluster, url: str) -> bool:
+    """Whether ``url`` is an engine's, at a pod IP the cluster's local runtime hands out."""
+    namespace, name = pod_network.PUBLISHED
+    published = get_json(cluster, "configmap", name, "-n", namespace)["data"]
+    found = re.fullmatch(rf"http://([\d.]+):{ENGINE_PORT}", url)
+    network = ipaddress.ip_network(published[pod_network.RANGE_KEY])
+    return found is not None and ipaddress.ip_address(found[1]) in network
 
 
 def events(cluster: LocalCluster, reason: str) -> list[dict]:
@@ -151,8 +163,9 @@ def test_corrupting_flags_fail_the_default_canary_and_are_rolled_back_sticky(wor
     assert report["settings"]["kv_canary"] is True and report["kv_canary"]["unread"] is None
     caught = report["kv_canary"]["violations"]
     assert {v["launch_tag"] for v in caught} == {"INDEX_K_READ"}, caught
-    # ... read through sglang-router's /engine_metrics: each named by the engine's pod IP.
-    assert all(re.fullmatch(r"http://127\.\d+\.\d+\.\d+:30000", v["worker"]) for v in caught)
+    # ... read through sglang-router's /engine_metrics: each named by an engine pod's IP (one
+    # the local runtime handed out) and port.
+    assert all(runtime_pod_url(cluster, v["worker"]) for v in caught), caught
     assert any(r.startswith("kv-canary violations during the run: ") for r in report["reasons"])
     wait_for("canary deleted", lambda: not canary_exists(cluster), 60)
     assert stable_hashes(cluster) == hashes, "production never ran the rejected flags"

@@ -1,14 +1,17 @@
-"""The engine image's CPU variant runs as the operator's engine pods run it.
+"""The engine image's CPU variant runs as the operator's engine and router pods run it.
 
-The pod is the one `dsv4ctl render` shows for manifests/samples/flash-reference.yaml (the
-operator's own rendering): its command, user and security context; its engine.yaml is the
-rendered one as the local runtime runs it (one CPU process, a free port).  The image must
-serve the reference engine under all of that.
+The pods are the ones `dsv4ctl render` shows for manifests/samples/flash-reference.yaml (the
+operator's own rendering): their command, user and security context; the engine's
+engine.yaml is the rendered one as the local runtime runs it (one CPU process, bound to a
+pod IP of its own).  The image must serve the reference engine under all of that, and start
+the router (sglang-router, with its own dependencies) with the arguments the operator
+renders.
 """
 
 from __future__ import annotations
 
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -16,10 +19,13 @@ from typing import Any
 import pytest
 import yaml
 
+from dsv4_dev.cluster import pod_network
 from dsv4_dev.images import REPO_ROOT, host_volumes, pod_run, podman
-from dsv4_dev.localrun.runtime import free_port, local_engine_yaml
+from dsv4_dev.localrun.runtime import local_engine_yaml, router_command
 from dsv4_operator.cli.render import render
+from dsv4_operator.render.engine import ENGINE_PORT
 from dsv4_operator.render.meta import ENGINE_CONTAINER
+from dsv4_operator.render.router import ROUTER_PORT
 
 # The cold build is ~7 minutes and 6.6 GB (PyPI's torch with its CUDA libraries): `make
 # test` leaves these out, `make test-images` runs them.
@@ -41,6 +47,14 @@ def pod_spec(rendered: list[dict[str, Any]]) -> dict[str, Any]:
         o for o in rendered if o["kind"] == "StatefulSet" and o["metadata"]["name"].endswith(ROLE)
     )
     return workload["spec"]["template"]["spec"]
+
+
+@pytest.fixture
+def pod_ip(tmp_path: Path) -> str:
+    """An address no other test or cluster of this machine binds: one of a slot this test
+    claims (`pod_network`)."""
+    slot = pod_network.claim(tmp_path / "claims", tmp_path / "cluster")
+    return pod_network.address(slot)
 
 
 def test_help(engine_cpu_image: str) -> None:
@@ -67,26 +81,76 @@ def test_image_user_is_the_pods_user(engine_cpu_image: str, pod_spec: dict[str, 
 
 
 def test_serves_the_reference_engine_as_its_pod(
-    engine_cpu_image: str, pod_spec: dict[str, Any], rendered: list[dict[str, Any]], tmp_path: Path
+    engine_cpu_image: str,
+    pod_spec: dict[str, Any],
+    rendered: list[dict[str, Any]],
+    tmp_path: Path,
+    pod_ip: str,
 ) -> None:
     """The pod's command, user and security context; its volumes are host directories here:
-    the engine config's holds the rendered engine.yaml (one CPU process, a free port, as the
-    local runtime runs it), the model's stays empty (the reference engine seeds its weights)."""
+    the engine config's holds the rendered engine.yaml (one CPU process on the pod's IP, as
+    the local runtime runs it), the model's stays empty (the reference engine seeds its
+    weights)."""
     (config_map,) = (
         o for o in rendered if o["kind"] == "ConfigMap" and f"{ROLE}.yaml" in o.get("data", {})
     )
-    port = free_port()
-    engine_yaml, env = local_engine_yaml(config_map["data"][f"{ROLE}.yaml"], port, free_port())
+    engine_yaml, env = local_engine_yaml(config_map["data"][f"{ROLE}.yaml"], pod_ip)
     options = [f"--env={k}={v}" for k, v in env.items()]
     options += host_volumes(pod_spec, ENGINE_CONTAINER, tmp_path, {f"{ROLE}.yaml": engine_yaml})
-    name = f"dsv4-engine-test-{port}"
+    name = f"dsv4-engine-test-{tmp_path.name}"
     run = pod_run(pod_spec, ENGINE_CONTAINER, engine_cpu_image, *options)
     started = podman("run", "--detach", f"--name={name}", *run)
     assert started.returncode == 0, started.stderr
     try:
-        assert _healthy(f"http://127.0.0.1:{port}/health"), podman("logs", name).stderr[-4000:]
+        url = f"http://{pod_ip}:{ENGINE_PORT}/health"
+        assert _healthy(url), podman("logs", name).stderr[-4000:]
     finally:
         podman("rm", "--force", name)
+
+
+def test_starts_the_router_as_its_pod(
+    engine_cpu_image: str, rendered: list[dict[str, Any]], pod_ip: str
+) -> None:
+    """The router pod runs the engine image (the sample names no router image) with the
+    command and arguments the operator renders: sglang-router, whose dependencies the image
+    installs, starts, discovering by label; with no API server to discover from it serves
+    no worker, and answers /health (its /readiness says it has none)."""
+    (router,) = (
+        o
+        for o in rendered
+        if o["kind"] == "Deployment" and o["metadata"]["name"].endswith("router")
+    )
+    spec = router["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    assert container["image"] == pod_spec_image(rendered)
+    command = router_command(container["command"], container["args"], pod_ip)
+    local = {**spec, "containers": [{**container, "command": ["python3", *command[1:3]],
+                                     "args": command[3:]}]}  # fmt: skip
+    name = f"dsv4-router-test-{pod_ip.replace('.', '-')}"
+    run = pod_run(local, "router", engine_cpu_image)
+    started = podman("run", "--detach", f"--name={name}", *run)
+    assert started.returncode == 0, started.stderr
+    try:
+        url = f"http://{pod_ip}:{ROUTER_PORT}"
+        assert _healthy(f"{url}/health"), podman("logs", name).stderr[-4000:]
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{url}/readiness", timeout=5)
+        assert refused.value.code == 503
+    finally:
+        podman("rm", "--force", name)
+
+
+def pod_spec_image(rendered: list[dict[str, Any]]) -> str:
+    """The engine image the sample's engine pods run."""
+    (workload,) = (
+        o for o in rendered if o["kind"] == "StatefulSet" and o["metadata"]["name"].endswith(ROLE)
+    )
+    (engine,) = (
+        c
+        for c in workload["spec"]["template"]["spec"]["containers"]
+        if c["name"] == ENGINE_CONTAINER
+    )
+    return engine["image"]
 
 
 def _healthy(url: str) -> bool:

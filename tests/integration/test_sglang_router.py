@@ -150,7 +150,7 @@ def test_the_rendered_router_command_starts_and_answers_health(tmp_path):
         "t",
     )["spec"]["template"]["spec"]["containers"][0]
     slot = pod_network.claim(tmp_path / "claims", tmp_path / "cluster")
-    ip = f"127.{slot}.255.254"
+    ip = pod_network.address(slot)
     argv = router_command(container["command"], container["args"], ip)
     env = {**os.environ, "KUBECONFIG": str(tmp_path / "no-such-kubeconfig")}
     with (tmp_path / "router.log").open("w") as log:

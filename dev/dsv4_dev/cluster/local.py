@@ -123,7 +123,7 @@ class LocalCluster:
             log(f"cluster {self.name}: starting control plane")
             self._create(binaries)
         self._register_nodes()
-        self._publish_pod_network()
+        self._publish_pod_network(log)
         self._wait_nodes_ready()
         self.lws.state_dir.mkdir(parents=True, exist_ok=True)
         self.lws.up(log)
@@ -282,15 +282,22 @@ class LocalCluster:
         self._kwokctl("stop", "cluster")
         self._kwokctl("start", "cluster")
 
-    def _publish_pod_network(self) -> None:
+    def _publish_pod_network(self, log: Any) -> None:
         """Tell the local runtime which addresses it hands out (`pod_network.PUBLISHED`)."""
         slot = pod_network.claim(self.pod_network_claims, self.cluster_dir)
+        routed = pod_network.local_route()
+        if not routed:
+            log(
+                f"cluster {self.name}: cannot route {pod_network.NETWORK} to this machine "
+                "(no CAP_NET_ADMIN): its local runtime's pods take loopback IPs, which "
+                "EndpointSlices refuse"
+            )
         namespace, name = pod_network.PUBLISHED
         body = {
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": {"name": name, "namespace": namespace},
-            "data": {pod_network.RANGE_KEY: pod_network.runtime_range(slot)},
+            "data": {pod_network.RANGE_KEY: pod_network.runtime_range(slot, routed)},
         }
         self.kubectl("apply", "-f", "-", input=json.dumps(body))
 

@@ -1,11 +1,17 @@
-"""The pods a local runtime runs get addresses of their own on loopback: 127.<slot>.x.x.
+"""The pods a local runtime runs get addresses of their own on this machine.
 
 On a real node every pod has its own network namespace, so every engine binds the ports
 the operator rendered (30000, the bootstrap port 8998) and sglang-router, discovering
-pods by label, reaches each at ``http://<podIP>:<port>``.  Linux routes all of
-127.0.0.0/8 to the loopback device, so with loopback pod IPs the local runtime binds each
-pod's process to the pod's own IP and the rendered ports, and the real router finds it
-where Kubernetes says it is.
+pods by label, reaches each at ``http://<podIP>:<port>``.  Here each cluster takes a block
+of `NETWORK` (RFC 2544's benchmarking range, which no real network routes), made local to
+this machine by one route on the loopback device (`local_route`: `ip route replace local
+198.18.0.0/15 dev lo`, as root): the local runtime binds each pod's process to the pod's
+own IP and the rendered ports, the real router finds it where Kubernetes says it is, and
+the API server keeps the pod in its Services' EndpointSlices as it would a real pod's.
+Where the route cannot be added (no CAP_NET_ADMIN), the block is on 127.0.0.0/8, which
+Linux routes to the loopback device anyway; the API server refuses loopback addresses in
+EndpointSlices, so the runtime's pods then stay out of them, and an operator that waits for
+a Service's ready endpoint (the image's, not the development launcher's) waits for ever.
 
 The local runtime picks the IP of each pod it runs from its cluster's `runtime_range`,
 before the pod is scheduled (the process must answer before the pod is Ready:
@@ -13,12 +19,10 @@ before the pod is scheduled (the process must answer before the pod is Ready:
 stage, patched once when the cluster is created (`annotated_pod_ips`), makes a pod's IP
 that annotation's value when it has one.  The runtime finds its range in the `PUBLISHED`
 ConfigMap.  The pods KWOK plays alone keep the IPs KWOK gives them (10.0.0.x, where
-nothing answers): a Service's EndpointSlices list those, which the API server refuses for
-loopback addresses — so no Service of a runtime's pod has endpoints, and nothing here
-reads them (the endpoint map says where a Service answers: `localrun.endpoints`).
+nothing answers).
 
 Clusters run side by side on one machine (make test keeps three, a developer's beside
-them), so each cluster claims a slot (one /16) machine-wide, under a lock: a claim is a
+them), so each cluster claims a slot (one block) machine-wide, under a lock: a claim is a
 file naming the cluster's folder, and a slot whose cluster folder no longer holds the same
 claim is free again (a cluster deleted, or a test's temporary folder gone).
 """
@@ -27,10 +31,15 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import ipaddress
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-SLOTS = range(1, 255)  # 127.0.x.x stays the machine's own
+NETWORK = ipaddress.ip_network("198.18.0.0/15")
+BLOCK_PREFIX = 21  # 2,048 addresses a cluster
+SLOTS = range(2 ** (BLOCK_PREFIX - NETWORK.prefixlen))  # 64
 CLAIM_FILE = "pod-network"
 POD_IP_ANNOTATION = "inference.dsv4.dev/local-pod-ip"
 # Where a cluster says which addresses its local runtime hands out (`runtime_range`).
@@ -45,9 +54,32 @@ _OVERRIDE = (
 )
 
 
-def runtime_range(slot: int) -> str:
-    """The addresses the local runtime hands out for ``slot``."""
-    return f"127.{slot}.0.0/16"
+def runtime_range(slot: int, routed: bool = True) -> str:
+    """The addresses the local runtime hands out for ``slot``: its block of `NETWORK`, or
+    (not ``routed``) of 127.0.0.0/8."""
+    if not routed:
+        return f"127.{slot + 1}.0.0/16"
+    return str(list(NETWORK.subnets(new_prefix=BLOCK_PREFIX))[slot])
+
+
+def address(slot: int) -> str:
+    """An address of ``slot``'s block (its first), made local where it can be: for a
+    process a test runs outside any cluster, under a slot it claimed."""
+    return str(next(ipaddress.ip_network(runtime_range(slot, local_route())).hosts()))
+
+
+def local_route() -> bool:
+    """Make `NETWORK` local to this machine (idempotent); False when it cannot be."""
+    ip = shutil.which("ip")
+    if ip is None:
+        return False
+    done = subprocess.run(
+        [ip, "route", "replace", "local", str(NETWORK), "dev", "lo"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return done.returncode == 0
 
 
 def annotated_pod_ips(kwok_config: str) -> str | None:

@@ -56,10 +56,17 @@ def test_kwoks_pod_ready_stage_is_patched_to_honour_the_annotation_once():
         pod_network.annotated_pod_ips("kind: Stage\n")
 
 
+def test_each_slot_has_a_block_of_its_own_routed_or_on_loopback():
+    blocks = [pod_network.runtime_range(slot) for slot in pod_network.SLOTS]
+    assert blocks[0] == "198.18.0.0/21" and blocks[-1] == "198.19.248.0/21"
+    assert len(set(blocks)) == len(blocks) == 64
+    assert pod_network.runtime_range(3, routed=False) == "127.4.0.0/16"
+
+
 def test_addresses_skip_those_taken():
     addresses = PodAddresses(pod_network.runtime_range(4))
-    assert addresses.pick(set()) == "127.4.0.1"
-    assert addresses.pick({"127.4.0.1", "127.4.0.2"}) == "127.4.0.3"
+    assert addresses.pick(set()) == "198.18.32.1"
+    assert addresses.pick({"198.18.32.1", "198.18.32.2"}) == "198.18.32.3"
 
 
 def test_a_router_pod_runs_its_rendered_command_bound_to_its_ip():

@@ -104,8 +104,22 @@ def test_a_probe_jobs_dsv4ctl_is_forked_with_its_argv(tmp_path):
 
 
 def test_a_command_the_fork_server_does_not_know_is_refused(tmp_path):
-    with pytest.raises(ValueError, match="not a command the fork server runs"):
+    with pytest.raises(ValueError, match="not a command this fork server runs"):
         processes.FORKS.fork(["sleep", "1"], {}, tmp_path / "x.log")
+
+
+def test_the_router_is_forked_from_a_server_of_its_own(tmp_path):
+    """sglang-router imports SGLang, torch and Triton as it starts: its own server pays that
+    once; the engines' server never imports it (Triton there would fix how kernels
+    decorate), and refuses the command."""
+    router = [sys.executable, "-m", "sglang_router.launch_router", "--help"]
+    with pytest.raises(ValueError, match="not a command this fork server runs"):
+        processes.FORKS.fork(router, {}, tmp_path / "refused.log")
+    log = tmp_path / "router.log"
+    started = processes.popen(router, {}, log)
+    assert isinstance(started, Forked)
+    assert started.wait(WAIT_S) == 0
+    assert "--service-discovery" in log.read_text()
 
 
 def test_the_fork_server_imports_nothing_that_reads_the_environment_as_it_is_imported():
