@@ -265,6 +265,10 @@ def test_clean_flags_pass_the_default_canary_and_promote_once_across_an_operator
     assert filed["samples"]["exercised"] >= exercised_needed(filed["confidence"]), filed["samples"]
     host = filed["host_tier"]
     assert host["unread"] is None and host["host_tokens"] > 0, host
+    print(
+        f"\n[rollout e2e] host tier: {host['host_tokens']} prompt tokens read back, "
+        f"{filed['samples']['exercised']} of {filed['samples']['judged']} judged answers proven"
+    )
     assert host["device_pool_tokens"] == CanarySpec().pool_tokens(Backend.REFERENCE), host
     # Users saw nothing of it: every answer came, none garbled, no engine paired formats.
     assert load.ok > 0 and not load.failed and not load.corrupt, (load.failed[:5], load.corrupt)

@@ -145,8 +145,9 @@ class CanarySpec(CamelModel):
         "`--max-total-tokens`): a pool smaller than the probe's prompts makes the engine "
         "evict prefixes to its host tier and read them back, the path a HiCache change "
         "alters; a PASS needs such reads.  It changes the canary's capacity, never its "
-        "flags or the pages' layout, and production never runs it.  Unset: 65536 on "
-        "SGLang, 16384 on the reference engine.",
+        "flags or the pages' layout, and production never runs it.  Unset: "
+        f"{CANARY_DEVICE_POOL_TOKENS[Backend.SGLANG]} on SGLang, "
+        f"{CANARY_DEVICE_POOL_TOKENS[Backend.REFERENCE]} on the reference engine.",
     )
 
     def pool_tokens(self, backend: Backend) -> int:
