@@ -8,7 +8,7 @@ unchanged and lives through the module in order, as a platform team's would: a r
 change (no canary), a corrupting flag change (FAIL → rolled back, sticky), a canary that never
 answers (INCONCLUSIVE → rolled back), and a clean change whose probing is interrupted by an
 operator restart (the probe Job runs on; the restarted operator waits for it, PASS →
-promoted once).  Every canary runs the default
+promoted once), then the promoted deployment watched and a router pod deleted under it.  Every canary runs the default
 `spec.canary` — 598 clean samples at most 0.5% corruption, 95% confidence — except where a
 test says which timeout it shortens and why.
 """
@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,7 @@ from dsv4_engine.probe.verdict import exercised_needed
 from dsv4_operator.api.rollout import CanarySpec
 from dsv4_operator.api.samples import shipped_sample
 from dsv4_operator.render.engine import ENGINE_PORT
+from dsv4_operator.render.router import ROUTER_DRAIN_S
 from dsv4_operator.rollout import manual
 from dsv4_operator.rollout.decide import ManualAction
 from tests.e2e.helpers import (
@@ -318,3 +320,50 @@ def test_the_promoted_deployment_is_watched_and_a_watch_is_no_proof(world):
     assert done["verdict"] == "NoCorruptionSeen" and done["samples"] > 0
     assert status(cluster)["phase"] == "Ready"  # a clean production watch changes nothing
     patch_spec(cluster, {"rollout": {"stableProbeIntervalSeconds": 0}})
+
+
+def test_a_deleted_router_pod_stays_until_its_process_has_drained_and_stopped(world):
+    """kubelet removes a pod only once its containers have stopped, and the router's preStop
+    sleep keeps it answering meanwhile: a router pod deleted is marked terminating, its
+    process still answers through the sleep, and the pod is gone only after the process
+    stopped.  That is what lets a paired promotion's Retire (foreground deletion of the old
+    slot's routers) remove the old engines only once no router routes to them."""
+    cluster, *_ = world
+    pods = get_json(cluster, "pods", "-n", NS, "-l", "app.kubernetes.io/component=router")
+    pod = next(p for p in pods["items"] if not p["metadata"].get("deletionTimestamp"))
+    name, url = pod["metadata"]["name"], f"http://{pod['status']['podIP']}:8000/health"
+    deleted = time.monotonic()
+    cluster.kubectl("delete", "pod", name, "-n", NS, "--wait=false")
+    answered: list[bool] = []
+
+    def gone() -> bool:
+        exists = cluster.kubectl("get", "pod", name, "-n", NS, check=False).returncode == 0
+        if exists:
+            answered.append(answers(url))
+        return not exists
+
+    wait_for("the deleted router pod to go", gone, 60)
+    assert time.monotonic() - deleted >= ROUTER_DRAIN_S
+    assert answered and answered[0], "the router answered while its pod was terminating"
+    assert not answers(url), "the pod went before its process stopped"
+    wait_for("its replacement to be Ready", lambda: ready_router(cluster, name), 60)
+
+
+def ready_router(cluster: LocalCluster, other_than: str) -> bool:
+    pods = get_json(cluster, "pods", "-n", NS, "-l", "app.kubernetes.io/component=router")
+    return any(
+        p["metadata"]["name"] != other_than
+        and any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in p["status"].get("conditions") or []
+        )
+        for p in pods["items"]
+    )
+
+
+def answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False

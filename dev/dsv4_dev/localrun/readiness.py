@@ -1,5 +1,6 @@
-"""Readiness the local runtime earns: no engine or router pod is Ready before its process
-answers, and no probe pod is KWOK's.
+"""Readiness the local runtime earns, and the termination it waits out: no engine or router
+pod is Ready before its process answers, none is gone before its process has stopped, and
+no probe pod is KWOK's.
 
 KWOK marks a pod Running and Ready the moment it is scheduled, while the process the local
 runtime starts for it takes seconds to answer.  Left alone, the StatefulSets, Deployments
@@ -15,6 +16,14 @@ completes every Job pod it runs, so the runtime reports the probe's exit itself 
 When the runtime stops it removes the policy and lifts every gate it still holds on a pod
 that has not ended: without a runtime KWOK plays every pod, as before.
 
+KWOK deletes a pod the instant it is marked for deletion, while kubelet removes it only
+once its containers have stopped.  Left alone, a Deployment deleted with foreground
+propagation would be gone while its router still answers, and a paired promotion would
+retire the old slot's engines under that router's in-flight and just-routed requests.  So
+the same policy gives every engine and router pod a finalizer (`HOLD`) standing for its
+container: the runtime removes it once the pod's process has drained and stopped (`let_go`),
+at once for a pod it runs no process for, and from every pod when it stops.
+
 The API server applies a new policy some time after it is created; a pod made meanwhile is
 KWOK's (Ready at once, a probe pod completed without running).  So the runtime says it
 plays kubelet only once a server-side dry run of a DSV4 pod comes back gated
@@ -29,6 +38,7 @@ from typing import Any
 from dsv4_operator.render.meta import APP, LABEL_COMPONENT, LABEL_NAME, PROBE_COMPONENT
 
 GATE = "inference.dsv4.dev/local-runtime"
+HOLD = "inference.dsv4.dev/local-runtime-container"
 POLICY = "dsv4-local-runtime-gate"
 _GROUP, _VERSION = "admissionregistration.k8s.io", "v1"
 _COMPONENTS = ("prefill", "decode", "router", PROBE_COMPONENT)
@@ -44,9 +54,12 @@ def policy_objects() -> list[tuple[str, dict[str, Any]]]:
         f"{labels}['{LABEL_NAME}'] == '{APP}' && '{LABEL_COMPONENT}' in {labels} && "
         f"{labels}['{LABEL_COMPONENT}'] in {list(_COMPONENTS)}"
     )
+    spec = f'spec: Object.spec{{schedulingGates: [Object.spec.schedulingGates{{name: "{GATE}"}}]}}'
+    held = f'metadata: Object.metadata{{finalizers: ["{HOLD}"]}}'
+    # Probe pods end by themselves (`probes`): only a serving container is waited out.
     gate = (
-        "Object{spec: Object.spec{schedulingGates: "
-        f'[Object.spec.schedulingGates{{name: "{GATE}"}}]}}}}'
+        f"{labels}['{LABEL_COMPONENT}'] == '{PROBE_COMPONENT}' ? "
+        f"Object{{{spec}}} : Object{{{held}, {spec}}}"
     )
     policy = {
         "apiVersion": f"{_GROUP}/{_VERSION}",
@@ -146,6 +159,36 @@ def lift(core: Any, pod: Any) -> None:
     ]
     try:
         core.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace, ops)
+    except ApiException as err:
+        if err.status not in (404, 409, 422):
+            raise
+
+
+def held(pod: Any) -> bool:
+    """The pod stays until this runtime lets it go (its process stopped)."""
+    return HOLD in (pod.metadata.finalizers or [])
+
+
+def let_go(core: Any, namespace: str, name: str, uid: str) -> None:
+    """Remove `HOLD` from the pod (by ``uid``: a pod of the same name made since is not
+    touched), as kubelet removes a pod whose containers have stopped."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        pod = core.read_namespaced_pod(name, namespace)
+    except ApiException as err:
+        if err.status == 404:
+            return
+        raise
+    if pod.metadata.uid != uid or not held(pod):
+        return
+    index = pod.metadata.finalizers.index(HOLD)
+    ops = [
+        {"op": "test", "path": f"/metadata/finalizers/{index}", "value": HOLD},
+        {"op": "remove", "path": f"/metadata/finalizers/{index}"},
+    ]
+    try:
+        core.patch_namespaced_pod(name, namespace, ops)
     except ApiException as err:
         if err.status not in (404, 409, 422):
             raise

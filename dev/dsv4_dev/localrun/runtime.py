@@ -73,9 +73,10 @@ log = logging.getLogger("dsv4_dev.localrun")
 READY_TIMEOUT_S = 60.0
 # Logged once new DSV4 pods wait for this runtime (`readiness`): who starts it waits for it.
 READY = "local runtime watching DSV4 pods"
-# A vanished pod's process keeps running this long after it stopped being published and
-# routed to, then gets SIGTERM and finishes what it has in flight — as a Service drops a
-# terminating pod's endpoint before the pod stops.
+# A terminating pod's process keeps running this long after it stopped being published and
+# routed to (its container's preStop sleep when it has one), then gets SIGTERM and finishes
+# what it has in flight — as a Service drops a terminating pod's endpoint before the pod
+# stops; the pod is gone only once its process has (`readiness.HOLD`).
 DRAIN_S = 3.0
 # kubelet's readiness defaults: a pod leaves its Service after this many failed probes in a
 # row, not after one slow answer on a busy machine (and joins it on its first good one).
@@ -111,6 +112,7 @@ class Process:
     ready: bool = False
     failures: int = 0
     container_name: str | None = None  # podman's, when it runs from a local image
+    drain_s: float = DRAIN_S  # from its pod's deletion to its SIGTERM
 
     @property
     def port(self) -> int:
@@ -212,10 +214,16 @@ class LocalRuntime:
         live = {p.metadata.uid: p for p in pods if _live(p)}
         for uid in list(self.processes):
             if uid not in live:
-                self._draining.append((time.monotonic() + DRAIN_S, self.processes.pop(uid)))
+                process = self.processes.pop(uid)
+                self._draining.append((time.monotonic() + process.drain_s, process))
             elif self.processes[uid].popen.poll() is not None:
                 self._restart(self.processes[uid])  # like kubelet: same pod, same port
         self._taken = {_annotated_ip(p) for p in pods} - {None}  # type: ignore[assignment]
+        draining = {process.pod_uid for _, process in self._draining}
+        for pod in pods:
+            if pod.metadata.deletion_timestamp and readiness.held(pod):
+                if pod.metadata.uid not in draining:  # no process of it here to wait out
+                    self._let_go(pod.metadata.namespace, pod.metadata.name, pod.metadata.uid)
         for pod in live.values():
             if pod.metadata.uid in self.processes:
                 continue
@@ -255,6 +263,8 @@ class LocalRuntime:
         for pod in pods:
             if readiness.gated(pod) and pod.status.phase not in ("Succeeded", "Failed"):
                 readiness.lift(self.core, pod)
+            if readiness.held(pod):
+                self._let_go(pod.metadata.namespace, pod.metadata.name, pod.metadata.uid)
 
     # -- engines -------------------------------------------------------------------------
     def _start_engine(self, pod: Any) -> None:
@@ -389,6 +399,7 @@ class LocalRuntime:
             labels=dict(pod.metadata.labels or {}),
             service=pod.spec.subdomain or "",
             ready_path=getattr(http, "path", None) or "/health",
+            drain_s=_pre_stop_s(pod) or DRAIN_S,
         )
         self.processes[pod.metadata.uid] = process
         log.info(
@@ -461,6 +472,12 @@ class LocalRuntime:
     def _stop(self, process: Process) -> None:
         processes.terminate(process.popen, process.container_name)
         log.info("stopped %s of %s/%s", process.component, process.namespace, process.instance)
+        self._let_go(process.namespace, process.pod, process.pod_uid)
+
+    def _let_go(self, namespace: str, pod: str, uid: str) -> None:
+        """The pod's container has stopped, so the pod may go: at once when it is marked for
+        deletion (KWOK deletes it), else whenever it is."""
+        readiness.let_go(self.core, namespace, pod, uid)
 
     def _endpoint_map(self) -> dict[str, str]:
         """Service → loopback URL for every ready process (the first of each Service), and
@@ -541,6 +558,13 @@ def _live(pod: Any) -> bool:
         and pod.metadata.deletion_timestamp is None
         and _component(pod) in ("prefill", "decode", "router")
     )
+
+
+def _pre_stop_s(pod: Any) -> float | None:
+    """The seconds of the first container's preStop sleep, if it has one."""
+    hook = pod.spec.containers[0].lifecycle
+    sleep = getattr(getattr(hook, "pre_stop", None), "sleep", None)
+    return float(sleep.seconds) if sleep is not None else None
 
 
 def _annotated_ip(pod: Any) -> str | None:

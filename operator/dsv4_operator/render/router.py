@@ -42,6 +42,10 @@ DISCOVERY_SUFFIX = "-discovery"
 # another, hence scratch at the engine image's HOME as well as /tmp.
 ROUTER_CPU = ("1", "4")  # (request, limit)
 ROUTER_MEMORY = ("2Gi", "8Gi")
+# A terminating router keeps answering this long before its SIGTERM: clients stop sending
+# to it only once its endpoint's removal has reached them (kube-proxy, a gateway), and its
+# slot's last engines (a paired promotion's Retire) go only once its pod has.
+ROUTER_DRAIN_S = 5
 ROUTER_SCRATCH = Scratch(size="1Gi", limit="2Gi", paths=(ENGINE_HOME, "/tmp"))
 
 
@@ -102,6 +106,7 @@ def router_deployment(
             "httpGet": {"path": READINESS_PATH, "port": "http"},
             "periodSeconds": 10,
         },
+        "lifecycle": {"preStop": {"sleep": {"seconds": ROUTER_DRAIN_S}}},
         "resources": _router_resources(),
         "securityContext": container_security(),
         "volumeMounts": ROUTER_SCRATCH.mounts(),

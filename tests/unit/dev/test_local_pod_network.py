@@ -19,7 +19,7 @@ from dsv4_operator.api.rollout import Slot
 from dsv4_operator.api.samples import load_sample
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.render.meta import LABEL_COMPONENT, Owner
-from dsv4_operator.render.router import router_deployment
+from dsv4_operator.render.router import ROUTER_DRAIN_S, router_deployment
 
 OWNER = Owner("flash", "serving", "u")
 SPEC = DSV4DeploymentSpec.model_validate(load_sample()["spec"])
@@ -108,7 +108,12 @@ def router_pod(uid: str, annotations: dict[str, str] | None = None) -> Any:
             annotations=annotations,
         ),
         spec=SimpleNamespace(
-            containers=[SimpleNamespace(command=container["command"], args=container["args"], readiness_probe=None)],
+            containers=[SimpleNamespace(
+                command=container["command"], args=container["args"], readiness_probe=None,
+                lifecycle=SimpleNamespace(pre_stop=SimpleNamespace(
+                    sleep=SimpleNamespace(**container["lifecycle"]["preStop"]["sleep"])
+                )),
+            )],
             scheduling_gates=[SimpleNamespace(name=GATE)],
             service_account_name="flash-router",
             subdomain=None,
@@ -142,6 +147,8 @@ def test_two_routers_started_back_to_back_get_two_ips_and_a_draining_one_gives_w
         "http://127.5.128.1:8000",
         "http://127.5.128.2:8000",
     }
+    # Each drains through its rendered preStop sleep once its pod is marked for deletion.
+    assert {p.drain_s for p in runtime.processes.values()} == {ROUTER_DRAIN_S}
     # router-a's pod is gone; its process drains.  A pod given its IP again takes it over.
     runtime._draining.append((float("inf"), runtime.processes.pop("router-a")))
     runtime._start_router(router_pod("router-c", {pod_network.POD_IP_ANNOTATION: "127.5.128.1"}))
