@@ -196,9 +196,7 @@ def dev_wiring(kube: Kube, args: argparse.Namespace) -> runtime.Wiring:
         wiring = runtime.job_wiring(kube, args)
     else:
         wiring = runtime.Wiring(
-            executor=lambda done, _: LocalProbeExecutor(
-                kube.apply, asyncio.get_running_loop(), done
-            ),
+            executor=lambda done, _: LocalProbeExecutor(kube, asyncio.get_running_loop(), done),
         )
     if args.local_endpoints:
         publish_stand_in(args.health_port)

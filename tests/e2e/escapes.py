@@ -27,6 +27,7 @@ from tests.e2e.helpers import as_account
 FENCE = "ValidatingAdmissionPolicy 'dsv4-operator-fence'"
 ACCOUNTS_FENCE = "ValidatingAdmissionPolicy 'dsv4-operator-fence-accounts'"
 PROBE_FENCE = "ValidatingAdmissionPolicy 'dsv4-probe-fence'"
+REPORT_FENCE = "ValidatingAdmissionPolicy 'dsv4-report-fence'"
 INSTANCE = "flash"
 SERVED = "inference.dsv4.dev/served"  # "true" on every namespace the operator serves
 SERVED_ONLY = f"the operator writes only in namespaces labelled {SERVED}=true"

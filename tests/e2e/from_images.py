@@ -26,11 +26,11 @@ from dsv4_dev.cluster.local import LocalCluster
 from dsv4_operator.api.samples import shipped_sample
 from dsv4_operator.render.meta import LABEL_COMPONENT, LABEL_INSTANCE
 from dsv4_operator.rollout.probe_job import COMPONENT
-from dsv4_operator.rollout.reports import PROBE_MANAGER
 from tests.e2e.escapes import SERVED
 from tests.e2e.helpers import (
     MANIFESTS,
     Installed,
+    audit_events,
     get_json,
     installed_operator,
     local_runtime,
@@ -42,6 +42,8 @@ NAME = "flash"
 SAMPLE = "flash-reference"
 HICACHE_BF16 = {"hicache": {"enabled": True, "ratio": 2.0}, "indexDtype": "bf16"}
 VERDICT_TIMEOUT = 900  # spec.canary.probeTimeoutSeconds, the default
+# What the API server records of a token it bound to a pod: the pod's name.
+POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
 
 
 def operator_image_name(installed: Installed) -> str:
@@ -148,10 +150,21 @@ def pass_a_clean_flag_change(
     built = images.podman("image", "inspect", "--format", "{{.Id}}", image, check=True)
     assert ran["imageID"] == f"sha256:{built.stdout.strip()}"
     assert (pod["status"]["phase"], ran["state"]["terminated"]["exitCode"]) == ("Succeeded", 0)
-    report = get_json(
-        cluster, "configmap", done["report"], "-n", namespace, "--show-managed-fields"
+    # The API server authenticated the verdict's write as the probe account, with the token
+    # it bound to the Job's pod (what the report fence checks; never a field-manager name).
+    writers = {
+        (e["user"]["username"], tuple((e["user"].get("extra") or {}).get(POD_NAME_EXTRA, ())))
+        for e in audit_events(cluster, installed.offset)
+        if e.get("verb") == "patch"
+        and e["objectRef"].get("resource") == "configmaps"
+        and e["objectRef"].get("name") == done["report"]
+        and e.get("responseStatus", {}).get("code") == 200
+    }
+    probe = (
+        f"system:serviceaccount:{namespace}:{job['spec']['template']['spec']['serviceAccountName']}"
     )
-    assert PROBE_MANAGER in {m["manager"] for m in report["metadata"]["managedFields"]}
+    others = {w for w in writers if w[0] != "system:serviceaccount:dsv4-system:dsv4-operator"}
+    assert others == {(probe, (pod["metadata"]["name"],))}, writers
     wait_for(
         "the new revision Ready", lambda: status(cluster, namespace).get("phase") == "Ready", 300
     )

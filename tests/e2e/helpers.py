@@ -191,13 +191,21 @@ def serving_reference_sample(
         runtime.stop()
 
 
-def account_kubeconfig(cluster: LocalCluster, namespace: str, account: str, path: Path) -> Path:
+def account_kubeconfig(
+    cluster: LocalCluster,
+    namespace: str,
+    account: str,
+    path: Path,
+    pod: tuple[str, str] | None = None,
+) -> Path:
     """A kubeconfig whose only credential is a fresh token of a ServiceAccount: the API
-    server then judges every request by that account's RBAC, as for its pod."""
+    server then judges every request by that account's RBAC, as for its pod.  ``pod``
+    (name, uid) binds the token to that pod, as kubelet's are, and the API server then
+    records the pod's name with each request it authenticates by it."""
     from kubernetes import client, config
 
     core = client.CoreV1Api(config.new_client_from_config(config_file=cluster.kubeconfig))
-    token = accounts.request_token(core, namespace, account)
+    token = accounts.request_token(core, namespace, account, pod)
     return accounts.write_kubeconfig(
         path, accounts.token_kubeconfig(cluster.kubeconfig, account, token)
     )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ import yaml
 from kubernetes import config
 
 from dsv4_dev.cluster.local import LocalCluster
+from dsv4_engine.probe import ProbeSettings
 from dsv4_operator.api import GROUP, PLURAL, VERSION
 from dsv4_operator.api.allowed import image_allowed, toleration_text
 from dsv4_operator.api.samples import SHIPPED_DIR, merge_patch
@@ -36,7 +38,12 @@ from dsv4_operator.render.meta import (
     MANAGED_BY,
     Owner,
 )
-from dsv4_operator.rollout.probe_job import PROBE_CLUSTER_ROLE, probe_account, probe_identity
+from dsv4_operator.rollout.probe_job import (
+    PROBE_CLUSTER_ROLE,
+    probe_account,
+    probe_identity,
+    probe_job,
+)
 from dsv4_operator.rollout.reports import (
     PROBE_MANAGER,
     Evidence,
@@ -45,7 +52,15 @@ from dsv4_operator.rollout.reports import (
     report_skeleton,
 )
 from tests.e2e import escapes
-from tests.e2e.escapes import ACCOUNTS_FENCE, BINDS_ONLY, ESCAPES, FENCE, PROBE_FENCE, refused
+from tests.e2e.escapes import (
+    ACCOUNTS_FENCE,
+    BINDS_ONLY,
+    ESCAPES,
+    FENCE,
+    PROBE_FENCE,
+    REPORT_FENCE,
+    refused,
+)
 from tests.e2e.helpers import (
     MANIFESTS,
     OPERATOR_NS,
@@ -442,8 +457,10 @@ def test_a_probe_fills_in_only_an_unfiled_report_of_its_own_deployment(
 ):
     """dsv4-probe lets a probe account patch the ConfigMaps of its namespace (RBAC cannot
     name a report before it exists); the probe fence narrows that back to what `dsv4ctl
-    probe` files: the verdict of a report of its own deployment that holds none yet.  The
-    operator's token makes the probe identity and the reports, as in Job mode."""
+    probe` files: the verdict of a report of its own deployment that holds none yet, and the
+    report fence to a write from a pod of the Job the report names, with the token the API
+    server bound to that pod.  The operator's token makes the probe identity, the reports
+    and the Job, as in Job mode; the Job controller makes its pod (KWOK completes it)."""
     operator = Kube(config.new_client_from_config(config_file=str(installed.kubeconfig)))
     uid = get_json(cluster, "dsv4", "flash", "-n", NS)["metadata"]["uid"]
     flash, other = Owner("flash", NS, uid), Owner("other", NS, uid)
@@ -460,37 +477,63 @@ def test_a_probe_fills_in_only_an_unfiled_report_of_its_own_deployment(
     for obj in probe_identity(flash):
         operator.apply(obj)
     attempt = ReportRef("canary", "fence", attempt=1)
-    own = operator.apply(report_skeleton(flash, attempt))
+    own = operator.create(report_skeleton(flash, attempt))
     theirs = report_skeleton(other, attempt)
     del theirs["metadata"]["ownerReferences"]  # no DSV4Deployment `other`: the GC's otherwise
-    operator.apply(theirs)
+    operator.create(theirs)
+    deployment = next(o for o in installed.objects if o["kind"] == "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    settings = ProbeSettings(base_url=f"http://flash--canary-router.{NS}.svc:8000")
+    job = operator.create(probe_job(flash, own, "canary", settings, container["image"]))
+    (pod,) = wait_for(
+        "the probe Job's pod",
+        lambda: get_json(cluster, "pods", "-n", NS, "-l", f"job-name={job['metadata']['name']}")[
+            "items"
+        ],
+        60,
+    )
     # A ConfigMap of the namespace that is no report: a tenant's own (one labelled as
     # flash's would be pruned by the running operator under the probe's hands, and flash's
     # engine ConfigMaps are immutable, refused before admission).
     engine = {"apiVersion": "v1", "kind": "ConfigMap"}
     engine["metadata"] = {"name": "tenant-settings", "namespace": NS}
     cluster.kubectl("apply", "-f", "-", input=json.dumps({**engine, "data": {"k": "v"}}))
-    probe = account_kubeconfig(cluster, NS, probe_account(flash), tmp_path / "probe.yaml")
+    bound = (pod["metadata"]["name"], pod["metadata"]["uid"])
+    probe = account_kubeconfig(cluster, NS, probe_account(flash), tmp_path / "probe.yaml", bound)
+    unbound = account_kubeconfig(cluster, NS, probe_account(flash), tmp_path / "unbound.yaml")
 
-    def file(target: dict[str, Any], labels: dict[str, str] | None = None):
+    def file(
+        target: dict[str, Any], labels: dict[str, str] | None = None, kubeconfig: Path = probe
+    ):
         """What the probe applies, as its field manager, into ``target``."""
         name = target["metadata"]["name"]
         filing = report_filing(Evidence.inconclusive(name, "http://x", "the fence test"))
         filing["metadata"].update(name=name, namespace=NS, labels=labels or {})
         body = json.dumps({"apiVersion": "v1", "kind": "ConfigMap", **filing})
         return as_account(
-            probe, "apply", "--server-side", "--force-conflicts",
+            kubeconfig, "apply", "--server-side", "--force-conflicts",
             f"--field-manager={PROBE_MANAGER}", "-f", "-", input=body,
         )  # fmt: skip
 
-    for target, labels, why in (
-        (theirs, None, "is not a rollout report of DSV4Deployment flash"),
-        (engine, None, "is not a rollout report of DSV4Deployment flash"),
-        (own, {LABEL_INSTANCE: "other"}, "a probe writes only the report's data"),
+    # Both fences refuse another deployment's report; the API server names the first.
+    theirs_refused = {
+        REPORT_FENCE: "it is a rollout report of DSV4Deployment other",
+        PROBE_FENCE: "is not a rollout report of DSV4Deployment flash",
+    }
+    for target, labels, refusals in (
+        (theirs, None, theirs_refused),
+        (engine, None, {PROBE_FENCE: "is not a rollout report of DSV4Deployment flash"}),
+        (own, {LABEL_INSTANCE: "other"}, {PROBE_FENCE: "a probe writes only the report's data"}),
     ):
         result = file(target, labels)
         assert result.returncode != 0, (target["metadata"]["name"], result.stdout)
-        assert PROBE_FENCE in result.stderr and why in result.stderr, result.stderr
+        assert any(f in result.stderr and w in result.stderr for f, w in refusals.items()), (
+            result.stderr
+        )
+    # The probe account's own token, not bound to a pod of the report's Job: refused.
+    result = file(own, kubeconfig=unbound)
+    assert result.returncode != 0 and REPORT_FENCE in result.stderr, result.stderr
+    assert f"by a pod of its probe Job {job['metadata']['name']}" in result.stderr
     filed = file(own)
     assert filed.returncode == 0, filed.stderr
     again = file(own)

@@ -1,7 +1,8 @@
 """Probe Jobs on a real control plane.
 
 The Job a rollout creates runs `dsv4ctl probe` as the probe's own ServiceAccount: first the
-test plays the pod and runs the Job's exact arguments under that account's token, so the
+test creates the Job, plays its pod and runs the Job's exact arguments under the token the
+API server binds to that pod, so the
 command line, the report filing and the shipped dsv4-probe ClusterRole, bound, are all
 checked by the real API server.  A Job whose pod nothing runs (no local runtime: KWOK completes a Job's pod
 with exit code 0, having run nothing) ends without a verdict: INCONCLUSIVE, never re-run.
@@ -31,6 +32,7 @@ from dsv4_operator.api.rollout import RolloutVerdict
 from dsv4_operator.api.samples import shipped_sample
 from dsv4_operator.kube.client import Kube
 from dsv4_operator.render.meta import LABEL_COMPONENT, Owner
+from dsv4_operator.rollout.executor import create_report
 from dsv4_operator.rollout.job_executor import JobProbeExecutor
 from dsv4_operator.rollout.probe_job import (
     ANNOTATION_REPORT,
@@ -46,7 +48,6 @@ from dsv4_operator.rollout.reports import (
     REPORT_KEY,
     ReportRef,
     outcome_from_config_map,
-    report_skeleton,
 )
 from dsv4_operator.runtime import probe_image
 from tests.e2e.helpers import (
@@ -89,7 +90,8 @@ PERMITTED = ReportRef("canary", "perm", attempt=1)
 
 def file_skeleton(kube: Kube, owner: Owner, ref: ReportRef) -> dict:
     """What the operator does before a probe Job: the report, then the Job's identity."""
-    skeleton = kube.apply(report_skeleton(owner, ref))
+    skeleton = create_report(kube, owner, ref)
+    assert skeleton is not None
     for obj in probe_identity(owner):
         kube.apply(obj)
     return skeleton
@@ -132,11 +134,22 @@ def test_the_jobs_command_files_its_verdict_as_the_probe_account(
         max_corruption_rate=0.1,
         warm_up_s=2.0,
     )
-    job = probe_job(owner, skeleton, "canary", settings, IMAGE)
+    # The Job as the operator creates it; the Job controller makes its pod (KWOK completes
+    # it, running nothing), and the test plays that pod: the Job's arguments, with the token
+    # the API server binds to the pod (as kubelet mounts it), which the report fence asks.
+    job = kube.create(probe_job(owner, skeleton, "canary", settings, IMAGE))
     (container,) = job["spec"]["template"]["spec"]["containers"]
-    kubeconfig = account_kubeconfig(
-        cluster, owner.namespace, probe_account(owner), tmp_path / "probe.kubeconfig"
+    (pod,) = wait_for(
+        "the Job's pod",
+        lambda: get_json(
+            cluster, "pods", "-n", COMMAND_NS, "-l", f"job-name={job['metadata']['name']}"
+        )["items"],
+        60,
     )
+    kubeconfig = account_kubeconfig(
+        cluster, owner.namespace, probe_account(owner), tmp_path / "probe.kubeconfig",
+        (pod["metadata"]["name"], pod["metadata"]["uid"]),
+    )  # fmt: skip
 
     ran = subprocess.run(
         [str(BIN / container["command"][0]), *container["args"], "--kubeconfig", str(kubeconfig)],

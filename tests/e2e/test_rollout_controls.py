@@ -46,7 +46,7 @@ def run_attempt(cluster: LocalCluster, owner: Owner, report: str, server_kwargs:
     assert ref.name(owner) == report
 
     async def go() -> None:
-        executor = LocalProbeExecutor(kube.apply, asyncio.get_running_loop())
+        executor = LocalProbeExecutor(kube, asyncio.get_running_loop())
         if server_kwargs is None:
             url = "http://127.0.0.1:9"  # discard port: nothing listens
             # How long the warm-up waits by default is test_probe_runner's; here, the verdict.

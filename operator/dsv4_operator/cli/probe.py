@@ -51,10 +51,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--report-configmap",
         metavar="NAME",
         help=(
-            "also file the report in this ConfigMap, as a rollout reads it (created when "
-            "missing; what a rollout's probe Job runs); an unreachable engine is filed as "
-            "INCONCLUSIVE (exit 2).  A verdict the ConfigMap holds already stands: the "
-            "command exits with it, without probing or overwriting it"
+            "also file the report in this ConfigMap, as a rollout reads it (what a "
+            "rollout's probe Job runs: the operator creates the ConfigMap first); an "
+            "unreachable engine is filed as INCONCLUSIVE (exit 2).  A verdict the ConfigMap "
+            "holds before the probe files its own is evidence this run did not produce: "
+            "the command neither repeats nor overwrites it, and exits 1 (FAIL)"
         ),
     )
     p.add_argument(
@@ -82,10 +83,15 @@ def run(args: argparse.Namespace) -> int:
     # Connect before probing: a bad kubeconfig must not cost a whole probe run.
     filing = _Filing.connect(args) if args.report_configmap else None
     if filing is not None and (earlier := filing.filed()) is not None:
-        # An earlier run of this attempt (a pod retried, evicted, or its Job recreated)
-        # filed a verdict: it stands, and probing again could only replace it.
-        print(f"{filing} already holds {earlier.verdict.value}; not probing again", file=sys.stderr)
-        return _exit_code(earlier)
+        # Whoever filed it (another pod of this attempt, or not), this run did not: a
+        # verdict there before the probe ran is no evidence of it, and repeating it would
+        # vouch for it.  The attempt FAILs (the operator trusts no PASS from a failed Job).
+        print(
+            f"evidence existed before the run: {filing} already holds "
+            f"{earlier.verdict.value}; not probing, not repeating it: FAIL",
+            file=sys.stderr,
+        )
+        return Verdict.FAIL.exit_code
     tty = sys.stderr.isatty()
     try:
         result = probe(settings, _progress_bar if tty else None)
@@ -93,9 +99,10 @@ def run(args: argparse.Namespace) -> int:
         if filing is None:
             raise CommandError(str(err), 3) from None
         unreachable = Evidence.unreachable(filing.name, settings, err)
-        standing = filing.file(unreachable) or unreachable.outcome
-        print(f"{err}: {standing.verdict.value} in {filing}", file=sys.stderr)
-        return _exit_code(standing)
+        if (standing := filing.file(unreachable)) is not None:
+            return _not_ours(filing, standing)
+        print(f"{err}: INCONCLUSIVE in {filing}", file=sys.stderr)
+        return Verdict.INCONCLUSIVE.exit_code
     finally:
         if tty:
             sys.stderr.write("\n")
@@ -110,16 +117,20 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"cannot write report: {err}", 3) from None
     standing = filing.file(evidence) if filing is not None else None
     print(json.dumps(report, indent=2) if args.output == "json" else summary_table(report))
-    if standing is not None:
-        print(f"{filing} already held {standing.verdict.value}, which stands", file=sys.stderr)
-        return _exit_code(standing)
+    if filing is not None and standing is not None:
+        return _not_ours(filing, standing)
     return result.exit_code
 
 
-def _exit_code(outcome: ProbeOutcome) -> int:
-    """The exit code of the verdict a report holds."""
-    exits = {verdict.value: verdict.exit_code for verdict in Verdict}
-    return exits.get(outcome.verdict.value, Verdict.INCONCLUSIVE.exit_code)
+def _not_ours(filing: _Filing, standing: ProbeOutcome) -> int:
+    """Someone filed a verdict while this run probed: not this run's evidence, and it
+    cannot be replaced (a filed verdict stands): the attempt FAILs."""
+    print(
+        f"{filing} was filed ({standing.verdict.value}) by someone else during this run: "
+        "that is not this run's evidence, and this one cannot replace it: FAIL",
+        file=sys.stderr,
+    )
+    return Verdict.FAIL.exit_code
 
 
 # Pauses between tries to file a verdict while the API server fails (each try already
@@ -153,8 +164,8 @@ class _Filing:
         return outcome_from_config_map(config_map) if config_map else None
 
     def file(self, evidence: Evidence) -> ProbeOutcome | None:
-        """File the verdict, unless the report holds one already: that one stands and is
-        returned (None: filed).  Server-side apply of the verdict and data only, under the
+        """File the verdict, unless the report holds one already: that one is returned
+        (None: filed), and never overwritten.  Server-side apply of the verdict and data only, under the
         probe's own field manager (the labels and owner the operator gave the ConfigMap stay
         as they are), with the resourceVersion just read as its precondition, so a verdict
         another run filed meanwhile is never overwritten."""

@@ -351,8 +351,10 @@ class Kube:
         )
 
     def create(self, obj: dict[str, Any], timeout: float = REQUEST_TIMEOUT_S) -> dict[str, Any]:
+        """A plain create (409 when the name is taken), under the operator's field manager."""
         url = path(obj["kind"], obj["metadata"].get("namespace"))
-        return self.request("POST", url, obj, timeout=timeout)
+        query = [("fieldManager", FIELD_MANAGER)]
+        return self.request("POST", url, obj, query=query, timeout=timeout)
 
     def replace(self, obj: dict[str, Any], timeout: float = REQUEST_TIMEOUT_S) -> dict[str, Any]:
         meta = obj["metadata"]

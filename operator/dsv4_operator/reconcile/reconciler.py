@@ -24,6 +24,7 @@ import datetime as dt
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from pydantic import ValidationError
@@ -83,7 +84,7 @@ from dsv4_operator.rollout.migrate import upgraded
 from dsv4_operator.rollout.observe import rolled_roles, settled, settled_slots
 from dsv4_operator.rollout.record import recorded_revisions
 from dsv4_operator.rollout.recover import RevisionRejected, Unrecoverable, recover
-from dsv4_operator.rollout.reports import FiledReport, report_selector
+from dsv4_operator.rollout.reports import FiledReport, Trust, report_selector
 from dsv4_operator.rollout.slices import canary_owner
 from dsv4_operator.spread import phase
 
@@ -437,7 +438,9 @@ class Reconciler:
         def hicache(revision: str) -> bool:
             return revision not in revisions or probes_hicache(revisions[revision])
 
-        reports = [FiledReport.of(cm, state.spec.canary, hicache) for cm in listed]
+        completed = partial(self.rollout.executor.completed, state.owner)
+        trust = Trust(state.owner, state.spec.canary, hicache, completed)
+        reports = [FiledReport.of(cm, trust) for cm in listed]
         recovered = recover(state.stable_live, state.canary_live, reports, state.ledger, state.now)
         if recovered is None:
             return None, []

@@ -3,11 +3,12 @@
 One informer per entry (per watched namespace): the DSV4Deployments themselves come
 through kopf's watch (`reconcile.handlers`) into the same cache.  Selectors keep each watch
 to the operator's own objects where labels allow; transforms drop what no pass reads, which
-is most of a pod and every object's managedFields — but a report ConfigMap's, which tell
-who filed its verdict (`rollout.reports.distrust_pass`).  A second, metadata-only watch of
-each child kind keeps the names everyone else holds (`cache.foreign`), so that creating a
-child needs no look-up first: a name another owner holds is refused from memory.  The RBAC test derives the
-operator's list/watch permissions from this table.
+is most of a pod and every object's managedFields (who filed a report's verdict is checked
+at admission, never read from its field managers: `rollout.reports.distrust_pass`).  A
+second, metadata-only watch of each child kind keeps the names everyone else holds
+(`cache.foreign`), so that creating a child needs no look-up first: a name another owner
+holds is refused from memory, and a report someone else put at an attempt's name is seen.
+The RBAC test derives the operator's list/watch permissions from this table.
 """
 
 from __future__ import annotations
@@ -17,9 +18,8 @@ from dsv4_operator.kube.cache import Obj, Store, foreign
 from dsv4_operator.kube.informer import Watch
 from dsv4_operator.reconcile.blockers import FAILED_CREATE_SELECTOR
 from dsv4_operator.render.lws import LWS_KIND
-from dsv4_operator.render.meta import APP, LABEL_COMPONENT, LABEL_INSTANCE, LABEL_NAME
+from dsv4_operator.render.meta import APP, LABEL_INSTANCE, LABEL_NAME
 from dsv4_operator.render.placement import GPU_PRODUCT_LABEL
-from dsv4_operator.rollout.reports import COMPONENT as REPORT_COMPONENT
 
 OURS = f"{LABEL_NAME}={APP}"  # every child, report, probe Job and pod the operator makes
 OTHERS = f"{LABEL_NAME}!={APP}"  # everything else (an object without the label too)
@@ -41,12 +41,6 @@ def without_managed_fields(obj: Obj) -> Obj:
     if "managedFields" not in meta:
         return obj
     return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
-
-
-def config_map(obj: Obj) -> Obj:
-    """Reports keep their managedFields (who filed the verdict); engine configs do not."""
-    labels = obj["metadata"].get("labels") or {}
-    return obj if labels.get(LABEL_COMPONENT) == REPORT_COMPONENT else without_managed_fields(obj)
 
 
 def name_only(obj: Obj) -> Obj:
@@ -72,7 +66,7 @@ WATCHES: tuple[Watch, ...] = (
             kind,
             OURS,
             indexed_labels=(LABEL_INSTANCE,),
-            transform=config_map if kind == "ConfigMap" else without_managed_fields,
+            transform=without_managed_fields,
             optional=kind == LWS_KIND,
             why="the children of every deployment (and its rollout reports)",
         )

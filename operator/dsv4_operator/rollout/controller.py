@@ -38,8 +38,8 @@ from dsv4_operator.rollout.observe import slice_ready
 from dsv4_operator.rollout.reports import (
     FiledReport,
     ReportRef,
-    checked,
-    outcome_from_config_map,
+    Trust,
+    owned_outcome,
     report_selector,
     stale_canary_reports,
     untrusted,
@@ -178,35 +178,41 @@ class RolloutController:
         return ready
 
     def _outcome(self, state: PassView, ref: ReportRef) -> ProbeOutcome | None:
-        config_map = self.cache.get("ConfigMap", state.owner.namespace, ref.name(state.owner))
-        return outcome_from_config_map(config_map) if config_map else None
+        """A watch run's verdict (a report someone else put there: FAIL)."""
+        owner = state.owner
+        config_map = self.cache.holder("ConfigMap", owner.namespace, ref.name(owner))
+        return owned_outcome(config_map, owner) if config_map else None
 
     def _canary_outcome(
         self, state: PassView, before: RolloutStatus, ref: ReportRef
     ) -> ProbeOutcome | None:
-        """The attempt's verdict; a PASS only as it holds up (`reports.checked`, with the
-        host-tier reads the canary's revision asks for).
+        """The attempt's verdict as a rollout may act on it (`reports.Trust`: a report the
+        operator did not create FAILs; a PASS holds up against the canary settings, the
+        host-tier reads the canary's revision asks for, and its Job's exit).
 
         A probe pod files its report and only then exits, so the report's watch event can
         wake a pass while its Job is still active: such a PASS is no verdict yet (None, the
         probe still runs) until the Job completes, for at most `JOB_EXIT_GRACE_S`."""
         owner = state.owner
         name = ref.name(owner)
-        config_map = self.cache.get("ConfigMap", owner.namespace, name)
-        outcome = outcome_from_config_map(config_map) if config_map else None
-        if outcome is None or config_map is None or outcome.verdict is not RolloutVerdict.PASS:
-            return outcome
+        config_map = self.cache.holder("ConfigMap", owner.namespace, name)
+        if config_map is None:
+            return None
         completed = self.executor.completed(owner, name)
         exiting = completed is False and self.executor.running(owner, name)
         hicache = before.canary is not None and probes_hicache(before.canary)
-        found = checked(
-            config_map, outcome, state.spec.canary, None if exiting else completed, hicache
+        trust = Trust(
+            owner,
+            state.spec.canary,
+            lambda revision: hicache,
+            lambda report: None if exiting else completed,
         )
-        if found is outcome and exiting:  # holds up so far: the Job's exit decides
-            why = self._exit_overdue(state, name)
+        found = trust.outcome(config_map)
+        if found is not None and found.verdict is RolloutVerdict.PASS and exiting:
+            why = self._exit_overdue(state, name)  # holds up so far: the Job's exit decides
             if why is None:
                 return None  # wait for the Job to complete
-            found = untrusted(outcome, why)
+            found = untrusted(found, why)
         self._exit_seen.pop((owner.namespace, name), None)
         return found
 

@@ -21,11 +21,14 @@ from typing import Any, Protocol
 
 from dsv4_engine.probe import ProbeConnectionError, ProbeSettings, run_probes
 from dsv4_operator import metrics
+from dsv4_operator.kube.client import ApiError
 from dsv4_operator.render.meta import Owner
 from dsv4_operator.rollout.reports import (
     PROBE_MANAGER,
     Evidence,
     ReportRef,
+    foreign_report,
+    outcome_from_config_map,
     report_filing,
     report_skeleton,
 )
@@ -54,6 +57,29 @@ class ProbeExecutor(Protocol):
         ...
 
 
+def create_report(kube: Any, owner: Owner, ref: ReportRef) -> dict[str, Any] | None:
+    """The attempt's report ConfigMap, created now (a plain create: never applied over one
+    that exists), or None where one someone else made holds its name.
+
+    One that exists already is used only if it is the operator's own and holds no verdict
+    yet: a start interrupted after the create (an operator restart, a failed Job create).
+    Anything else — another's, or one with a verdict before the probe ran — is evidence
+    that existed before the run: it is left as it is, and the pass reads it as FAIL
+    (`reports.owned_outcome`)."""
+    try:
+        return kube.create(report_skeleton(owner, ref))
+    except ApiError as err:
+        if err.status != 409:
+            raise
+    held = kube.get("ConfigMap", owner.namespace, ref.name(owner))
+    if held is None:
+        raise ApiError(409, f"report {ref.name(owner)} existed, then vanished: try again")
+    if foreign_report(held, owner) is None and outcome_from_config_map(held) is None:
+        return held
+    log.warning("probe %s: its report ConfigMap existed before the run; not probing", held)
+    return None
+
+
 def record(owner: Owner, target: str, evidence: Evidence) -> None:
     outcome = evidence.outcome
     metrics.record_verdict(
@@ -69,16 +95,17 @@ def record(owner: Owner, target: str, evidence: Evidence) -> None:
 
 class LocalProbeExecutor:
     """Probe tasks on the operator's own event loop.  A task files its report as a probe
-    Job does: the skeleton under the operator's field manager, the verdict under the
-    probe's, so the operator's PASS check reads both kinds of report the same way."""
+    Job does: the skeleton created first (`create_report`), the verdict then applied into
+    it, so the operator's checks read both kinds of report the same way.  ``kube``: the
+    API client (create, get, apply)."""
 
     def __init__(
         self,
-        apply: Callable[..., Any],
+        kube: Any,
         loop: asyncio.AbstractEventLoop,
         on_done: Callable[[Owner], None] = lambda owner: None,
     ) -> None:
-        self._apply = apply
+        self._kube = kube
         self._loop = loop
         self._on_done = on_done
         self._running: dict[str, concurrent.futures.Future[None]] = {}
@@ -112,15 +139,16 @@ class LocalProbeExecutor:
         """One attempt, start to report; never raises (a failure is retried, not lost)."""
         report = ref.name(owner)
         try:
-            await asyncio.to_thread(self._apply, report_skeleton(owner, ref))
-            evidence = await _probe(report, settings)
-            filing = report_filing(evidence)
-            filing["metadata"].update(name=report, namespace=owner.namespace)
-            body = {"apiVersion": "v1", "kind": "ConfigMap", **filing}
-            await asyncio.to_thread(self._apply, body, manager=PROBE_MANAGER)
+            if await asyncio.to_thread(create_report, self._kube, owner, ref) is not None:
+                evidence = await _probe(report, settings)
+                filing = report_filing(evidence)
+                filing["metadata"].update(name=report, namespace=owner.namespace)
+                body = {"apiVersion": "v1", "kind": "ConfigMap", **filing}
+                await asyncio.to_thread(self._kube.apply, body, manager=PROBE_MANAGER)
+                record(owner, ref.target, evidence)
+                log.info("probe %s: %s", report, evidence.outcome.verdict.value)
+            # Filed, or never run (another's report there: the pass reads it as FAIL).
             self._filed.add(report)
-            record(owner, ref.target, evidence)
-            log.info("probe %s: %s", report, evidence.outcome.verdict.value)
         except Exception:  # noqa: BLE001 - the attempt is retried by the next reconcile
             log.exception("probe %s could not file its report; it will be run again", report)
         finally:

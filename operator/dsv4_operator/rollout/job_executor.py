@@ -14,21 +14,23 @@ from typing import Any
 
 from dsv4_engine.probe import ProbeSettings
 from dsv4_operator.kube.cache import Reader
+from dsv4_operator.kube.client import ApiError
 from dsv4_operator.render.meta import Owner
-from dsv4_operator.rollout.executor import record
+from dsv4_operator.rollout.executor import create_report, record
 from dsv4_operator.rollout.probe_job import (
     JobState,
-    attempt_objects,
-    job_name,
     job_state,
+    owned_by,
+    probe_identity,
+    probe_job,
 )
 from dsv4_operator.rollout.reports import (
     LABEL_TARGET,
     Evidence,
     ReportRef,
+    job_name,
     outcome_from_config_map,
     report_config_map,
-    report_skeleton,
     requests_from_config_map,
 )
 
@@ -57,9 +59,14 @@ class JobProbeExecutor:
         return state is JobState.ACTIVE
 
     def completed(self, owner: Owner, report: str) -> bool | None:
-        """A Job that is gone (its TTL passed) can no longer vouch for its report: False."""
-        state, _ = job_state(self.cache.get("Job", owner.namespace, job_name(report)))
-        return state is JobState.SUCCEEDED
+        """Whether the attempt's own Job — the operator's, owned by the report it created —
+        completed.  A Job that is gone (its TTL passed) can no longer vouch for its report:
+        False."""
+        job = self.cache.get("Job", owner.namespace, job_name(report))
+        config_map = self.cache.get("ConfigMap", owner.namespace, report)
+        if config_map is None or job is None or not owned_by(job, config_map):
+            return False
+        return job_state(job)[0] is JobState.SUCCEEDED
 
     def start(self, owner: Owner, ref: ReportRef, settings: ProbeSettings) -> None:
         report = ref.name(owner)
@@ -70,9 +77,21 @@ class JobProbeExecutor:
         if state is not JobState.ABSENT:
             self._ended_without_report(owner, ref, settings, why)
             return
-        skeleton = self.kube.apply(report_skeleton(owner, ref))
-        for obj in attempt_objects(owner, skeleton, ref.target, settings, self.image):
+        skeleton = create_report(self.kube, owner, ref)
+        if skeleton is None:
+            return  # someone else's: the pass reads it as FAIL (`reports.owned_outcome`)
+        for obj in probe_identity(owner):
             self.kube.apply(obj)
+        made = probe_job(owner, skeleton, ref.target, settings, self.image)
+        try:
+            self.kube.create(made)
+        except ApiError as err:
+            if err.status != 409:
+                raise
+            held = self.kube.get("Job", owner.namespace, made["metadata"]["name"])
+            if held is None or not owned_by(held, skeleton):
+                self._foreign_job(owner, ref, settings, made["metadata"]["name"])
+                return
         self._watching.add((owner.namespace, report))
         log.info("probe %s: Job %s created", report, job_name(report))
 
@@ -97,6 +116,19 @@ class JobProbeExecutor:
         evidence = Evidence.inconclusive(report, settings.base_url, message)
         self.kube.apply(report_config_map(owner, ref, evidence))
         self._watching.discard((owner.namespace, report))
+        record(owner, ref.target, evidence)
+        log.warning("probe %s: %s", report, message)
+
+    def _foreign_job(self, owner: Owner, ref: ReportRef, settings: ProbeSettings, job: str) -> None:
+        """A Job the operator did not create holds the attempt's Job name: whatever it
+        files is no evidence of this attempt, which FAILs (never runs in its stead)."""
+        report = ref.name(owner)
+        message = (
+            f"a Job named {job} that the operator did not create for this attempt holds its "
+            "probe Job's name: the attempt cannot run its own probe, and FAILs"
+        )
+        evidence = Evidence.failed(report, settings.base_url, message)
+        self.kube.apply(report_config_map(owner, ref, evidence))
         record(owner, ref.target, evidence)
         log.warning("probe %s: %s", report, message)
 

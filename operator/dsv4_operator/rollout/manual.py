@@ -10,11 +10,16 @@ retry), so a control that outlives its rollout is refused instead of acting on t
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 
 from dsv4_operator.rollout.decide import Manual, ManualAction
 
 ANNOTATION = "inference.dsv4.dev/rollout-action"
+# What `dsv4ctl rollout` writes is ~40 characters; the token is copied into the status
+# (`handledAction`), so a longer annotation is refused, never copied (the admission fence,
+# dsv4-rollout-actions, refuses it before it is stored).
+MAX_CONTROL = 128
 
 
 def encode(action: ManualAction, token: str, revision: str) -> str:
@@ -27,6 +32,10 @@ def parse(annotations: Mapping[str, str] | None) -> Manual | None:
     raw = (annotations or {}).get(ANNOTATION)
     if not raw:
         return None
+    if len(raw) > MAX_CONTROL:
+        digest = hashlib.sha256(raw.encode()).hexdigest()[:16]
+        why = f"the annotation holds {len(raw)} characters; a control is at most {MAX_CONTROL}"
+        return Manual(ManualAction.ABORT, f"sha256:{digest}", error=why)
     action, _, rest = raw.partition("/")
     token, _, revision = rest.partition("/")
     try:

@@ -8,7 +8,6 @@ a pod per attempt, logs, a deadline — and a verdict that does not die with the
 
 from __future__ import annotations
 
-import hashlib
 from enum import Enum
 from typing import Any
 
@@ -16,23 +15,29 @@ from dsv4_engine.probe import ProbeSettings
 from dsv4_engine.probe.args import probe_args
 from dsv4_engine.probe.exitcodes import VERDICT_NOT_FILED
 from dsv4_engine.probe.verdict import Verdict
-from dsv4_operator.render.meta import PROBE_COMPONENT, Owner, metadata
+from dsv4_operator.render.meta import (
+    LABEL_COMPONENT,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    PROBE_COMPONENT,
+    Owner,
+    metadata,
+)
 from dsv4_operator.render.rbac import cluster_role_identity
 from dsv4_operator.render.security import Scratch, container_security, pod_security
-from dsv4_operator.rollout.reports import LABEL_TARGET
+from dsv4_operator.rollout.reports import LABEL_TARGET, job_name
 
 COMPONENT = PROBE_COMPONENT
 CONTAINER = "probe"
 ANNOTATION_REPORT = "inference.dsv4.dev/report"
-MAX_NAME = 63  # a Job's name is also a label value on its pods
 # Past its step's own deadline (decided by the operator) a probe is only load: Kubernetes
 # stops it this long after the probe's last sample could have started.
 DEADLINE_SLACK_S = 60
 # A probe pod that could not run (exit 3: the API or the engine could not be reached before
 # a verdict) is retried this often; a verdict (exit 1 FAIL, 2 INCONCLUSIVE, 4 reached but
 # not filed) never is — re-running a probe until it passes is exactly what a canary must
-# not do.  A retried pod (and one evicted) first reads the report: a verdict filed by an
-# earlier pod of the attempt stands, and it exits with it instead of probing again.
+# not do.  A retried pod (and one evicted) first reads the report: a verdict already there
+# is evidence that existed before its run, never repeated: it exits FAIL (`cli.probe`).
 RETRIES = 2
 # Finished Jobs stay a day for `kubectl logs`; the report ConfigMap (their owner) stays as
 # long as the rollout references it and takes its Job with it when deleted.
@@ -82,12 +87,18 @@ def _owned_by(report: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def job_name(report: str) -> str:
-    """The report's own name when it fits, else a prefix of it plus a hash of the whole."""
-    if len(report) <= MAX_NAME:
-        return report
-    digest = hashlib.sha256(report.encode()).hexdigest()[:10]
-    return f"{report[: MAX_NAME - len(digest) - 1].rstrip('-')}-{digest}"
+def owned_by(job: dict[str, Any], report: dict[str, Any]) -> bool:
+    """Whether ``job`` is the operator's probe Job of ``report`` (the report ConfigMap as
+    created): labelled as the operator labels it and controlled by that very object (its
+    uid: a report deleted and made again by anyone is another object)."""
+    meta = job["metadata"]
+    labels = meta.get("labels") or {}
+    controllers = [r.get("uid") for r in meta.get("ownerReferences") or [] if r.get("controller")]
+    return (
+        labels.get(LABEL_MANAGED_BY) == MANAGED_BY
+        and labels.get(LABEL_COMPONENT) == COMPONENT
+        and controllers == [report["metadata"]["uid"]]
+    )
 
 
 def probe_job(

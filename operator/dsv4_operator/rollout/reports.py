@@ -9,6 +9,7 @@ recorded as INCONCLUSIVE instead (see `job_executor`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections import Counter
@@ -23,6 +24,8 @@ from dsv4_operator.api.rollout import CanarySpec, RolloutVerdict
 from dsv4_operator.render.meta import (
     LABEL_COMPONENT,
     LABEL_INSTANCE,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
     REPORT_COMPONENT,
     Owner,
     metadata,
@@ -81,8 +84,26 @@ class Evidence:
         cls, report: str, base_url: str, message: str, requests: dict[str, int] | None = None
     ) -> Evidence:
         """No probe result to show, only why (the report then has no samples)."""
-        body = {"verdict": "INCONCLUSIVE", "reasons": [message], "base_url": base_url}
-        outcome = ProbeOutcome(RolloutVerdict.INCONCLUSIVE, None, None, 0, report, message)
+        return cls._without_samples(
+            RolloutVerdict.INCONCLUSIVE, report, base_url, message, requests
+        )
+
+    @classmethod
+    def failed(cls, report: str, base_url: str, message: str) -> Evidence:
+        """An attempt that FAILs without a probe run (something else took its place)."""
+        return cls._without_samples(RolloutVerdict.FAIL, report, base_url, message, None)
+
+    @classmethod
+    def _without_samples(
+        cls,
+        verdict: RolloutVerdict,
+        report: str,
+        base_url: str,
+        message: str,
+        requests: dict[str, int] | None,
+    ) -> Evidence:
+        body = {"verdict": verdict.value, "reasons": [message], "base_url": base_url}
+        outcome = ProbeOutcome(verdict, None, None, 0, report, message)
         return cls(body, outcome, requests or {})
 
 
@@ -96,12 +117,16 @@ def _violations(result: ProbeResult) -> int | None:
 
 # Canary reports kept per DSV4Deployment: the evidence of the latest rollouts, bounded.
 REPORTS_KEPT = 10
-# The field manager a probe files its verdict under: the operator trusts a PASS only when
-# the report's data is this manager's (the operator's own manager never writes verdicts).
+# The field manager a probe files its verdict under.  A name the client picks, so it proves
+# nothing and nothing trusts it: who wrote a verdict is checked at admission, from the
+# identity the API server authenticated (fence.yaml, dsv4-report-fence).
 PROBE_MANAGER = "dsv4-probe"
 LABEL_TARGET = "inference.dsv4.dev/probe-target"
 ANNOTATION_REVISION = "inference.dsv4.dev/revision"
 ANNOTATION_ATTEMPT = "inference.dsv4.dev/attempt"
+# The Job whose pods alone may file the report's verdict (dsv4-report-fence reads it).
+ANNOTATION_PROBE_JOB = "inference.dsv4.dev/probe-job"
+MAX_JOB_NAME = 63  # a Job's name is also a label value on its pods
 
 
 @dataclass(frozen=True)
@@ -119,9 +144,54 @@ class ReportRef:
         started = self.started.replace(":", "").replace("-", "").lower()
         return f"{owner.name}-stable-{self.revision}-{started}"
 
+    def job(self, owner: Owner) -> str:
+        """The name of the probe Job that runs this attempt (`job_name`)."""
+        return job_name(self.name(owner))
+
+
+def job_name(report: str) -> str:
+    """The probe Job of the report ``report``: the report's own name when it fits, else a
+    prefix of it plus a hash of the whole."""
+    if len(report) <= MAX_JOB_NAME:
+        return report
+    digest = hashlib.sha256(report.encode()).hexdigest()[:10]
+    return f"{report[: MAX_JOB_NAME - len(digest) - 1].rstrip('-')}-{digest}"
+
 
 def report_selector(owner: Owner) -> str:
     return f"{LABEL_INSTANCE}={owner.name},{LABEL_COMPONENT}={COMPONENT}"
+
+
+@dataclass(frozen=True)
+class Trust:
+    """What a filed verdict is checked against before anything acts on it: the report must
+    be the one the operator created for ``owner`` (`foreign_report`: else it FAILs, as
+    evidence that existed before the run), and a PASS must hold up (`checked`) against
+    ``canary``, the host-tier reads ``hicache`` says its revision asks for, and whether the
+    probe Job that filed it completed (``completed``, by report name)."""
+
+    owner: Owner
+    canary: CanarySpec
+    hicache: Callable[[str], bool] = lambda revision: True
+    completed: Callable[[str], bool | None] = lambda report: None
+
+    def outcome(self, config_map: dict[str, Any]) -> ProbeOutcome | None:
+        """The verdict ``config_map`` holds, as a rollout may act on it; None: none yet."""
+        outcome = owned_outcome(config_map, self.owner)
+        if outcome is None or outcome.verdict is not RolloutVerdict.PASS:
+            return outcome
+        meta = config_map["metadata"]
+        revision = (meta.get("annotations") or {}).get(ANNOTATION_REVISION, "")
+        return checked(outcome, self.canary, self.completed(meta["name"]), self.hicache(revision))
+
+
+def owned_outcome(config_map: dict[str, Any], owner: Owner) -> ProbeOutcome | None:
+    """The verdict a report of ``owner`` holds (None: none yet), or FAIL where it is not
+    the operator's report (`foreign_report`): evidence that existed before the run."""
+    why = foreign_report(config_map, owner)
+    if why is not None:
+        return existed_before(config_map["metadata"]["name"], why)
+    return outcome_from_config_map(config_map)
 
 
 @dataclass(frozen=True)
@@ -136,21 +206,13 @@ class FiledReport:
     outcome: ProbeOutcome | None
 
     @classmethod
-    def of(
-        cls,
-        config_map: dict[str, Any],
-        canary: CanarySpec | None = None,
-        hicache: Callable[[str], bool] = lambda revision: True,
-    ) -> FiledReport:
-        """The report as filed; with ``canary`` (the settings a PASS must meet now), a PASS
-        is re-checked (`checked`) as every path that promotes on it must, asking for
-        host-tier reads where ``hicache`` says the report's revision runs HiCache."""
+    def of(cls, config_map: dict[str, Any], trust: Trust | None = None) -> FiledReport:
+        """The report as filed; with ``trust``, its verdict as every path that acts on it
+        must read it (`Trust.outcome`)."""
         meta = config_map["metadata"]
         annotations = meta.get("annotations") or {}
-        outcome = outcome_from_config_map(config_map)
-        if outcome is not None and canary is not None:
-            revision = annotations.get(ANNOTATION_REVISION, "")
-            outcome = checked(config_map, outcome, canary, None, hicache(revision))
+        filed = outcome_from_config_map(config_map)
+        outcome = trust.outcome(config_map) if trust is not None and filed else filed
         attempt = annotations.get(ANNOTATION_ATTEMPT, "0")
         return cls(
             name=meta["name"],
@@ -174,16 +236,55 @@ def stale_canary_reports(reports: list[FiledReport], keep: int = REPORTS_KEPT) -
 def report_skeleton(owner: Owner, ref: ReportRef) -> dict[str, Any]:
     """The report ConfigMap before its probe has run: owned by the resource, no data yet.
 
-    A probe Job fills it in (`report_filing`); the operator creates it first so that the
-    Job needs no say over ownership and creates nothing: the probe fence (fence.yaml,
-    dsv4-probe-fence) lets a probe patch only a report like this one, of its own
-    deployment, while it holds no verdict.  Target,
-    revision and attempt ride along so a lost `status.rollout` can be rebuilt from reports.
+    The operator creates it (a plain create, never over what exists: `foreign_report`)
+    before the attempt's Job, which is owned by it and fills it in (`report_filing`): the
+    fences (fence.yaml) let only the pods of the Job it names (`ANNOTATION_PROBE_JOB`) file
+    a verdict into it, and only while it holds none.  Target, revision and attempt ride
+    along so a lost `status.rollout` can be rebuilt from reports.
     """
     meta = metadata(owner, ref.name(owner), COMPONENT)
     meta["labels"][LABEL_TARGET] = ref.target
-    meta["annotations"] = {ANNOTATION_REVISION: ref.revision, ANNOTATION_ATTEMPT: str(ref.attempt)}
+    meta["annotations"] = {
+        ANNOTATION_REVISION: ref.revision,
+        ANNOTATION_ATTEMPT: str(ref.attempt),
+        ANNOTATION_PROBE_JOB: ref.job(owner),
+    }
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta}
+
+
+def foreign_report(config_map: dict[str, Any], owner: Owner) -> str | None:
+    """Why ``config_map``, read where one of ``owner``'s reports goes, is not a report the
+    operator created (`report_skeleton`: its labels, the Job it names, the resource as its
+    controlling owner), or None when it is.
+
+    Only the operator may create a ConfigMap labelled as a report (fence.yaml,
+    dsv4-report-fence), so one that is not the operator's was put there by someone else,
+    before the operator could create its own: whatever it says is evidence that existed
+    before the run, and the attempt FAILs on it (`existed_before`)."""
+    meta = config_map["metadata"]
+    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+    want = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_INSTANCE: owner.name, LABEL_COMPONENT: COMPONENT}
+    wrong = sorted(k for k, v in want.items() if labels.get(k) != v)
+    if labels.get(LABEL_TARGET) not in ("canary", "stable"):
+        wrong.append(LABEL_TARGET)
+    if annotations.get(ANNOTATION_PROBE_JOB) != job_name(meta["name"]):
+        wrong.append(ANNOTATION_PROBE_JOB)
+    if wrong:
+        return f"its {', '.join(wrong)} are not what the operator sets"
+    controllers = [r.get("uid") for r in meta.get("ownerReferences") or [] if r.get("controller")]
+    if controllers != [owner.uid]:
+        return f"it is not controlled by DSV4Deployment {owner.name} (uid {owner.uid})"
+    return None
+
+
+def existed_before(report: str, why: str) -> ProbeOutcome:
+    """The verdict of an attempt whose report ConfigMap someone else made: FAIL."""
+    message = (
+        f"evidence existed before the run: ConfigMap {report} is not the report the operator "
+        f"created for this attempt ({why}); nothing in it is trusted"
+    )
+    log.warning("report %s: %s", report, message)
+    return ProbeOutcome(RolloutVerdict.FAIL, None, None, 0, report, message)
 
 
 def report_filing(evidence: Evidence) -> dict[str, Any]:
@@ -258,17 +359,7 @@ def _raw_outcome(config_map: dict[str, Any]) -> dict[str, Any]:
     return raw if isinstance(raw, dict) else {}
 
 
-def data_managers(config_map: dict[str, Any]) -> set[str]:
-    """Field managers that own any of the ConfigMap's data (from its managedFields)."""
-    return {
-        entry.get("manager", "")
-        for entry in config_map["metadata"].get("managedFields") or []
-        if "f:data" in (entry.get("fieldsV1") or {})
-    }
-
-
 def distrust_pass(
-    config_map: dict[str, Any],
     outcome: ProbeOutcome,
     needed: int,
     threshold: float,
@@ -278,18 +369,17 @@ def distrust_pass(
 ) -> str | None:
     """Why a PASS read from a report must not promote anything, or None when it holds.
 
-    The report is re-checked, not believed: it was filed by a probe (the probe's field
-    manager, no other, owns its data), its judged samples reach what the canary settings
-    require now, its corruption count keeps the exact upper bound below the threshold, with
+    The report is re-checked, not believed.  Who filed it is not read from it (a field
+    manager is a name the client picks): the fences let only the operator create a report
+    and only the pods of the Job it names file its verdict (fence.yaml), the caller checked
+    the report is the operator's own (`foreign_report`), and ``completed`` says whether
+    that Job — owned by this very report — completed.  Then: its judged samples reach what
+    the canary settings require now, its corruption count keeps the exact upper bound below the threshold, with
     ``hicache`` (the revision probed runs it) enough of its samples read a prefix back from
     the host tier — the probe's own rule, `verdict.unexercised`, with a report that does
     not say counting none — its engines' kv-canary (every canary runs it:
     `slices.canary_spec`) was read and counted no violation, and (``completed`` not None: a
     probe Job) the probe run itself ended with exit 0."""
-    managers = data_managers(config_map)
-    if managers != {PROBE_MANAGER}:
-        found = ", ".join(sorted(managers)) or "nobody"
-        return f"its data was written by {found}, not by the probe ({PROBE_MANAGER})"
     if outcome.samples < needed:
         return f"{outcome.samples} judged samples, {needed} required by spec.canary"
     bound = upper_bound(outcome.corrupt, outcome.samples, confidence)
@@ -312,7 +402,6 @@ def distrust_pass(
 
 
 def checked(
-    config_map: dict[str, Any],
     outcome: ProbeOutcome,
     canary: CanarySpec,
     completed: bool | None,
@@ -324,7 +413,6 @@ def checked(
     if outcome.verdict is not RolloutVerdict.PASS:
         return outcome
     why = distrust_pass(
-        config_map,
         outcome,
         canary.sample_count,
         canary.max_corruption_rate,

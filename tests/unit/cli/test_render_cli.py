@@ -46,10 +46,11 @@ def comparable(obj):
 
 
 def applied(world, since=0):
-    """The children the operator sent, last body per object, in the order first sent."""
+    """The children the operator sent (applied, or created as a probe's report is), last
+    body per object, in the order first sent."""
     sent = {}
     for write in world.api.log[since:]:
-        if write.verb == "apply" and write.key[0] not in (KIND, "Event"):
+        if write.verb in ("apply", "create") and write.key[0] not in (KIND, "Event"):
             sent[(write.key[0], write.key[2])] = comparable(write.body)
     return sent
 

@@ -1,4 +1,4 @@
-"""The admission fence's two policies and its settings line up with the operator.
+"""The admission fence's policies and its settings line up with the operator.
 
 What the fence refuses is shown against the real API server (tests/e2e/test_install.py,
 tests/e2e/test_namespaced_install.py); here, what must agree for that to hold: the two
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 
+from dsv4_engine.probe import ProbeSettings
 from dsv4_operator.api import allowed, host_paths
 from dsv4_operator.render.meta import (
     LABEL_COMPONENT,
@@ -23,8 +24,9 @@ from dsv4_operator.render.meta import (
     Owner,
 )
 from dsv4_operator.render.router import router_shared
-from dsv4_operator.rollout import reports
-from dsv4_operator.rollout.probe_job import PROBE_CLUSTER_ROLE, probe_identity
+from dsv4_operator.rollout import manual, reports
+from dsv4_operator.rollout.decide import ManualAction
+from dsv4_operator.rollout.probe_job import PROBE_CLUSTER_ROLE, probe_identity, probe_job
 from dsv4_operator.runtime import allowed_by, parse_args
 from tests.unit.install.test_install_namespaced import OPERATOR_NS, SERVING_NS, load, one
 
@@ -158,3 +160,58 @@ def test_rule_6_pairs_each_shipped_cluster_role_with_the_account_the_code_binds_
         (subject,) = binding["subjects"]
         suffix = subject["name"].removeprefix(f"{owner.name}")
         assert f"'{binding['roleRef']['name']}': variables.instance + '{suffix}'" in bound
+
+
+REPORTS = one(FENCE, "ValidatingAdmissionPolicy", "dsv4-report-fence")
+PROBE_ACCOUNTS = one(FENCE, "ValidatingAdmissionPolicy", "dsv4-probe-accounts-fence")
+EXEC = one(FENCE, "ValidatingAdmissionPolicy", "dsv4-probe-exec-fence")
+ACTIONS = one(FENCE, "ValidatingAdmissionPolicy", "dsv4-rollout-actions")
+
+
+def test_the_report_fences_name_what_the_code_writes():
+    """The report fence finds a report, its deployment and its Job by the labels and the
+    annotation the operator writes on the report it creates, and the probe's account by the
+    name the operator gives it; the probe-account fences take the accounts and the Jobs the
+    operator makes for probes as their params."""
+    owner = Owner("flash", "ns", "uid")
+    ref = reports.ReportRef("canary", "rev", attempt=1)
+    skeleton = reports.report_skeleton(owner, ref)
+    created = {**skeleton, "metadata": {**skeleton["metadata"], "uid": "report-uid"}}
+    text = str(REPORTS["spec"])
+    assert skeleton["metadata"]["labels"][LABEL_COMPONENT] == REPORT_COMPONENT
+    assert f"['{LABEL_COMPONENT}'] == '{REPORT_COMPONENT}'" in text
+    assert f"'{LABEL_INSTANCE}'" in variable(REPORTS, "instance")
+    annotations = skeleton["metadata"]["annotations"]
+    assert annotations[reports.ANNOTATION_PROBE_JOB] == ref.job(owner)
+    assert f"'{reports.ANNOTATION_PROBE_JOB}'" in variable(REPORTS, "job")
+    account, _ = probe_identity(owner)
+    assert account["metadata"]["name"] == f"{owner.name}-probe"
+    assert "variables.instance + '-probe'" in text
+    for policy in ("dsv4-probe-accounts-fence", "dsv4-probe-exec-fence"):
+        ref_ = one(FENCE, "ValidatingAdmissionPolicyBinding", policy)["spec"]["paramRef"]
+        assert "namespace" not in ref_  # the request's own namespace
+        assert ref_["selector"]["matchLabels"].items() <= account["metadata"]["labels"].items()
+    job = probe_job(owner, created, "canary", ProbeSettings(base_url="http://x"), "img")
+    assert (
+        job["metadata"]["labels"].items()
+        >= {k: v for k, v in account["metadata"]["labels"].items() if k != LABEL_INSTANCE}.items()
+    )
+    assert PROBE_ACCOUNTS["spec"]["paramKind"]["kind"] == "ServiceAccount"
+    assert EXEC["spec"]["paramKind"]["kind"] == "Job"
+
+
+def test_each_rollout_action_is_a_verb_of_its_own():
+    """Every manual action the operator acts on is a verb the fence asks the authorizer
+    for, and a shipped ClusterRole grants exactly that verb."""
+    rbac = load("base", "rbac.yaml")
+    assert manual.ANNOTATION in str(ACTIONS["spec"]["matchConditions"])
+    assert f"<= {manual.MAX_CONTROL}" in ACTIONS["spec"]["validations"][0]["expression"]
+    for action in ManualAction:
+        assert f"'{action.value}'" in ACTIONS["spec"]["validations"][1]["expression"]
+        role = one(rbac, "ClusterRole", f"dsv4-rollout-{action.value}")
+        (rule,) = role["rules"]
+        assert rule == {
+            "apiGroups": ["inference.dsv4.dev"],
+            "resources": ["dsv4deployments"],
+            "verbs": [action.value],
+        }

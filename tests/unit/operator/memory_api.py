@@ -3,15 +3,15 @@
 It answers the `Kube` methods the operator uses (get, list, apply, create, replace, delete,
 patch_merge) with the semantics the reconcile relies on: resourceVersions and their
 preconditions (409), `generation` bumps on spec changes only, the status subresource,
-create-only 409s, garbage collection through owner references, the field manager that owns
-a ConfigMap's data, label selectors.  It can make the operator "die" right before its N-th
-write (`crash_before_write`), which a real API server cannot do on cue.  The end-to-end
-tests run the same operator against the real control plane; this double never replaces them.
+create-only 409s, garbage collection through owner references, label selectors.  It can
+make the operator "die" right before its N-th write (`crash_before_write`), which a real API
+server cannot do on cue.  The end-to-end tests run the same operator against the real
+control plane; this double never replaces them.
 
 Alongside the API it plays the controllers the operator depends on: `settle` is the
 StatefulSet/Deployment controller and kubelet (every workload rolled and Ready, or held back
 for chosen names), `run_probe_jobs` is a probe Job's pod (files a scripted verdict into the
-report as the probe's field manager, then completes the Job).
+report as the probe does, then completes the Job).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import orjson
 from dsv4_operator.api.times import stamp
 from dsv4_operator.kube.client import ApiError
 from dsv4_operator.kube.selectors import field_match, label_match
-from dsv4_operator.rollout.reports import OUTCOME_KEY, PROBE_MANAGER
+from dsv4_operator.rollout.reports import OUTCOME_KEY
 
 Key = tuple[str, str | None, str]  # (kind, namespace, name)
 WRITES = ("apply", "create", "replace", "delete", "patch_merge")
@@ -145,8 +145,6 @@ class MemoryApi:
             current = self._new(obj)
         else:
             self._merge(current, obj)
-        if "data" in obj:
-            _own_data(current, manager)
         self.objects[key] = current
         self.log.append(Write("apply", key, _json_copy(obj), created))
         return _json_copy(current)
@@ -346,7 +344,6 @@ class MemoryApi:
             if cm is not None:
                 cm.setdefault("data", {})[OUTCOME_KEY] = json.dumps(outcome)
                 cm["data"]["report.json"] = json.dumps({"verdict": outcome["verdict"]})
-                _own_data(cm, PROBE_MANAGER)
                 self._bump(cm)
             if exit_now:
                 _end_job(job, outcome["verdict"])
@@ -419,17 +416,6 @@ def _digest(value: Any) -> str:
 def _end_job(job: dict[str, Any], verdict: str) -> None:
     done = "Complete" if verdict == "PASS" else "Failed"
     job["status"] = {"conditions": [{"type": done, "status": "True", "reason": "Ran"}]}
-
-
-def _own_data(config_map: dict[str, Any], manager: str) -> None:
-    """The manager that last wrote `data` now owns it (what managedFields would say)."""
-    fields = [
-        f
-        for f in config_map["metadata"].get("managedFields") or []
-        if "f:data" not in f["fieldsV1"]
-    ]
-    fields.append({"manager": manager, "operation": "Apply", "fieldsV1": {"f:data": {}}})
-    config_map["metadata"]["managedFields"] = fields
 
 
 def apply_json_patch(doc: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:

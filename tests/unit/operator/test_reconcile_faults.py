@@ -220,6 +220,21 @@ def test_a_control_acts_once_and_is_never_acted_on_again():
     assert not world.events("RolloutActionIgnored")
 
 
+def test_an_oversized_control_is_refused_once_and_never_copied_into_the_status():
+    """A 200 KB annotation (the review's) is no control: refused by its size, and what the
+    status keeps of it is a short digest, never the annotation."""
+    world = ready_world()
+    world.patch_spec("flash", FP4)
+    world.until("probing", lambda: world.phase() == "Probing", passes=3)
+    world.annotate("flash", manual.ANNOTATION, "promote/" + "x" * 200_000)
+    world.step("flash")
+    handled = world.rollout()["handledAction"]
+    assert handled.startswith("sha256:") and len(handled) <= manual.MAX_CONTROL
+    (ignored,) = world.events("RolloutActionIgnored")
+    assert "200008 characters; a control is at most 128" in ignored["message"]
+    assert world.phase() == "Probing"  # refused: it neither promoted nor aborted
+
+
 def test_a_leftover_promote_does_not_promote_the_next_rollout():
     world = ready_world()
     world.verdict = lambda job: FAIL
@@ -392,7 +407,9 @@ def test_status_wiped_after_a_promotion_timed_out_keeps_the_timeout():
 
 def test_status_wiped_mid_promotion_rechecks_the_pass_report():
     """The PASS that resumes a promotion is the probe's, re-checked as on the first read:
-    one the probe did not file (or that no longer holds up) rolls the promotion back."""
+    one in a report made again by someone else (deleted, then created with the same
+    content: another object, which the attempt's Job does not belong to) rolls the
+    promotion back."""
     world = ready_world()
     world.held = lambda obj: obj["metadata"]["name"] == "flash-decode"
     world.patch_spec("flash", HICACHE)
@@ -400,14 +417,14 @@ def test_status_wiped_mid_promotion_rechecks_the_pass_report():
     report = world.rollout()["report"]
 
     def rewritten(cm: dict) -> None:  # a person "fixes" the report by hand
-        cm["metadata"]["managedFields"] = [{"manager": "kubectl-edit", "fieldsV1": {"f:data": {}}}]
+        cm["metadata"]["uid"] = "uid-of-a-report-made-again"
 
     world.api.user_patch("ConfigMap", NS, report, rewritten)
     world.wipe_status("flash")
     world.step("flash")
     rollout = world.rollout()
     assert rollout["phase"] == "RolledBack" and rollout["verdict"] == "INCONCLUSIVE", rollout
-    assert "not by the probe" in rollout["verdictReason"], rollout
+    assert "its probe Job did not complete with exit code 0" in rollout["verdictReason"], rollout
 
 
 def as_written_before_the_engine_revision(rollout: dict) -> dict:

@@ -19,7 +19,6 @@ from dsv4_operator.rollout.reports import (
     PROBE_MANAGER,
     Evidence,
     ReportRef,
-    data_managers,
     report_filing,
     report_skeleton,
 )
@@ -254,20 +253,30 @@ def _filed(api: MemoryApi) -> str:
     return api.get("ConfigMap", NS, REPORT)["metadata"]["annotations"][ANNOTATION_VERDICT]
 
 
-def test_a_rerun_of_an_attempt_that_filed_exits_with_that_verdict_without_probing(
-    server_thread, monkeypatch, capsys
+@pytest.mark.parametrize("verdict", ["PASS", "FAIL"])
+def test_a_verdict_there_before_the_run_is_never_repeated_and_fails_the_attempt(
+    server_thread, monkeypatch, capsys, verdict
 ):
-    api = _reports(monkeypatch, verdict="FAIL")
+    """The forged PASS of issue 62: a PASS pre-filed into the attempt's report, which the
+    probe used to repeat ("already holds PASS; not probing again", exit 0).  Whoever filed
+    it, this run did not: it probes nothing, leaves the report alone and exits FAIL."""
+    api = _reports(monkeypatch, verdict=verdict)
     srv = server_thread()  # clean: a new run would PASS
     assert _probe(srv.url) == 1
-    assert srv.server.chat_requests == 0, "not probed again"
-    assert _filed(api) == "FAIL"
-    assert "already holds FAIL; not probing again" in capsys.readouterr().err
+    assert srv.server.chat_requests == 0, "not probed"
+    assert _filed(api) == verdict, "left as it is"
+    err = capsys.readouterr().err
+    assert (
+        f"evidence existed before the run: configmap {NS}/{REPORT} already holds {verdict}" in err
+    )
 
 
-def test_a_verdict_filed_meanwhile_by_another_run_is_never_overwritten(
-    server_thread, monkeypatch, capsys
+@pytest.mark.parametrize("verdict", ["PASS", "FAIL"])
+def test_a_verdict_filed_by_someone_else_during_the_run_fails_the_attempt(
+    server_thread, monkeypatch, capsys, verdict
 ):
+    """A verdict raced in while the probe ran is neither overwritten (a filed verdict
+    stands) nor taken as this run's: exit FAIL."""
     api = _reports(monkeypatch)
     srv = server_thread()
     reads = []
@@ -276,20 +285,20 @@ def test_a_verdict_filed_meanwhile_by_another_run_is_never_overwritten(
     def get(kind, namespace, name, *args):
         reads.append(name)
         if len(reads) == 2:  # after the first look, before the filing: a rival files
-            _file_as_probe(api, "FAIL")
+            _file_as_probe(api, verdict)
         return real_get(kind, namespace, name, *args)
 
     monkeypatch.setattr(api, "get", get)
-    assert _probe(srv.url) == 1, "the verdict filed first stands"
-    assert _filed(api) == "FAIL"
-    assert "already held FAIL, which stands" in capsys.readouterr().err
+    assert _probe(srv.url) == 1
+    assert srv.server.chat_requests > 0
+    assert _filed(api) == verdict
+    assert f"was filed ({verdict}) by someone else during this run" in capsys.readouterr().err
 
 
-def test_a_pass_is_filed_once_under_the_probe_field_manager(server_thread, monkeypatch):
+def test_a_pass_is_filed_once(server_thread, monkeypatch):
     api = _reports(monkeypatch)
     assert _probe(server_thread().url) == 0
-    config_map = api.get("ConfigMap", NS, REPORT)
-    assert _filed(api) == "PASS" and data_managers(config_map) == {PROBE_MANAGER}
+    assert _filed(api) == "PASS"
 
 
 def test_a_verdict_that_cannot_be_filed_exits_4_after_bounded_retries(

@@ -15,16 +15,20 @@ from dsv4_operator.kube.selectors import label_match
 from dsv4_operator.render.meta import LABEL_MANAGED_BY, MANAGED_BY, Owner, instance_selector
 from dsv4_operator.rollout.probe_job import (
     CONTAINER,
-    MAX_NAME,
     PROBE_CLUSTER_ROLE,
     JobState,
-    job_name,
     job_state,
+    owned_by,
     probe_account,
     probe_identity,
     probe_job,
 )
-from dsv4_operator.rollout.reports import FiledReport, stale_canary_reports
+from dsv4_operator.rollout.reports import (
+    MAX_JOB_NAME,
+    FiledReport,
+    job_name,
+    stale_canary_reports,
+)
 
 OWNER = Owner(name="flash", namespace="prod", uid="uid-of-flash")
 REPORT = {"metadata": {"name": "flash-canary-ab12cd34-1", "uid": "uid-of-report"}}
@@ -146,9 +150,18 @@ def test_job_names_fit_a_label_and_stay_distinct():
     assert job_name("flash-canary-ab12cd34-1") == "flash-canary-ab12cd34-1"
     base = "a-very-long-deployment-name-for-the-team-x-stable-0123456789-0-20261129t141500z"
     one, two = job_name(base), job_name(base.replace("141500", "151500"))
-    assert len(one) <= MAX_NAME and len(two) <= MAX_NAME
+    assert len(one) <= MAX_JOB_NAME and len(two) <= MAX_JOB_NAME
     assert one != two and one == job_name(base)
     assert one[0].isalnum() and one[-1].isalnum()
+
+
+def test_a_job_is_the_attempts_only_when_the_operator_made_it_for_that_very_report():
+    job = probe_job(OWNER, REPORT, "canary", EVERYTHING, "operator:1")
+    assert owned_by(job, REPORT)
+    remade = {"metadata": {**REPORT["metadata"], "uid": "uid-of-a-report-made-again"}}
+    assert not owned_by(job, remade)
+    unlabelled = {**job, "metadata": {**job["metadata"], "labels": {}}}
+    assert not owned_by(unlabelled, REPORT)
 
 
 def condition(kind: str, status: str = "True", reason: str = "", message: str = "") -> dict:

@@ -14,13 +14,17 @@ from dsv4_operator.kube.selectors import label_match
 from dsv4_operator.render.meta import LABEL_MANAGED_BY, MANAGED_BY, Owner, instance_selector
 from dsv4_operator.rollout.decide import ProbeOutcome
 from dsv4_operator.rollout.reports import (
-    PROBE_MANAGER,
+    MAX_JOB_NAME,
     REPORT_KEY,
     Evidence,
     FiledReport,
     ReportRef,
+    Trust,
     distrust_pass,
+    foreign_report,
+    job_name,
     outcome_from_config_map,
+    owned_outcome,
     report_config_map,
     report_filing,
     report_skeleton,
@@ -91,35 +95,64 @@ def test_a_report_says_which_run_it_is_so_a_lost_status_can_be_rebuilt():
     assert watch.name(OWNER) == "flash-stable-ab12cd34-20261129t120000z"
 
 
-def _managed(config_map: dict, data_manager: str) -> dict:
-    fields = [
-        {"manager": "dsv4-operator", "operation": "Apply", "fieldsV1": {"f:metadata": {}}},
-        {"manager": data_manager, "operation": "Apply", "fieldsV1": {"f:data": {}}},
-    ]
-    return {**config_map, "metadata": {**config_map["metadata"], "managedFields": fields}}
-
-
 PASSED = ProbeOutcome(
     RolloutVerdict.PASS, 0.0, 0.00499, 598, NAME, exercised=0, kv_canary_violations=0
 )
 
 
 def test_a_pass_is_trusted_only_when_the_report_holds_up():
-    """A PASS promotes production, so the operator re-checks the report it reads."""
-    good = _managed(report_config_map(OWNER, REF, FAILED), PROBE_MANAGER)
+    """A PASS promotes production, so the operator re-checks the report it reads.  Who
+    filed it is not among the checks: a field manager is a name the client picks (the
+    forged PASS of issue 62 was filed under the probe's); admission checks the writer."""
 
-    def why(config_map, outcome, completed: bool | None = True) -> str | None:
-        return distrust_pass(config_map, outcome, 598, 0.005, 0.95, completed, hicache=False)
+    def why(outcome, completed: bool | None = True) -> str | None:
+        return distrust_pass(outcome, 598, 0.005, 0.95, completed, hicache=False)
 
-    assert why(good, PASSED) is None
-    assert why(good, PASSED, completed=None) is None
-    forged = _managed(good, "kubectl-edit")
-    assert "written by kubectl-edit, not by the probe" in why(forged, PASSED)
+    assert why(PASSED) is None
+    assert why(PASSED, completed=None) is None
     short = ProbeOutcome(RolloutVerdict.PASS, 0.0, 0.004, 400, NAME)
-    assert "400 judged samples, 598 required" in why(good, short)
+    assert "400 judged samples, 598 required" in why(short)
     dirty = ProbeOutcome(RolloutVerdict.PASS, 1 / 598, 0.004, 598, NAME)
-    assert "1/598 corrupt bounds the rate" in why(good, dirty)
-    assert "did not complete with exit code 0" in why(good, PASSED, completed=False)
+    assert "1/598 corrupt bounds the rate" in why(dirty)
+    assert "did not complete with exit code 0" in why(PASSED, completed=False)
+
+
+def test_only_the_report_the_operator_created_is_its_own():
+    """Any verdict in a ConfigMap at a report's name that the operator did not create (its
+    labels, the Job it names, the DSV4Deployment as controller) is evidence that existed
+    before the run: the attempt FAILs on it, whatever it says."""
+    passed = Evidence(body={"verdict": "PASS"}, outcome=PASSED, requests={"valid": 598})
+    own = report_config_map(OWNER, REF, passed)
+    assert foreign_report(own, OWNER) is None
+    assert own["metadata"]["annotations"]["inference.dsv4.dev/probe-job"] == NAME
+    unlabelled = {**own, "metadata": {"name": NAME, "namespace": "prod"}}
+    assert "app.kubernetes.io/component" in foreign_report(unlabelled, OWNER)
+    other_job = json.loads(json.dumps(own))
+    other_job["metadata"]["annotations"]["inference.dsv4.dev/probe-job"] = "tenant-job"
+    assert "inference.dsv4.dev/probe-job" in foreign_report(other_job, OWNER)
+    other_owner = json.loads(json.dumps(own))
+    other_owner["metadata"]["ownerReferences"][0]["uid"] = "uid-of-a-namesake"
+    assert "not controlled by DSV4Deployment flash" in foreign_report(other_owner, OWNER)
+    for forged in (unlabelled, other_job, other_owner):
+        outcome = owned_outcome(forged, OWNER)
+        assert outcome is not None and outcome.verdict is RolloutVerdict.FAIL
+        assert outcome.message.startswith("evidence existed before the run: ConfigMap " + NAME)
+        trusted = Trust(OWNER, CanarySpec(), lambda r: False, lambda r: True).outcome(forged)
+        assert trusted.verdict is RolloutVerdict.FAIL
+    assert owned_outcome(report_skeleton(OWNER, REF), OWNER) is None  # none filed yet
+    assert owned_outcome(unlabelled | {"data": {}}, OWNER).verdict is RolloutVerdict.FAIL
+
+
+def test_long_report_names_get_jobs_whose_names_fit():
+    long_owner = Owner(name="x" * 40, namespace="prod", uid="u")
+    ref = ReportRef("stable", "ab12cd34", started="2026-11-29T12:00:00Z")
+    job = ref.job(long_owner)
+    assert len(ref.name(long_owner)) > MAX_JOB_NAME >= len(job)
+    assert (
+        report_skeleton(long_owner, ref)["metadata"]["annotations"]["inference.dsv4.dev/probe-job"]
+        == job
+        == job_name(ref.name(long_owner))
+    )
 
 
 def test_a_hicache_pass_is_trusted_only_with_enough_host_tier_reads():
@@ -127,10 +160,9 @@ def test_a_hicache_pass_is_trusted_only_with_enough_host_tier_reads():
     on, a PASS whose samples did not read 24 prefixes back from the host tier (or whose
     report does not say, as one filed before they were counted) promotes nothing; without
     HiCache the count is not asked for."""
-    good = _managed(report_config_map(OWNER, REF, FAILED), PROBE_MANAGER)
 
     def why(outcome: ProbeOutcome, hicache: bool) -> str | None:
-        return distrust_pass(good, outcome, 598, 0.005, 0.95, True, hicache=hicache)
+        return distrust_pass(outcome, 598, 0.005, 0.95, True, hicache=hicache)
 
     assert why(PASSED, hicache=False) is None
     assert why(PASSED, hicache=True) == (
@@ -147,11 +179,10 @@ def test_a_pass_is_trusted_only_when_the_canary_engines_kv_canary_was_read_clean
     """Every canary runs kv-canary (`slices.canary_spec`): a PASS whose report does not show
     it read (one filed before the probe read it, or a read that failed), or shows a
     violation, promotes nothing."""
-    good = _managed(report_config_map(OWNER, REF, FAILED), PROBE_MANAGER)
 
     def why(violations: int | None) -> str | None:
         outcome = replace(PASSED, kv_canary_violations=violations)
-        return distrust_pass(good, outcome, 598, 0.005, 0.95, True, hicache=False)
+        return distrust_pass(outcome, 598, 0.005, 0.95, True, hicache=False)
 
     assert why(0) is None
     assert why(None) == "it does not show the canary engines' kv-canary violations read"
@@ -170,23 +201,29 @@ def test_a_report_read_for_recovery_is_re_checked_against_its_revisions_hicache(
     a PASS without host-tier reads proves nothing of a revision that runs HiCache (or of
     one no workload records), and stays a PASS for one that runs without it."""
     passed = Evidence(body={"verdict": "PASS"}, outcome=PASSED, requests={"valid": 598})
-    filed = _managed(report_config_map(OWNER, REF, passed), PROBE_MANAGER)
+    filed = report_config_map(OWNER, REF, passed)
     asked: list[str] = []
 
     def runs_hicache(revision: str) -> bool:
         asked.append(revision)
         return True
 
-    rechecked = FiledReport.of(filed, CanarySpec(), runs_hicache)
+    def trust(hicache=lambda revision: True, completed=lambda report: True) -> Trust:
+        return Trust(OWNER, CanarySpec(), hicache, completed)
+
+    rechecked = FiledReport.of(filed, trust(runs_hicache))
     assert asked == [REF.revision]
     assert rechecked.outcome is not None
     assert rechecked.outcome.verdict is RolloutVerdict.INCONCLUSIVE
     assert (
         "only 0 judged answers are proven to have read a prefix back" in rechecked.outcome.message
     )
-    assert FiledReport.of(filed, CanarySpec()).outcome.verdict is RolloutVerdict.INCONCLUSIVE
-    without = FiledReport.of(filed, CanarySpec(), lambda revision: False)
+    assert FiledReport.of(filed, trust()).outcome.verdict is RolloutVerdict.INCONCLUSIVE
+    without = FiledReport.of(filed, trust(lambda revision: False))
     assert without.outcome is not None and without.outcome.verdict is RolloutVerdict.PASS
+    # ... and its Job must have completed, as on the rollout's own path.
+    gone = FiledReport.of(filed, trust(lambda revision: False, lambda report: False))
+    assert gone.outcome.verdict is RolloutVerdict.INCONCLUSIVE
     assert FiledReport.of(filed).outcome.verdict is RolloutVerdict.PASS, "as filed, unchecked"
 
 
