@@ -102,6 +102,94 @@ OPERATOR_OWNED_FLAGS: tuple[str, ...] = (
 # value in extraArgs would contradict the pod it runs in.  Refused, with their own reason.
 TRANSFER_FORMAT_FLAGS: tuple[str, ...] = ("--page-size", "--kv-cache-dtype")
 
+# SGLang 0.5.23 flags that bring in what the revision does not hold: code (remote model
+# code, custom logit processors and weight loaders, request-supplied chat templates, tool
+# servers), a file, directory or URL read at start (a config merged into the arguments —
+# `--config` can set any flag, the owned ones included —, templates, a tokenizer apart from
+# the model, other weights, adapters and draft models, storage and cache configs), keys, and
+# files written outside the pod's scratch.  What such a file holds is never canaried: it
+# can change without a revision.  Refused in extraArgs, by the same prefix test as the owned
+# flags; each is checked against SGLang's own parser, aliases included
+# (tests/unit/engine/test_engine_config_sglang.py).
+UNTRACKED_INPUT_FLAGS: tuple[str, ...] = (
+    # code
+    "--trust-remote-code",
+    "--enable-custom-logit-processor",
+    "--custom-weight-loader",
+    "--trust-request-chat-template",
+    "--tool-server",
+    # a config merged into the arguments or the model's, or read by a component
+    "--config",
+    "--json-model-override-args",
+    "--decrypted-config-file",
+    "--decrypted-draft-config-file",
+    "--model-loader-extra-config",
+    "--hicache-storage-backend-extra-config",
+    "--hierarchical-sparse-attention-extra-config",
+    "--hisparse-config",
+    "--flexkv-config-file",
+    "--lmcache-config-file",
+    "--mm-process-config",
+    "--pdmux-config-path",
+    "--kv-events-config",
+    "--modelexpress-config",
+    "--radix-eviction-policy-config",
+    "--unified-cache-external-linker-config",
+    "--speculative-adaptive-config",
+    "--deepep-config",
+    "--cuda-graph-config",
+    "--msprobe-dump-config",
+    "--watermark-config",
+    # templates and a tokenizer apart from the model
+    "--chat-template",
+    "--completion-template",
+    "--tokenizer-path",
+    # other weights, adapters, draft models and corpora
+    "--load-format",
+    "--download-dir",
+    "--quantization-param-path",
+    "--kt-weight-path",
+    "--modelopt-checkpoint-restore-path",
+    "--enable-lora",
+    "--lora-paths",
+    "--uno-lora-path",
+    "--speculative-draft-model-path",
+    "--speculative-draft-model",
+    "--speculative-draft-load-format",
+    "--speculative-ngram-external-corpus-path",
+    "--speculative-dspark-confidence-sts-path",
+    "--speculative-dspark-sps-table-path",
+    "--remote-instance-weight-loader-backend",
+    "--remote-instance-weight-loader-seed-instance-ip",
+    "--remote-instance-weight-loader-seed-instance-service-port",
+    "--remote-instance-weight-loader-send-weights-group-ports",
+    "--remote-instance-weight-loader-start-seed-via-transfer-engine",
+    # keys (the admin API is the operator's to close)
+    "--admin-api-key",
+    "--api-key",
+    "--ssl-keyfile",
+    "--ssl-certfile",
+    "--ssl-ca-certs",
+    "--ssl-keyfile-password",
+    # files written outside the pod's scratch
+    "--export-metrics-to-file-dir",
+    "--file-storage-path",
+    "--debug-tensor-dump-input-file",
+    "--spec-trace-dir",
+    "--modelopt-checkpoint-save-path",
+    "--modelopt-export-path",
+    "--ple-offload-dir",
+)
+# SGLang options that begin a refused flag's name yet are options of their own: argparse
+# takes an exact name over an abbreviation, so these are not refused as prefixes.
+UNTRACKED_PREFIXES_OF_THEIR_OWN: tuple[str, ...] = (
+    "--export-metrics-to-file",
+    "--hicache-storage-backend",
+    "--quantization",
+    "--radix-eviction-policy",
+    "--speculative-adaptive",
+)
+
 # Environment the launcher sets from typed fields, or LeaderWorkerSet sets for a group: a
 # user `env` entry of the same name would contradict the field (refused in `env`).
 INDEX_DTYPE_ENV = "DSV4_INDEX_DTYPE"  # features.indexDtype, read by the SGLang plugin
@@ -117,18 +205,23 @@ OPERATOR_OWNED_ENV: tuple[str, ...] = (
 )
 
 
-def flag_in(extra_args: list[str] | tuple[str, ...], flags: tuple[str, ...]) -> str | None:
+def flag_in(
+    extra_args: list[str] | tuple[str, ...],
+    flags: tuple[str, ...],
+    own: tuple[str, ...] = (),
+) -> str | None:
     """The first extra argument that would set one of ``flags``, else None.
 
     argparse accepts any unambiguous prefix of a long option (`--tp` means `--tp-size`),
     so a token is refused when it is a prefix of a listed flag, not only when it equals
-    one.  The CRD's CEL rules for `extraArgs` are the same test.
+    one — unless it is in ``own``: an option of its own name, which argparse takes exactly.
+    The CRD's CEL rules for `extraArgs` are the same test.
     """
     for arg in extra_args:
         if not arg.startswith("--"):
             continue
         flag = arg.split("=", 1)[0]
-        if any(listed.startswith(flag) for listed in flags):
+        if flag not in own and any(listed.startswith(flag) for listed in flags):
             return arg
     return None
 
@@ -139,6 +232,10 @@ def owned_flag_in(extra_args: list[str] | tuple[str, ...]) -> str | None:
 
 def transfer_flag_in(extra_args: list[str] | tuple[str, ...]) -> str | None:
     return flag_in(extra_args, TRANSFER_FORMAT_FLAGS)
+
+
+def untracked_flag_in(extra_args: list[str] | tuple[str, ...]) -> str | None:
+    return flag_in(extra_args, UNTRACKED_INPUT_FLAGS, UNTRACKED_PREFIXES_OF_THEIR_OWN)
 
 
 class Disaggregation(CamelModel):

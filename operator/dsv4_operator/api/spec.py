@@ -21,11 +21,14 @@ from dsv4_engine.engine_config import (
     OPERATOR_OWNED_ENV,
     OPERATOR_OWNED_FLAGS,
     TRANSFER_FORMAT_FLAGS,
+    UNTRACKED_INPUT_FLAGS,
+    UNTRACKED_PREFIXES_OF_THEIR_OWN,
     Backend,
     Disaggregation,
     ReferenceModelKind,
     owned_flag_in,
     transfer_flag_in,
+    untracked_flag_in,
 )
 from dsv4_engine.features import CamelModel, EngineFeatures, IndexDtype, Role
 from dsv4_engine.index_k import SGLANG_INDEX_DTYPES, sglang_index_dtype_error
@@ -127,15 +130,25 @@ KnownIssueId = Annotated[str, StringConstraints(max_length=63, pattern=known_iss
 ExtraArg = Annotated[str, StringConstraints(max_length=256)]
 
 
-def _sets_one_of(flags: tuple[str, ...]) -> str:
-    """CEL: extra argument `a` sets one of ``flags`` (or an argparse prefix of one)."""
+def _sets_one_of(flags: tuple[str, ...], own: tuple[str, ...] = ()) -> str:
+    """CEL: extra argument `a` sets one of ``flags`` (or an argparse prefix of one that is
+    not an option of its own, in ``own``): `engine_config.flag_in`."""
     listed = "[" + ", ".join(f"'{flag}'" for flag in flags) + "]"
-    return f"a.startsWith('--') && {listed}.exists(o, o.startsWith(a.split('=')[0]))"
+    test = f"a.startsWith('--') && {listed}.exists(o, o.startsWith(a.split('=')[0]))"
+    if not own:
+        return test
+    exact = "[" + ", ".join(f"'{flag}'" for flag in own) + "]"
+    return f"{test} && !(a.split('=')[0] in {exact})"
 
 
 _TRANSFER_ARG = (
     "extraArgs must not set --page-size or --kv-cache-dtype: they size the KV pools, and the "
     "operator sizes each engine pod's memory with SGLang's defaults for them"
+)
+_UNTRACKED_ARG = (
+    "extraArgs must not load code or read a file, directory, URL or key the revision does "
+    "not hold (--config, --trust-remote-code, --chat-template, --tokenizer-path, "
+    "--admin-api-key, …): what it brings in is never canaried"
 )
 _OWNED_ENV = (
     "env must not set a variable the operator or LeaderWorkerSet sets ("
@@ -169,6 +182,12 @@ class RoleSpec(CamelModel):
             f"!self.extraArgs.exists(a, {_sets_one_of(OPERATOR_OWNED_FLAGS)})",
             "extraArgs must not set a flag the operator owns (model, parallelism, "
             "disaggregation, HiCache, kv-canary, host/port); use the typed field",
+            ".extraArgs",
+        ),
+        cel(
+            "!self.extraArgs.exists(a, "
+            f"{_sets_one_of(UNTRACKED_INPUT_FLAGS, UNTRACKED_PREFIXES_OF_THEIR_OWN)})",
+            _UNTRACKED_ARG,
             ".extraArgs",
         ),
         cel(f"!self.env.exists(e, e.name in {_OWNED_ENV_LIST})", _OWNED_ENV, ".env"),
@@ -212,6 +231,9 @@ class RoleSpec(CamelModel):
         transfer = transfer_flag_in(self.extra_args)
         if transfer is not None:
             raise ValueError(f"{_TRANSFER_ARG} (got {transfer!r})")
+        untracked = untracked_flag_in(self.extra_args)
+        if untracked is not None:
+            raise ValueError(f"{_UNTRACKED_ARG} (got {untracked!r})")
         names = [e.name for e in self.env]
         owned_env = next((n for n in names if n in OPERATOR_OWNED_ENV), None)
         if owned_env is not None:

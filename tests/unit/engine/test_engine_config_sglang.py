@@ -6,11 +6,14 @@ import pytest
 
 from dsv4_engine.engine_config import (
     OPERATOR_OWNED_FLAGS,
+    UNTRACKED_INPUT_FLAGS,
+    UNTRACKED_PREFIXES_OF_THEIR_OWN,
     Disaggregation,
     EngineConfig,
     MultiNode,
     place_pod,
     to_sglang_args,
+    untracked_flag_in,
 )
 from dsv4_engine.features import EngineFeatures, HiCacheFeature, IndexDtype, KvCanary, Role
 
@@ -95,3 +98,31 @@ def test_owned_flags_cover_every_alias_of_what_they_set(parser):
         assert flag in actions, f"{flag} is not a SGLang 0.5.23 flag"
         for alias in actions[flag].option_strings:
             assert alias in OPERATOR_OWNED_FLAGS, f"{alias} (alias of {flag}) is not owned"
+
+
+def test_untracked_input_flags_are_sglangs_with_every_alias(parser):
+    """Each refused flag is a SGLang 0.5.23 option, and so is each alias of it; the options
+    that merely begin a refused flag's name are exactly the ones that are not refused."""
+    actions = parser._option_string_actions
+    for flag in UNTRACKED_INPUT_FLAGS:
+        assert flag in actions, f"{flag} is not a SGLang 0.5.23 flag"
+        for alias in actions[flag].option_strings:
+            assert alias in UNTRACKED_INPUT_FLAGS, f"{alias} (alias of {flag}) is not refused"
+    listed = set(UNTRACKED_INPUT_FLAGS) | set(OPERATOR_OWNED_FLAGS)
+    prefixes = {
+        option
+        for option in actions
+        if option.startswith("--")
+        and option not in listed
+        and any(f.startswith(option) and f != option for f in UNTRACKED_INPUT_FLAGS)
+    }
+    assert prefixes == set(UNTRACKED_PREFIXES_OF_THEIR_OWN)
+    # argparse itself takes such an option exactly, not as an abbreviation of the refused one.
+    model = ["--model-path", "/models"]
+    known, _ = parser.parse_known_args([*model, "--hicache-storage-backend", "file"])
+    assert (
+        known.hicache_storage_backend == "file" and not known.hicache_storage_backend_extra_config
+    )
+    assert untracked_flag_in(["--hicache-storage-backend", "file"]) is None
+    assert untracked_flag_in(["--conf", "x.yaml"]) == "--conf"  # argparse: --config
+    assert parser.parse_known_args([*model, "--conf", "x.yaml"])[0].config == "x.yaml"
