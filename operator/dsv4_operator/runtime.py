@@ -137,6 +137,16 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         f"ConfigMap dsv4-operator-settings, else {allowed.SHIPPED_TOLERATIONS}).",
     )
     run.add_argument(
+        allowed.DEVICES_FLAG,
+        dest="allowed_device_resources",
+        type=_allow_list(allowed.parse_devices),
+        default=os.environ.get(allowed.DEVICES_ENV, allowed.SHIPPED_DEVICES),
+        metavar="RESOURCE[,RESOURCE...]",
+        help="Device resources an engine pod may request for its RDMA NICs "
+        f"(spec.<role>.resources.rdma.resourceName; default: ${allowed.DEVICES_ENV}, from the "
+        f"fence's ConfigMap dsv4-operator-settings, else {allowed.SHIPPED_DEVICES}).",
+    )
+    run.add_argument(
         "--probe-image",
         default=None,
         help="Image of the probe Jobs (default: this operator pod's own image, via $POD_NAME).",
@@ -174,6 +184,7 @@ def allowed_by(args: argparse.Namespace) -> Allowed:
         model_host_paths=args.allowed_model_host_paths,
         images=args.allowed_images,
         tolerations=args.allowed_tolerations,
+        device_resources=args.allowed_device_resources,
     )
 
 

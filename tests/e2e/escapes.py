@@ -208,6 +208,13 @@ ESCAPES: dict[str, tuple[Callable[[str], dict[str, Any]], str]] = {
         lambda ns: workload(ns, pod={"tolerations": [{"operator": "Exists"}]}),
         "toleration(s) * outside allowedTolerations [nvidia.com/gpu:NoSchedule]",
     ),
+    # A device of the tenant's choosing as an engine's "RDMA" (`api.allowed` refuses it first).
+    "device-outside-the-allow-list": (
+        lambda ns: workload(
+            ns, container={"resources": {"limits": {"devices.kubevirt.io/kvm": "1"}}}
+        ),
+        "resource(s) devices.kubevirt.io/kvm are neither what the operator sets itself",
+    ),
     "external-ips-service": (
         lambda ns: service(ns, {"externalIPs": ["203.0.113.7"]}),
         "externalIPs (CVE-2020-8554)",

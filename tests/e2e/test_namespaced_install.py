@@ -26,7 +26,7 @@ from kubernetes import config
 from dsv4_dev.cluster.local import LocalCluster
 from dsv4_engine.probe import ProbeSettings
 from dsv4_operator.api import GROUP, PLURAL, VERSION
-from dsv4_operator.api.allowed import image_allowed, toleration_text
+from dsv4_operator.api.allowed import SHIPPED_DEVICES, image_allowed, toleration_text
 from dsv4_operator.api.samples import SHIPPED_DIR, merge_patch
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.cli.main import main as dsv4ctl
@@ -371,14 +371,23 @@ def test_a_host_path_outside_the_allow_list_is_refused_with_a_condition(cluster,
             "(allowedTolerations in ConfigMap dsv4-system/dsv4-operator-settings: "
             "nvidia.com/gpu:NoSchedule)",
         ),
+        (
+            "kvm-device",
+            {"decode": {"resources": {"rdma": {"resourceName": "devices.kubevirt.io/kvm"}}}},
+            "DeviceNotAllowed",
+            "spec.decode.resources.rdma.resourceName: devices.kubevirt.io/kvm is not a device "
+            "resource the operator allows (allowedDeviceResources in ConfigMap "
+            f"dsv4-system/dsv4-operator-settings: {SHIPPED_DEVICES.replace(',', ', ')})",
+        ),
     ],
-    ids=["image", "toleration"],
+    ids=["image", "toleration", "device"],
 )
 def test_an_image_or_toleration_outside_the_allow_lists_is_refused_with_a_condition(
     cluster, installed, name, patch, reason, why
 ):
     """The tenant's exploits: a router image of its own (it would run with the router's
-    token) and a toleration of every taint (a GPU pool partitioned by its taint).  The
+    token), a toleration of every taint (a GPU pool partitioned by its taint) and a device
+    of its choosing for the engines' "RDMA" (KVM, with the IPC_LOCK the operator adds).  The
     installed operator, reading the shipped settings, writes no child and says why; the
     fence would refuse the pod templates anyway (`escapes.py`, `*-outside-the-allow-list`)."""
     sample = merge_patch(

@@ -24,6 +24,15 @@ compromised operator can run no other image or toleration either.
   GPU pool; the administrator lists the pools tenants may use.  Shipped:
   `nvidia.com/gpu:NoSchedule`, the toleration the operator gives every engine pod itself
   (`render.placement.GPU_TOLERATION`): keep it listed.
+- A device resource, `spec.<role>.resources.rdma.resourceName`: the extended resource an
+  engine pod requests for its RDMA NICs.  Free text would let a tenant request any device
+  a node advertises (`devices.kubevirt.io/kvm`, with the IPC_LOCK the operator adds for
+  RDMA); the allow-list holds exact resource names.  Shipped: the RDMA device plugins'
+  (`rdma/ib`, the spec's default; `rdma/rdma_shared_device_a`, NVIDIA Network Operator's;
+  `rdma/hca_shared_devices_a`, k8s-rdma-shared-dev-plugin's example; `nvidia.com/hostdev`,
+  SR-IOV host devices).  A name that would shadow what the operator sets itself (`cpu`,
+  `memory`, `nvidia.com/gpu`, any name without a domain or in `kubernetes.io`) is refused
+  by the CRD whatever the list says.
 """
 
 from __future__ import annotations
@@ -44,6 +53,13 @@ TOLERATIONS_KEY = "allowedTolerations"
 TOLERATIONS_FLAG = "--allowed-tolerations"
 TOLERATIONS_ENV = "DSV4_ALLOWED_TOLERATIONS"
 SHIPPED_TOLERATIONS = "nvidia.com/gpu:NoSchedule"
+
+DEVICES_KEY = "allowedDeviceResources"
+DEVICES_FLAG = "--allowed-device-resources"
+DEVICES_ENV = "DSV4_ALLOWED_DEVICE_RESOURCES"
+SHIPPED_DEVICES = "rdma/ib,rdma/rdma_shared_device_a,rdma/hca_shared_devices_a,nvidia.com/hostdev"
+# An extended resource name: a DNS domain, `/`, a name (Kubernetes' own rule for them).
+EXTENDED_RESOURCE = r"^[a-z0-9]+([.-][a-z0-9]+)*/[A-Za-z0-9]+([._-][A-Za-z0-9]+)*$"
 
 _SEPARATORS = ("/", ":", "@")
 _EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
@@ -84,6 +100,18 @@ def parse_tolerations(text: str) -> tuple[str, ...]:
     return tuple(entries)
 
 
+def parse_devices(text: str) -> tuple[str, ...]:
+    """A comma-separated allow-list of extended resource names; ValueError says what is
+    wrong."""
+    names = _items(text)
+    for name in names:
+        if re.match(EXTENDED_RESOURCE, name) is None:
+            raise ValueError(
+                f"{DEVICES_FLAG}: {name!r} is not an extended resource name (DOMAIN/NAME)"
+            )
+    return tuple(names)
+
+
 def image_allowed(image: str, allowed: Sequence[str]) -> bool:
     """``image`` is an entry of ``allowed`` or continues one with `/`, `:` or `@` (an entry
     ending in one of those is a plain prefix).  The fence's `refusedImages` is this rule."""
@@ -114,6 +142,20 @@ class Allowed:
     model_host_paths: tuple[str, ...] = ()
     images: tuple[str, ...] = parse_images(SHIPPED_IMAGES)
     tolerations: tuple[str, ...] = parse_tolerations(SHIPPED_TOLERATIONS)
+    device_resources: tuple[str, ...] = parse_devices(SHIPPED_DEVICES)
+
+    def device_problem(self, devices: Sequence[tuple[str, str]]) -> str | None:
+        """Why one of ``devices`` ((field, resource name) pairs) may not be requested; None
+        when all may."""
+        for field, name in devices:
+            if name not in self.device_resources:
+                return (
+                    f"{field}: {name} is not a device resource the operator allows "
+                    f"({DEVICES_KEY} in {SETTINGS}: {_listed(self.device_resources)}); name "
+                    "your RDMA device plugin's resource, or ask the operator's administrator "
+                    "to list it"
+                )
+        return None
 
     def image_problem(self, images: Sequence[tuple[str, str]]) -> str | None:
         """Why one of ``images`` ((field, image) pairs) may not run; None when all may."""

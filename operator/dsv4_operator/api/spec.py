@@ -33,6 +33,7 @@ from dsv4_engine.engine_config import (
 from dsv4_engine.features import CamelModel, EngineFeatures, IndexDtype, Role
 from dsv4_engine.index_k import SGLANG_INDEX_DTYPES, sglang_index_dtype_error
 from dsv4_operator.api import known_issues
+from dsv4_operator.api.allowed import EXTENDED_RESOURCE
 from dsv4_operator.api.names import MAX_ROLE_REPLICAS
 from dsv4_operator.api.rollout import MAX_POOL_TOKENS, MIN_POOL_TOKENS, CanarySpec, RolloutSpec
 from dsv4_operator.api.rolls import Rolls
@@ -100,14 +101,47 @@ class ModelSpec(CamelModel):
         return self
 
 
+# The GPUs every engine container requests (`gpusPerNode`); cpu and memory have no domain,
+# so the extended-resource pattern refuses them already.  A device resource of one of these
+# names would shadow what the operator sets itself.
+GPU_RESOURCE = "nvidia.com/gpu"
+SHADOWED_RESOURCES: tuple[str, ...] = (GPU_RESOURCE,)
+
+
 class ImageSpec(CamelModel):
     name: str = Field(min_length=1, max_length=512, description="The engine image.")
     pull_policy: PullPolicy = PullPolicy.IF_NOT_PRESENT
 
 
 class RdmaSpec(CamelModel):
-    resource_name: str = Field(default="rdma/ib", min_length=1, max_length=253)
+    """The RDMA NICs an engine pod requests: an extended resource a device plugin serves,
+    one the operator's administrator allows (`api.allowed`, allowedDeviceResources)."""
+
+    model_config = validations(
+        cel(
+            f"!(self.resourceName in {list(SHADOWED_RESOURCES)}) "
+            "&& !self.resourceName.split('/')[0].endsWith('kubernetes.io')",
+            "resourceName must be a device plugin's resource: not one the operator sets "
+            f"itself ({', '.join(SHADOWED_RESOURCES)}) nor one in the kubernetes.io domain",
+            ".resourceName",
+        ),
+    )
+
+    resource_name: str = Field(
+        default="rdma/ib", min_length=3, max_length=253, pattern=EXTENDED_RESOURCE
+    )
     count: int = Field(default=1, ge=1, le=64)
+
+    @model_validator(mode="after")
+    def _a_device(self) -> RdmaSpec:
+        domain = self.resource_name.split("/", 1)[0]
+        if self.resource_name in SHADOWED_RESOURCES or domain.endswith("kubernetes.io"):
+            raise ValueError(
+                f"resourceName {self.resource_name!r} must be a device plugin's resource: not "
+                f"one the operator sets itself ({', '.join(SHADOWED_RESOURCES)}) nor one in "
+                "the kubernetes.io domain"
+            )
+        return self
 
 
 class RoleResources(CamelModel):
@@ -377,6 +411,15 @@ class DSV4DeploymentSpec(CamelModel):
             if known is not None:
                 raise known
         return self
+
+    def named_devices(self) -> list[tuple[str, str]]:
+        """Every device resource the spec names, with its field (what the device allow-list,
+        `api.allowed`, judges and names in a refusal)."""
+        return [
+            (f"spec.{role.value}.resources.rdma.resourceName", rdma.resource_name)
+            for role in Role
+            if (rdma := self.role_spec(role).resources.rdma) is not None
+        ]
 
     def named_images(self) -> list[tuple[str, str]]:
         """Every image the spec names, with its field (what the image allow-list,

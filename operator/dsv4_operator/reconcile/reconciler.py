@@ -128,8 +128,8 @@ def check_prerequisites(
     allowed: Allowed = SHIPPED,
     unserved: frozenset[str] = frozenset(),
 ) -> Problem | None:
-    """What must hold before any child is written: the model's source, the images and the
-    tolerations are allowed (``allowed``: what the administrator allows, `api.allowed`;
+    """What must hold before any child is written: the model's source, the images, the
+    tolerations and the device resources are allowed (``allowed``: what the administrator allows, `api.allowed`;
     the admission fence would refuse the children otherwise), the model exists, some node
     has an allowed GPU, and a multi-node role's LeaderWorkerSet API is served
     (``unserved``: child kinds the API server does not know)."""
@@ -143,6 +143,9 @@ def check_prerequisites(
     refused = allowed.toleration_problem(named_tolerations(spec.placement))
     if refused is not None:
         return Problem("TolerationNotAllowed", refused)
+    refused = allowed.device_problem(spec.named_devices())
+    if refused is not None:
+        return Problem("DeviceNotAllowed", refused)
     if LWS_KIND in unserved:
         multi = next((r for r in Role if spec.role_spec(r).nodes_per_replica > 1), None)
         if multi is not None:

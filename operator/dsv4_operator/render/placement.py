@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from dsv4_operator.api.spec import PlacementSpec
+from dsv4_operator.api.spec import GPU_RESOURCE, PlacementSpec
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
-GPU_RESOURCE = "nvidia.com/gpu"
 HOSTNAME_KEY = "kubernetes.io/hostname"
 
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}

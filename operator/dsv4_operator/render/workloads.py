@@ -68,6 +68,11 @@ ENGINE_SCRATCH = Scratch(size="20Gi", limit="24Gi", paths=(ENGINE_HOME, "/tmp"))
 SHM_SIZE = "32Gi"
 
 
+# The resources the operator sets in a container itself (the fence admits these and the
+# allowed device resources only: fence.yaml, refusedResources).
+OWN_RESOURCES = ("cpu", "memory", "ephemeral-storage", "hugepages-1Gi", GPU_RESOURCE)
+
+
 def _resources(role_spec: RoleSpec, memory: str) -> dict[str, Any]:
     res = role_spec.resources
     amounts = {"cpu": res.cpu, "memory": memory, GPU_RESOURCE: str(role_spec.gpus_per_node)}

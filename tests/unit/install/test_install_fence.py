@@ -24,10 +24,12 @@ from dsv4_operator.render.meta import (
     Owner,
 )
 from dsv4_operator.render.router import router_shared
+from dsv4_operator.render.workloads import OWN_RESOURCES
 from dsv4_operator.rollout import manual, reports
 from dsv4_operator.rollout.decide import ManualAction
 from dsv4_operator.rollout.probe_job import PROBE_CLUSTER_ROLE, probe_identity, probe_job
 from dsv4_operator.runtime import allowed_by, parse_args
+from tests.unit.install.rendered import SAMPLES, pod_templates, rendered
 from tests.unit.install.test_install_namespaced import OPERATOR_NS, SERVING_NS, load, one
 
 FENCE = load("base", "fence.yaml")
@@ -82,7 +84,24 @@ SETTINGS_READ = [
         allowed.TOLERATIONS_ENV,
         allowed.TOLERATIONS_FLAG,
     ),
+    (allowed.DEVICES_KEY, "allowedDevices", allowed.DEVICES_ENV, allowed.DEVICES_FLAG),
 ]
+
+
+def test_the_fence_admits_the_resources_the_operator_sets_and_the_allowed_devices():
+    """The fence's own list is the operator's, and every resource a container of a shipped
+    sample asks for (its children, a canary's, a probe Job's) is in it or a shipped device."""
+    assert str(list(OWN_RESOURCES)) in variable(POLICY, "refusedResources")
+    asked = {
+        name
+        for sample in SAMPLES
+        for _, template in pod_templates(rendered(sample))
+        for container in template["spec"]["containers"]
+        for kind in ("requests", "limits")
+        for name in container.get("resources", {}).get(kind, {})
+    }
+    devices = asked - set(OWN_RESOURCES)
+    assert devices and devices <= set(allowed.SHIPPED.device_resources), devices
 
 
 def test_the_operator_allows_what_the_fence_allows(monkeypatch):

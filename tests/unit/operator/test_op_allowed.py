@@ -1,4 +1,4 @@
-"""Images and tolerations only from the administrator's allow-lists (`api.allowed`): a
+"""Images, tolerations and device resources only from the administrator's allow-lists (`api.allowed`): a
 deployment asking for another is refused before any child is written, with a condition
 naming the field and the list.  The fence applies the same rules to the operator's own
 writes on the real API server (tests/e2e/test_namespaced_install.py, which also feeds
@@ -14,6 +14,7 @@ from dsv4_operator.api.allowed import (
     SHIPPED,
     Allowed,
     image_allowed,
+    parse_devices,
     parse_images,
     parse_tolerations,
     toleration_text,
@@ -76,6 +77,21 @@ def test_a_malformed_toleration_entry_is_refused_naming_the_flag(bad):
         parse_tolerations(bad)
 
 
+@pytest.mark.parametrize("bad", ["memory", "cpu", "/ib", "rdma/", "rdma/a b", "RDMA/ib"])
+def test_a_device_entry_that_is_no_extended_resource_is_refused_naming_the_flag(bad):
+    with pytest.raises(ValueError, match="--allowed-device-resources"):
+        parse_devices(bad)
+
+
+def test_an_allowed_rdma_device_is_rendered_and_another_list_allows_another():
+    world = World()
+    world.create("flash", {"decode": {"resources": {"rdma": {"resourceName": "rdma/ib"}}}})
+    world.step("flash")
+    assert condition(world, "Degraded")["status"] == "False"
+    args = parse_args(["run", "--allowed-device-resources", "example.com/roce"])
+    assert allowed_by(args).device_resources == ("example.com/roce",)
+
+
 @pytest.mark.parametrize("bad", ["/ghcr.io", ":tag", "ghcr.io/a b"])
 def test_a_malformed_image_entry_is_refused_naming_the_flag(bad):
     with pytest.raises(ValueError, match="--allowed-images"):
@@ -84,7 +100,16 @@ def test_a_malformed_image_entry_is_refused_naming_the_flag(bad):
 
 def test_the_shipped_lists_allow_the_shipped_images_and_the_gpu_toleration():
     """Without any setting the operator allows what it ships, and nothing else."""
-    assert SHIPPED == Allowed(images=("ghcr.io/dsv4",), tolerations=("nvidia.com/gpu:NoSchedule",))
+    assert SHIPPED == Allowed(
+        images=("ghcr.io/dsv4",),
+        tolerations=("nvidia.com/gpu:NoSchedule",),
+        device_resources=(
+            "rdma/ib",
+            "rdma/rdma_shared_device_a",
+            "rdma/hca_shared_devices_a",
+            "nvidia.com/hostdev",
+        ),
+    )
     args = parse_args(
         ["run", "--allowed-images", "ghcr.io/dsv4, lmsysorg/sglang:", "--allowed-tolerations", ""]
     )
@@ -124,8 +149,15 @@ def condition(world, kind):
             "TolerationNotAllowed",
             "spec.placement.tolerations[0]: the toleration pool=b:NoSchedule is not one",
         ),
+        (
+            {"decode": {"resources": {"rdma": {"resourceName": "devices.kubevirt.io/kvm"}}}},
+            "DeviceNotAllowed",
+            "spec.decode.resources.rdma.resourceName: devices.kubevirt.io/kvm is not a device "
+            "resource the operator allows (allowedDeviceResources in ConfigMap "
+            "dsv4-system/dsv4-operator-settings: rdma/ib, ",
+        ),
     ],
-    ids=["router-image", "engine-image", "every-taint", "another-pool"],
+    ids=["router-image", "engine-image", "every-taint", "another-pool", "kvm-device"],
 )
 def test_a_deployment_outside_the_allow_lists_degrades_and_writes_nothing(patch, reason, message):
     world = World()
