@@ -116,36 +116,37 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         "fence's ConfigMap dsv4-operator-settings); none by default: the recommended source "
         "is a read-only PVC.",
     )
-    run.add_argument(
-        allowed.IMAGES_FLAG,
-        dest="allowed_images",
-        type=_allow_list(allowed.parse_images),
-        default=os.environ.get(allowed.IMAGES_ENV, allowed.SHIPPED_IMAGES),
-        metavar="PREFIX[,PREFIX...]",
-        help="Registries, repositories or images a DSV4Deployment's pods may run "
-        f"(spec.image.name, spec.router.image; default: ${allowed.IMAGES_ENV}, from the "
-        f"fence's ConfigMap dsv4-operator-settings, else {allowed.SHIPPED_IMAGES}).",
-    )
-    run.add_argument(
-        allowed.TOLERATIONS_FLAG,
-        dest="allowed_tolerations",
-        type=_allow_list(allowed.parse_tolerations),
-        default=os.environ.get(allowed.TOLERATIONS_ENV, allowed.SHIPPED_TOLERATIONS),
-        metavar="KEY[=VALUE][:EFFECT][,...]",
-        help="Tolerations a DSV4Deployment's pods may carry, as the taints they tolerate "
-        f"(spec.placement.tolerations; default: ${allowed.TOLERATIONS_ENV}, from the fence's "
-        f"ConfigMap dsv4-operator-settings, else {allowed.SHIPPED_TOLERATIONS}).",
-    )
-    run.add_argument(
-        allowed.DEVICES_FLAG,
-        dest="allowed_device_resources",
-        type=_allow_list(allowed.parse_devices),
-        default=os.environ.get(allowed.DEVICES_ENV, allowed.SHIPPED_DEVICES),
-        metavar="RESOURCE[,RESOURCE...]",
-        help="Device resources an engine pod may request for its RDMA NICs "
-        f"(spec.<role>.resources.rdma.resourceName; default: ${allowed.DEVICES_ENV}, from the "
-        f"fence's ConfigMap dsv4-operator-settings, else {allowed.SHIPPED_DEVICES}).",
-    )
+    # The administrator's allow-lists (`api.allowed`): each flag's default is its settings
+    # key, which the installed Deployment passes as an environment variable.
+    for flag, dest, parse, env, shipped, metavar, what in (
+        (
+            allowed.IMAGES_FLAG, "allowed_images", allowed.parse_images, allowed.IMAGES_ENV,
+            allowed.SHIPPED_IMAGES, "PREFIX[,PREFIX...]",
+            "Registries, repositories or images a DSV4Deployment's pods may run "
+            "(spec.image.name, spec.router.image",
+        ),
+        (
+            allowed.TOLERATIONS_FLAG, "allowed_tolerations", allowed.parse_tolerations,
+            allowed.TOLERATIONS_ENV, allowed.SHIPPED_TOLERATIONS, "KEY[=VALUE][:EFFECT][,...]",
+            "Tolerations a DSV4Deployment's pods may carry, as the taints they tolerate "
+            "(spec.placement.tolerations",
+        ),
+        (
+            allowed.DEVICES_FLAG, "allowed_device_resources", allowed.parse_devices,
+            allowed.DEVICES_ENV, allowed.SHIPPED_DEVICES, "RESOURCE[,RESOURCE...]",
+            "Device resources an engine pod may request for its RDMA NICs "
+            "(spec.<role>.resources.rdma.resourceName",
+        ),
+    ):  # fmt: skip
+        run.add_argument(
+            flag,
+            dest=dest,
+            type=_allow_list(parse),
+            default=os.environ.get(env, shipped),
+            metavar=metavar,
+            help=f"{what}; default: ${env}, from the fence's ConfigMap "
+            f"dsv4-operator-settings, else {shipped}).",
+        )
     run.add_argument(
         "--probe-image",
         default=None,
