@@ -24,6 +24,9 @@ from dsv4_operator.render.meta import (
 from dsv4_operator.render.security import container_security, pod_security
 from tests.e2e.helpers import as_account
 
+# A directory the fence is told to allow (`allowedModelHostPaths`) for HOST_PATH_ESCAPES.
+MODEL_HOST_PATH = "/data/models/deepseek-v4-flash"
+
 FENCE = "ValidatingAdmissionPolicy 'dsv4-operator-fence'"
 ACCOUNTS_FENCE = "ValidatingAdmissionPolicy 'dsv4-operator-fence-accounts'"
 PROBE_FENCE = "ValidatingAdmissionPolicy 'dsv4-probe-fence'"
@@ -77,6 +80,43 @@ def workload(
             },
         },
     }
+
+
+# The review's claim: bound by name to a hostPath PersistentVolume of `/`.
+ROOT_CLAIM = {
+    "metadata": {"name": "root"},
+    "spec": {
+        "volumeName": "host-root",
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": "1Gi"}},
+    },
+}
+
+
+def leader_worker_set(namespace: str, claims: list[dict[str, Any]]) -> dict[str, Any]:
+    """A LeaderWorkerSet of no replicas whose pods are ``workload``'s, with ``claims``."""
+    template = workload(namespace)["spec"]["template"]
+    return {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": meta(namespace, "escape"),
+        "spec": {
+            "replicas": 0,
+            "leaderWorkerTemplate": {
+                "size": 1,
+                "workerTemplate": template,
+                "volumeClaimTemplates": claims,
+            },
+        },
+    }
+
+
+def stateful_set(namespace: str, claims: list[dict[str, Any]]) -> dict[str, Any]:
+    """A StatefulSet whose pod is ``workload``'s, with ``claims`` as its volumeClaimTemplates."""
+    made = workload(namespace)
+    made["kind"] = "StatefulSet"
+    made["spec"]["volumeClaimTemplates"] = claims
+    return made
 
 
 def job(namespace: str, container: dict[str, Any]) -> dict[str, Any]:
@@ -208,6 +248,74 @@ ESCAPES: dict[str, tuple[Callable[[str], dict[str, Any]], str]] = {
         lambda ns: workload(ns, pod={"tolerations": [{"operator": "Exists"}]}),
         "toleration(s) * outside allowedTolerations [nvidia.com/gpu:NoSchedule]",
     ),
+    # Rule 7: the review's creates that the fence admitted (issue 62).
+    "node-name": (
+        lambda ns: workload(ns, pod={"nodeName": "control-plane-0"}),
+        "nodeName control-plane-0",
+    ),
+    "priority-class": (
+        lambda ns: workload(ns, pod={"priorityClassName": "system-node-critical"}),
+        "priorityClassName system-node-critical",
+    ),
+    "runtime-class": (
+        lambda ns: workload(ns, pod={"runtimeClassName": "runc-privileged"}),
+        "runtimeClassName runc-privileged",
+    ),
+    "seccomp-unconfined": (
+        lambda ns: workload(
+            ns,
+            container={
+                "securityContext": {
+                    **container_security(()),
+                    "seccompProfile": {"type": "Unconfined"},
+                }
+            },
+        ),
+        "c seccompProfile Unconfined",
+    ),
+    "apparmor-unconfined": (
+        lambda ns: workload(
+            ns,
+            pod={"securityContext": {**pod_security(), "appArmorProfile": {"type": "Unconfined"}}},
+        ),
+        "appArmorProfile Unconfined",
+    ),
+    "selinux-spc": (
+        lambda ns: workload(
+            ns, pod={"securityContext": {**pod_security(), "seLinuxOptions": {"type": "spc_t"}}}
+        ),
+        "seLinuxOptions",
+    ),
+    "unsafe-sysctl": (
+        lambda ns: workload(
+            ns,
+            pod={
+                "securityContext": {
+                    **pod_security(),
+                    "sysctls": [{"name": "kernel.msgmax", "value": "65536"}],
+                }
+            },
+        ),
+        "sysctls",
+    ),
+    "root-group": (
+        lambda ns: workload(ns, pod={"securityContext": {**pod_security(), "runAsGroup": 0}}),
+        "runAsGroup 0",
+    ),
+    "unbounded-memory-empty-dir": (
+        lambda ns: workload(
+            ns, pod={"volumes": [{"name": "ram", "emptyDir": {"medium": "Memory"}}]}
+        ),
+        "emptyDir ram without a sizeLimit",
+    ),
+    "volume-claim-template": (
+        lambda ns: stateful_set(ns, [ROOT_CLAIM]),
+        "volumeClaimTemplates",
+    ),
+    "lws-volume-claim-template": (
+        lambda ns: leader_worker_set(ns, [ROOT_CLAIM]),
+        "volumeClaimTemplates",
+    ),
     # A device of the tenant's choosing as an engine's "RDMA" (`api.allowed` refuses it first).
     "device-outside-the-allow-list": (
         lambda ns: workload(
@@ -238,6 +346,38 @@ ESCAPES: dict[str, tuple[Callable[[str], dict[str, Any]], str]] = {
     "another-instances-disruption-budget": (
         lambda ns: disruption_budget(ns, {"matchLabels": {LABEL_NAME: APP, LABEL_INSTANCE: "b"}}),
         "select only its own pods",
+    ),
+}
+
+
+# Rule 7 for a model directory the settings allow (refused by rule 4 first otherwise): the
+# test allows MODEL_HOST_PATH while it runs them.
+HOST_PATH_ESCAPES: dict[str, tuple[Callable[[str], dict[str, Any]], str]] = {
+    "host-path-socket": (
+        lambda ns: workload(
+            ns,
+            pod={
+                "volumes": [
+                    {
+                        "name": "model",
+                        "hostPath": {"path": MODEL_HOST_PATH, "type": "Socket"},
+                    }
+                ]
+            },
+        ),
+        "hostPath model not of type Directory",
+    ),
+    "host-path-read-write": (
+        lambda ns: workload(
+            ns,
+            pod={
+                "volumes": [
+                    {"name": "model", "hostPath": {"path": MODEL_HOST_PATH, "type": "Directory"}}
+                ]
+            },
+            container={"volumeMounts": [{"name": "model", "mountPath": "/models"}]},
+        ),
+        "c mounts hostPath model read-write",
     ),
 }
 

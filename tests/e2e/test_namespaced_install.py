@@ -273,6 +273,37 @@ def test_the_fence_refuses_each_escape_with_the_operators_token(installed, escap
     assert FENCE in message and why in message, message
 
 
+def test_an_allowed_model_directory_is_mounted_only_read_only_and_as_a_directory(
+    cluster, installed
+):
+    """The review's read-write hostPath of `type: Socket`, under a directory the settings
+    allow: refused by rule 7 whatever rule 4 allows."""
+    settings = ("configmap", "dsv4-operator-settings", "-n", OPERATOR_NS)
+    shipped = get_json(cluster, *settings)["data"]
+    allow = {"data": {"allowedModelHostPaths": escapes.MODEL_HOST_PATH}}
+    mounted = {"name": "model", "hostPath": {"path": escapes.MODEL_HOST_PATH, "type": "Directory"}}
+    read_only = escapes.workload(
+        NS,
+        pod={"volumes": [mounted]},
+        container={"volumeMounts": [{"name": "model", "mountPath": "/m", "readOnly": True}]},
+    )
+    try:
+        cluster.kubectl("patch", *settings, "--type", "merge", "-p", json.dumps(allow))
+        wait_for(
+            "the fence reading the allowed directory",
+            lambda: as_account(
+                installed.kubeconfig, "create", "--dry-run=server", "-f", "-",
+                input=json.dumps(read_only),
+            ).returncode == 0,
+            timeout=30,
+        )  # fmt: skip
+        for build, why in escapes.HOST_PATH_ESCAPES.values():
+            message = refused(installed.kubeconfig, build(NS))
+            assert FENCE in message and why in message, message
+    finally:
+        cluster.kubectl("patch", *settings, "--type", "merge", "-p", json.dumps({"data": shipped}))
+
+
 def test_a_router_never_runs_as_a_service_account_someone_else_made(cluster, installed):
     """The reported hijack: the namespace has a ServiceAccount `ci-router` the operator did
     not make, and a tenant creates a DSV4Deployment `ci` with a router image of its own.
