@@ -273,14 +273,16 @@ def test_the_fence_refuses_each_escape_with_the_operators_token(installed, escap
     assert FENCE in message and why in message, message
 
 
-def test_an_allowed_model_directory_is_mounted_only_read_only_and_as_a_directory(
+def test_an_allowed_model_directory_is_mounted_read_only_as_a_directory_in_its_namespace(
     cluster, installed
 ):
     """The review's read-write hostPath of `type: Socket`, under a directory the settings
-    allow: refused by rule 7 whatever rule 4 allows."""
+    allow: refused by rule 7 whatever rule 4 allows.  And the review's cross-tenant mount:
+    the directory scoped to another namespace is refused here."""
     settings = ("configmap", "dsv4-operator-settings", "-n", OPERATOR_NS)
     shipped = get_json(cluster, *settings)["data"]
-    allow = {"data": {"allowedModelHostPaths": escapes.MODEL_HOST_PATH}}
+    allow = {"data": {"allowedModelHostPaths": f"{NS}={escapes.MODEL_HOST_PATH}"}}
+    elsewhere = {"data": {"allowedModelHostPaths": f"tenant-a={escapes.MODEL_HOST_PATH}"}}
     mounted = {"name": "model", "hostPath": {"path": escapes.MODEL_HOST_PATH, "type": "Directory"}}
     read_only = escapes.workload(
         NS,
@@ -300,6 +302,17 @@ def test_an_allowed_model_directory_is_mounted_only_read_only_and_as_a_directory
         for build, why in escapes.HOST_PATH_ESCAPES.values():
             message = refused(installed.kubeconfig, build(NS))
             assert FENCE in message and why in message, message
+        cluster.kubectl("patch", *settings, "--type", "merge", "-p", json.dumps(elsewhere))
+        wait_for(
+            "the fence reading the directory scoped to tenant-a",
+            lambda: as_account(
+                installed.kubeconfig, "create", "--dry-run=server", "-f", "-",
+                input=json.dumps(read_only),
+            ).returncode != 0,
+            timeout=30,
+        )  # fmt: skip
+        message = refused(installed.kubeconfig, read_only)
+        assert FENCE in message and "volume(s) model may not be mounted" in message, message
     finally:
         cluster.kubectl("patch", *settings, "--type", "merge", "-p", json.dumps({"data": shipped}))
 

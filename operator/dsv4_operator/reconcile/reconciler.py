@@ -134,7 +134,7 @@ def check_prerequisites(
     has an allowed GPU, and a multi-node role's LeaderWorkerSet API is served
     (``unserved``: child kinds the API server does not know)."""
     if spec.model.host_path is not None:
-        refused = host_path_problem(spec.model.host_path, allowed.model_host_paths)
+        refused = host_path_problem(spec.model.host_path, namespace, allowed.model_host_paths)
         if refused is not None:
             return Problem("HostPathNotAllowed", refused)
     refused = allowed.image_problem(spec.named_images())
