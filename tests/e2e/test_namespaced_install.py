@@ -289,28 +289,22 @@ def test_an_allowed_model_directory_is_mounted_read_only_as_a_directory_in_its_n
         pod={"volumes": [mounted]},
         container={"volumeMounts": [{"name": "model", "mountPath": "/m", "readOnly": True}]},
     )
+
+    def admitted() -> bool:
+        result = as_account(
+            installed.kubeconfig, "create", "--dry-run=server", "-f", "-",
+            input=json.dumps(read_only),
+        )  # fmt: skip
+        return result.returncode == 0
+
     try:
         cluster.kubectl("patch", *settings, "--type", "merge", "-p", json.dumps(allow))
-        wait_for(
-            "the fence reading the allowed directory",
-            lambda: as_account(
-                installed.kubeconfig, "create", "--dry-run=server", "-f", "-",
-                input=json.dumps(read_only),
-            ).returncode == 0,
-            timeout=30,
-        )  # fmt: skip
+        wait_for("the fence reading the allowed directory", admitted, timeout=30)
         for build, why in escapes.HOST_PATH_ESCAPES.values():
             message = refused(installed.kubeconfig, build(NS))
             assert FENCE in message and why in message, message
         cluster.kubectl("patch", *settings, "--type", "merge", "-p", json.dumps(elsewhere))
-        wait_for(
-            "the fence reading the directory scoped to tenant-a",
-            lambda: as_account(
-                installed.kubeconfig, "create", "--dry-run=server", "-f", "-",
-                input=json.dumps(read_only),
-            ).returncode != 0,
-            timeout=30,
-        )  # fmt: skip
+        wait_for("the fence reading tenant-a's directory", lambda: not admitted(), timeout=30)
         message = refused(installed.kubeconfig, read_only)
         assert FENCE in message and "volume(s) model may not be mounted" in message, message
     finally:
