@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
+from typing import Annotated
 
 import yaml
-from pydantic import Field, model_validator
+from pydantic import Field, StringConstraints, model_validator
 
 from dsv4_engine.features import CamelModel, EngineFeatures, IndexDtype, KvCanary, Role
 
@@ -240,7 +241,10 @@ def untracked_flag_in(extra_args: list[str] | tuple[str, ...]) -> str | None:
 
 class Disaggregation(CamelModel):
     transfer_backend: TransferBackend = TransferBackend.MOONCAKE
-    ib_devices: tuple[str, ...] = ()
+    # RDMA device names (`mlx5_0`): one per NIC of a node, at most.
+    ib_devices: tuple[Annotated[str, StringConstraints(max_length=64)], ...] = Field(
+        default=(), max_length=32
+    )
     bootstrap_port: int = Field(default=8998, ge=1, le=65535)
 
 

@@ -91,7 +91,7 @@ class HiCacheFeature(CamelModel):
     )
     write_policy: HiCacheWritePolicy = HiCacheWritePolicy.WRITE_THROUGH
     mem_layout: HiCacheMemLayout = HiCacheMemLayout.PAGE_FIRST
-    roles: tuple[Role, ...] = (Role.PREFILL, Role.DECODE)
+    roles: tuple[Role, ...] = Field(default=(Role.PREFILL, Role.DECODE), max_length=2)
 
     @model_validator(mode="after")
     def _needs_a_size(self) -> HiCacheFeature:

@@ -35,6 +35,8 @@ _KEEP = (
     "maximum",
     "minItems",
     "maxItems",
+    "minProperties",
+    "maxProperties",
     "format",
 )
 

@@ -179,6 +179,13 @@ _TRANSFER_ARG = (
     "extraArgs must not set --page-size or --kv-cache-dtype: they size the KV pools, and the "
     "operator sizes each engine pod's memory with SGLang's defaults for them"
 )
+# What a role's escape hatches may hold in all, beside each item's own bound: what every
+# copy of a spec costs the operator (its caches, a pass's models, the status it keeps) is
+# bounded by these, not by the API server's 1.5 MB object limit (docs/dsv4deployment.md).
+MAX_EXTRA_ARGS_CHARS = 4096
+MAX_ENV_CHARS = 16384
+_EXTRA_ARGS_BUDGET = f"extraArgs hold at most {MAX_EXTRA_ARGS_CHARS} characters in all"
+_ENV_BUDGET = f"env holds at most {MAX_ENV_CHARS} characters of names and values in all"
 _UNTRACKED_ARG = (
     "extraArgs must not load code or read a file, directory, URL or key the revision does "
     "not hold (--config, --trust-remote-code, --chat-template, --tokenizer-path, "
@@ -225,6 +232,16 @@ class RoleSpec(CamelModel):
             ".extraArgs",
         ),
         cel(f"!self.env.exists(e, e.name in {_OWNED_ENV_LIST})", _OWNED_ENV, ".env"),
+        cel(
+            f"self.extraArgs.map(a, size(a)).sum() <= {MAX_EXTRA_ARGS_CHARS}",
+            _EXTRA_ARGS_BUDGET,
+            ".extraArgs",
+        ),
+        cel(
+            f"self.env.map(e, size(e.name) + size(e.value)).sum() <= {MAX_ENV_CHARS}",
+            _ENV_BUDGET,
+            ".env",
+        ),
     )
 
     replicas: Annotated[int, Rolls.CAPACITY] = Field(default=1, ge=0, le=MAX_ROLE_REPLICAS)
@@ -268,6 +285,10 @@ class RoleSpec(CamelModel):
         untracked = untracked_flag_in(self.extra_args)
         if untracked is not None:
             raise ValueError(f"{_UNTRACKED_ARG} (got {untracked!r})")
+        if sum(len(a) for a in self.extra_args) > MAX_EXTRA_ARGS_CHARS:
+            raise ValueError(_EXTRA_ARGS_BUDGET)
+        if sum(len(e.name) + len(e.value) for e in self.env) > MAX_ENV_CHARS:
+            raise ValueError(_ENV_BUDGET)
         names = [e.name for e in self.env]
         owned_env = next((n for n in names if n in OPERATOR_OWNED_ENV), None)
         if owned_env is not None:
@@ -308,14 +329,28 @@ class Toleration(CamelModel):
     effect: TaintEffect | None = None
 
 
+# A label key (an optional DNS prefix, `/`, a name) and a label value, at their Kubernetes
+# limits.
+LabelKey = Annotated[str, StringConstraints(min_length=1, max_length=317)]
+LabelValue = Annotated[str, StringConstraints(max_length=63)]
+
+
 class PlacementSpec(CamelModel):
-    gpu_products: tuple[str, ...] = Field(
+    model_config = validations(
+        cel(
+            "!has(self.nodeSelector) || self.nodeSelector.all(k, size(k) <= 317)",
+            "nodeSelector keys are label keys: at most 317 characters",
+            ".nodeSelector",
+        ),
+    )
+
+    gpu_products: tuple[LabelValue, ...] = Field(
         default=DEFAULT_GPU_PRODUCTS,
         min_length=1,
         max_length=16,
         description="Allowed values of the nvidia.com/gpu.product node label.",
     )
-    node_selector: dict[str, str] = Field(default_factory=dict)
+    node_selector: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=32)
     tolerations: tuple[Toleration, ...] = Field(default=(), max_length=32)
     topology_key: str | None = Field(
         default=None,
