@@ -23,6 +23,7 @@ import pytest
 from dsv4_dev import images
 from dsv4_dev.cluster.local import LocalCluster
 from dsv4_operator.render.meta import LABEL_COMPONENT
+from dsv4_operator.render.network import SCRAPER_NAMESPACE_LABEL
 from dsv4_operator.rollout.manual import ANNOTATION
 from dsv4_operator.rollout.probe_job import COMPONENT
 from dsv4_operator.rollout.reports import ANNOTATION_VERDICT, PROBE_MANAGER, REPORT_COMPONENT
@@ -190,6 +191,12 @@ def test_a_namespace_editor_can_neither_write_a_report_nor_act_as_the_probe(
     (probe_pod,) = get_json(cluster, "pods", "-n", NS, "-l", f"job-name={job['metadata']['name']}")[
         "items"
     ]
+    # Nor can it open the engines' NetworkPolicy to its own pods: a scraper is admitted only
+    # from a namespace the cluster administrator labelled.
+    refused(
+        as_account(tenant, "label", "namespace", NS, f"{SCRAPER_NAMESPACE_LABEL}=true"),
+        "cannot patch resource \"namespaces\"",
+    )  # fmt: skip
     # The exec request itself (kubectl refuses a finished pod before asking): the API server
     # admits a CONNECT before it looks at the pod.
     name = probe_pod["metadata"]["name"]

@@ -6,8 +6,12 @@ transfer, so it accepts traffic only from
   prefill engine (its bootstrap port, then the transfer engine's, which Mooncake and NIXL
   pick at run time), and a multi-node replica's ranks meet on the dist-init port;
 - its slice's routers, and its deployment's probe Jobs, on the engine's HTTP port;
-- pods labelled `SCRAPER_LABEL: "true"` in any namespace (a Prometheus that scrapes the
-  engines' own `/metrics`), on that port too.
+- pods labelled `SCRAPER_LABEL: "true"` in a namespace labelled
+  `SCRAPER_NAMESPACE_LABEL: "true"` (a Prometheus that scrapes the engines' own `/metrics`),
+  on that port too.  The pod label is anyone's to set in their own namespace; the namespace
+  label is the cluster administrator's (tenants with `edit` or `admin` cannot patch their
+  Namespace), so a tenant's pod labelled as a scraper reaches no engine, and SGLang's admin
+  endpoints (weight updates, pause, memory release) stay out of its reach.
 The stable slice and the canary each have their own: neither reaches the other's engines.
 The operator itself needs nothing here: it reads readiness from the API, never from a pod.
 Routers are not restricted (clients of the deployment reach them through its Service).
@@ -33,6 +37,7 @@ from dsv4_operator.render.router import COMPONENT as ROUTER
 
 COMPONENT = "network-policy"
 SCRAPER_LABEL = "inference.dsv4.dev/engine-scraper"
+SCRAPER_NAMESPACE_LABEL = "inference.dsv4.dev/engine-scrapers"
 ENGINES = sorted(role.value for role in Role)
 
 
@@ -56,7 +61,10 @@ def engine_network_policy(owner: Owner) -> dict[str, Any]:
     whose probe Jobs are the deployment's: they carry its name)."""
     deployment = owner.name.removesuffix(CANARY_SUFFIX)
     http = [{"protocol": "TCP", "port": ENGINE_PORT}]
-    scrapers = {"namespaceSelector": {}, "podSelector": {"matchLabels": {SCRAPER_LABEL: "true"}}}
+    scrapers = {
+        "namespaceSelector": {"matchLabels": {SCRAPER_NAMESPACE_LABEL: "true"}},
+        "podSelector": {"matchLabels": {SCRAPER_LABEL: "true"}},
+    }
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",

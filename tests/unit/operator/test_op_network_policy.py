@@ -16,13 +16,14 @@ from dsv4_operator.render import render_all
 from dsv4_operator.render.engine import ENGINE_PORT
 from dsv4_operator.render.memory import pod_memory
 from dsv4_operator.render.meta import Owner
-from dsv4_operator.render.network import SCRAPER_LABEL, policy_name
+from dsv4_operator.render.network import SCRAPER_LABEL, SCRAPER_NAMESPACE_LABEL, policy_name
 from dsv4_operator.rollout.probe_job import probe_job
 from dsv4_operator.rollout.slices import canary_objects, spec_revision
 
 OWNER = Owner(name="flash", namespace="serving", uid="uid-1")
 SPEC = DSV4DeploymentSpec.model_validate(load_sample()["spec"])
-OTHER_NS = {"kubernetes.io/metadata.name": "monitoring"}
+OTHER_NS = {"kubernetes.io/metadata.name": "tenant-b"}
+SCRAPERS_NS = {"kubernetes.io/metadata.name": "monitoring", SCRAPER_NAMESPACE_LABEL: "true"}
 
 
 def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
@@ -106,8 +107,11 @@ def test_engines_reach_their_peers_on_every_port_and_routers_probes_only_http():
 @pytest.mark.parametrize(
     ("labels", "ns", "ports"),
     [
-        ({SCRAPER_LABEL: "true"}, OTHER_NS, {ENGINE_PORT}),  # a Prometheus elsewhere
-        ({SCRAPER_LABEL: "true"}, None, {ENGINE_PORT}),
+        ({SCRAPER_LABEL: "true"}, SCRAPERS_NS, {ENGINE_PORT}),  # the admin's Prometheus
+        # The review's escape: a tenant labels its own pod a scraper, in its namespace or in
+        # the deployment's; neither namespace carries the administrator's label.
+        ({SCRAPER_LABEL: "true"}, OTHER_NS, set()),
+        ({SCRAPER_LABEL: "true"}, None, set()),
         ({"app": "anything-else"}, None, set()),
         (
             {"app.kubernetes.io/name": "dsv4-operator"},
