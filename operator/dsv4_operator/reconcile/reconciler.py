@@ -304,11 +304,12 @@ class Reconciler:
         if rollout is not None and rollout.decision.verdict is not None:
             metrics.record_decision(owner.namespace, owner.name, rollout.decision.verdict)
         failure = None
+        done: list[Action] = []
         if state is not None:
-            failure = self._write_children(owner, actions)
+            done, failure = self._write_children(owner, actions)
             if failure is None and rollout is not None:
                 failure = self._carry_out(state, rollout)
-        events = decision_events(actions, previous, status)
+        events = decision_events(done, previous, status)
         if rollout is not None:
             events += [*rollout.events, *rollout.decision.events]
         if previous is None:
@@ -553,19 +554,24 @@ class Reconciler:
             return Problem(_reason(err), f"recording the rejection failed: {err}")
         return None
 
-    def _write_children(self, owner: Owner, actions: list[Action]) -> Problem | None:
-        """Every child write of the pass; the first failure stops the rest and is returned
-        (the status and an Event then name the object and why)."""
+    def _write_children(
+        self, owner: Owner, actions: list[Action]
+    ) -> tuple[list[Action], Problem | None]:
+        """Every child write of the pass: the writes done, and the first failure, which
+        stops the rest (the status and an Event then name the object and why; the pass's
+        `Applied` Event names only what was written)."""
         key = (owner.namespace, owner.name)
+        done: list[Action] = []
         for action in actions:
             try:
                 self._act(owner, action)
             except ApiError as err:
-                return _write_failure(action, err)
+                return done, _write_failure(action, err)
             gone = action.verb == "delete"
             written = Write(action.kind, owner.namespace, action.name, action.version, gone)
             self.expectations.wrote(key, written)
-        return None
+            done.append(action)
+        return done, None
 
     def _act(self, owner: Owner, action: Action) -> None:
         namespace = owner.namespace

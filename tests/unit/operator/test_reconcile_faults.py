@@ -757,6 +757,11 @@ def test_a_refused_write_is_a_condition_and_an_event_naming_the_object(status, r
     named = f"apply StatefulSet flash-prefill: HTTP {status}: {message}"
     assert degraded["message"] == named
     assert [e["message"] for e in world.events(reason)] == [named]
+    # What the pass says it wrote is what it wrote: the refused StatefulSet is in no
+    # Applied (or Initialized) Event, and no write after it was attempted.
+    said = " ".join(e["message"] for e in world.events("Applied") + world.events("Initialized"))
+    assert "StatefulSet flash-prefill" not in said
+    assert "ConfigMap flash-prefill-engine" in said  # written before it
     # Once the server accepts again, the next pass converges and the condition clears.
     world.api.refuse.clear()
     world.until("Ready", lambda: world.obj()["status"]["phase"] == "Ready")
