@@ -29,6 +29,7 @@ import pytest
 
 from dsv4_dev.cluster import pod_network
 from dsv4_dev.cluster.local import LocalCluster
+from dsv4_dev.localrun import readiness
 from dsv4_engine.engine_config import Backend
 from dsv4_engine.probe.verdict import exercised_needed
 from dsv4_operator.api.rollout import CanarySpec
@@ -327,10 +328,28 @@ def test_a_deleted_router_pod_stays_until_its_process_has_drained_and_stopped(wo
     sleep keeps it answering meanwhile: a router pod deleted is marked terminating, its
     process still answers through the sleep, and the pod is gone only after the process
     stopped.  That is what lets a paired promotion's Retire (foreground deletion of the old
-    slot's routers) remove the old engines only once no router routes to them."""
-    cluster, *_ = world
-    pods = get_json(cluster, "pods", "-n", NS, "-l", "app.kubernetes.io/component=router")
-    pod = next(p for p in pods["items"] if not p["metadata"].get("deletionTimestamp"))
+    slot's routers) remove the old engines only once no router routes to them.  The local
+    runtime restarts first, as a kubelet may: a pod it adopts is held as a new one is (one
+    let go by the runtime before it was not: CI's 503 after a test had restarted it)."""
+    cluster, _, runtime, _ = world
+    runtime.stop()
+    runtime.start()
+
+    def adopted() -> dict | None:
+        """A router pod the restarted runtime runs: held, and answering."""
+        pods = get_json(cluster, "pods", "-n", NS, "-l", "app.kubernetes.io/component=router")
+        return next(
+            (
+                p
+                for p in pods["items"]
+                if not p["metadata"].get("deletionTimestamp")
+                and readiness.HOLD in (p["metadata"].get("finalizers") or [])
+                and answers(f"http://{p['status']['podIP']}:8000/health")
+            ),
+            None,
+        )
+
+    pod = wait_for("the restarted runtime to run a router", adopted, 120)
     name, url = pod["metadata"]["name"], f"http://{pod['status']['podIP']}:8000/health"
     deleted = time.monotonic()
     cluster.kubectl("delete", "pod", name, "-n", NS, "--wait=false")

@@ -22,7 +22,9 @@ propagation would be gone while its router still answers, and a paired promotion
 retire the old slot's engines under that router's in-flight and just-routed requests.  So
 the same policy gives every engine and router pod a finalizer (`HOLD`) standing for its
 container: the runtime removes it once the pod's process has drained and stopped (`let_go`),
-at once for a pod it runs no process for, and from every pod when it stops.
+at once for a pod it runs no process for, and from every pod when it stops.  A runtime that
+starts again finds the pods it let go without it, as a kubelet restarted finds its pods
+running: it holds each again before it runs its process (`hold`).
 
 The API server applies a new policy some time after it is created; a pod made meanwhile is
 KWOK's (Ready at once, a probe pod completed without running).  So the runtime says it
@@ -167,6 +169,26 @@ def lift(core: Any, pod: Any) -> None:
 def held(pod: Any) -> bool:
     """The pod stays until this runtime lets it go (its process stopped)."""
     return HOLD in (pod.metadata.finalizers or [])
+
+
+def hold(core: Any, pod: Any) -> None:
+    """Give ``pod`` `HOLD` if it lacks it (by uid: not a pod of the same name made since):
+    what the policy gives a pod at its creation, for one this runtime adopts."""
+    from kubernetes.client.exceptions import ApiException
+
+    if held(pod):
+        return
+    add = (
+        {"op": "add", "path": "/metadata/finalizers/-", "value": HOLD}
+        if pod.metadata.finalizers
+        else {"op": "add", "path": "/metadata/finalizers", "value": [HOLD]}
+    )
+    ops = [{"op": "test", "path": "/metadata/uid", "value": pod.metadata.uid}, add]
+    try:
+        core.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace, ops)
+    except ApiException as err:
+        if err.status not in (404, 409, 422):
+            raise
 
 
 def let_go(core: Any, namespace: str, name: str, uid: str) -> None:

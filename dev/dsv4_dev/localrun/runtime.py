@@ -227,6 +227,7 @@ class LocalRuntime:
         for pod in live.values():
             if pod.metadata.uid in self.processes:
                 continue
+            readiness.hold(self.core, pod)  # one let go by a runtime that ran before this one
             if _component(pod) == "router":
                 self._start_router(pod)
             else:
