@@ -165,9 +165,16 @@ UNTRACKED_INPUT_FLAGS: tuple[str, ...] = (
     "--remote-instance-weight-loader-seed-instance-service-port",
     "--remote-instance-weight-loader-send-weights-group-ports",
     "--remote-instance-weight-loader-start-seed-via-transfer-engine",
-    # keys (the admin API is the operator's to close)
+    # keys (the admin API is the operator's to close), and what serves past SGLang's HTTP
+    # auth (dsv4_engine.sglang_plugin.admin_surface): more than one tokenizer worker (the
+    # auth middleware "is only supported in single tokenizer mode", http_server.py) and a
+    # gRPC listener ("bypasses HTTP auth middleware", arg_groups/serving_hook.py)
     "--admin-api-key",
     "--api-key",
+    "--tokenizer-worker-num",
+    "--grpc-port",
+    "--grpc-mode",
+    "--smg-grpc-mode",
     "--ssl-keyfile",
     "--ssl-certfile",
     "--ssl-ca-certs",

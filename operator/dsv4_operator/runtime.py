@@ -137,6 +137,12 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
             "Device resources an engine pod may request for its RDMA NICs "
             "(spec.<role>.resources.rdma.resourceName",
         ),
+        (
+            allowed.PRIORITY_CLASSES_FLAG, "allowed_priority_classes",
+            allowed.parse_priority_classes, allowed.PRIORITY_CLASSES_ENV,
+            allowed.SHIPPED_PRIORITY_CLASSES, "CLASS[,CLASS...]",
+            "PriorityClasses the engine pods may run at (spec.placement.priorityClassName",
+        ),
     ):  # fmt: skip
         run.add_argument(
             flag,
@@ -186,6 +192,7 @@ def allowed_by(args: argparse.Namespace) -> Allowed:
         images=args.allowed_images,
         tolerations=args.allowed_tolerations,
         device_resources=args.allowed_device_resources,
+        priority_classes=args.allowed_priority_classes,
     )
 
 

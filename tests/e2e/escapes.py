@@ -255,7 +255,7 @@ ESCAPES: dict[str, tuple[Callable[[str], dict[str, Any]], str]] = {
     ),
     "priority-class": (
         lambda ns: workload(ns, pod={"priorityClassName": "system-node-critical"}),
-        "priorityClassName system-node-critical",
+        "priorityClassName system-node-critical outside allowedPriorityClasses",
     ),
     "runtime-class": (
         lambda ns: workload(ns, pod={"runtimeClassName": "runc-privileged"}),

@@ -29,6 +29,9 @@ the process stops (``launch_server`` loads plugins first thing, before parsing a
 The plugin does not gate reads: SGLang 0.5.23's DeepSeek-V4 pool getters wait for their
 layer's HiCache load themselves; ``gate_check`` proves it for the pinned SGLang.
 
+In the HTTP server's process it closes SGLang's management endpoints (weight updates, LoRA,
+pause, memory release, ...): every call to them is refused (``admin_surface``).
+
 It also counts SGLang's kv-canary violations (logged, never counted by SGLang) into a
 Prometheus counter on the engine's /metrics, and marks that counter armed once SGLang's
 check runs (``kv_canary``), where the canary's probe reads both.
@@ -45,7 +48,7 @@ from dsv4_engine.configurator.errors import ConfigError
 from dsv4_engine.engine_config import INDEX_DTYPE_ENV as ENV_INDEX_DTYPE
 from dsv4_engine.features import IndexDtype
 from dsv4_engine.index_k import SGLANG_VERSION, sglang_index_dtype_error
-from dsv4_engine.sglang_plugin import kv_canary
+from dsv4_engine.sglang_plugin import admin_surface, kv_canary
 
 _CONFIGURATORS = "sglang.srt.model_executor.pool_configurator"
 DSA_TARGET = f"{_CONFIGURATORS}.DefaultPoolConfigurator._compute_dsa_indexer_cell_size"
@@ -130,3 +133,4 @@ def register() -> None:
     for target, hook in AFTER_HOOKS:
         HookRegistry.register(target, hook, HookType.AFTER)
     kv_canary.install()
+    admin_surface.install()

@@ -3,9 +3,10 @@ who writes the spec cannot widen: the images its pods run and the taints they to
 (and, in `api.host_paths`, the host directories a model may come from).
 
 Both are set once, in the ConfigMap `dsv4-system/dsv4-operator-settings` that the admission
-fence reads too (manifests/base/fence.yaml, keys `allowedImages` and `allowedTolerations`),
+fence reads too (manifests/base/fence.yaml, keys `allowedImages`, `allowedTolerations`,
+`allowedDeviceResources` and `allowedPriorityClasses`),
 so what the operator accepts here is what the fence admits from its token, and a
-compromised operator can run no other image or toleration either.
+compromised operator can run no other image, toleration, device or priority either.
 
 - An image: `spec.image.name` is the engine's, `spec.router.image` the router's (the
   engine image if unset).  Free text would let a tenant run anything with the router's
@@ -33,6 +34,10 @@ compromised operator can run no other image or toleration either.
   SR-IOV host devices).  A name that would shadow what the operator sets itself (`cpu`,
   `memory`, `nvidia.com/gpu`, any name without a domain or in `kubernetes.io`) is refused
   by the CRD whatever the list says.
+- A priority class, `spec.placement.priorityClassName`: the PriorityClass of the engine
+  pods.  Free text would let a tenant preempt everyone else's pods (`system-node-critical`);
+  the allow-list holds exact PriorityClass names.  Shipped: none (the engine pods get the
+  cluster's default priority); list the classes your inference tier may use.
 """
 
 from __future__ import annotations
@@ -58,6 +63,12 @@ DEVICES_KEY = "allowedDeviceResources"
 DEVICES_FLAG = "--allowed-device-resources"
 DEVICES_ENV = "DSV4_ALLOWED_DEVICE_RESOURCES"
 SHIPPED_DEVICES = "rdma/ib,rdma/rdma_shared_device_a,rdma/hca_shared_devices_a,nvidia.com/hostdev"
+PRIORITY_CLASSES_KEY = "allowedPriorityClasses"
+PRIORITY_CLASSES_FLAG = "--allowed-priority-classes"
+PRIORITY_CLASSES_ENV = "DSV4_ALLOWED_PRIORITY_CLASSES"
+SHIPPED_PRIORITY_CLASSES = ""
+# A PriorityClass name: a DNS subdomain (Kubernetes' rule for object names).
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 # An extended resource name: a DNS domain, `/`, a name (Kubernetes' own rule for them).
 EXTENDED_RESOURCE = r"^[a-z0-9]+([.-][a-z0-9]+)*/[A-Za-z0-9]+([._-][A-Za-z0-9]+)*$"
 
@@ -112,6 +123,18 @@ def parse_devices(text: str) -> tuple[str, ...]:
     return tuple(names)
 
 
+def parse_priority_classes(text: str) -> tuple[str, ...]:
+    """A comma-separated allow-list of PriorityClass names; ValueError says what is wrong."""
+    names = _items(text)
+    for name in names:
+        if len(name) > 253 or re.match(DNS_SUBDOMAIN, name) is None:
+            raise ValueError(
+                f"{PRIORITY_CLASSES_FLAG}: {name!r} is not a PriorityClass name (a DNS "
+                "subdomain: lowercase letters, digits, '-' and '.')"
+            )
+    return tuple(names)
+
+
 def image_allowed(image: str, allowed: Sequence[str]) -> bool:
     """``image`` is an entry of ``allowed`` or continues one with `/`, `:` or `@` (an entry
     ending in one of those is a plain prefix).  The fence's `refusedImages` is this rule."""
@@ -143,6 +166,19 @@ class Allowed:
     images: tuple[str, ...] = parse_images(SHIPPED_IMAGES)
     tolerations: tuple[str, ...] = parse_tolerations(SHIPPED_TOLERATIONS)
     device_resources: tuple[str, ...] = parse_devices(SHIPPED_DEVICES)
+    priority_classes: tuple[str, ...] = parse_priority_classes(SHIPPED_PRIORITY_CLASSES)
+
+    def priority_class_problem(self, name: str | None) -> str | None:
+        """Why the engine pods may not run at PriorityClass ``name``; None when they may
+        (or when the spec names none)."""
+        if name is None or name in self.priority_classes:
+            return None
+        return (
+            f"spec.placement.priorityClassName: {name} is not a priority class the operator "
+            f"allows ({PRIORITY_CLASSES_KEY} in {SETTINGS}: {_listed(self.priority_classes)}); "
+            "leave it unset for the cluster's default, or ask the operator's administrator "
+            "to list it"
+        )
 
     def device_problem(self, devices: Sequence[tuple[str, str]]) -> str | None:
         """Why one of ``devices`` ((field, resource name) pairs) may not be requested; None

@@ -33,7 +33,7 @@ from dsv4_engine.engine_config import (
 from dsv4_engine.features import CamelModel, EngineFeatures, IndexDtype, Role
 from dsv4_engine.index_k import SGLANG_INDEX_DTYPES, sglang_index_dtype_error
 from dsv4_operator.api import known_issues
-from dsv4_operator.api.allowed import EXTENDED_RESOURCE
+from dsv4_operator.api.allowed import DNS_SUBDOMAIN, EXTENDED_RESOURCE
 from dsv4_operator.api.names import MAX_ROLE_REPLICAS
 from dsv4_operator.api.rollout import MAX_POOL_TOKENS, MIN_POOL_TOKENS, CanarySpec, RolloutSpec
 from dsv4_operator.api.rolls import Rolls
@@ -189,7 +189,8 @@ _ENV_BUDGET = f"env holds at most {MAX_ENV_CHARS} characters of names and values
 _UNTRACKED_ARG = (
     "extraArgs must not load code or read a file, directory, URL or key the revision does "
     "not hold (--config, --trust-remote-code, --chat-template, --tokenizer-path, "
-    "--admin-api-key, …): what it brings in is never canaried"
+    "--admin-api-key, …): what it brings in is never canaried; nor serve past SGLang's "
+    "endpoint auth (--tokenizer-worker-num, --grpc-port)"
 )
 _OWNED_ENV = (
     "env must not set a variable the operator or LeaderWorkerSet sets ("
@@ -356,6 +357,15 @@ class PlacementSpec(CamelModel):
         default=None,
         max_length=317,
         description="Node label of the NVLink domain (e.g. nvidia.com/gpu.clique) to spread over.",
+    )
+    priority_class_name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN,
+        description="PriorityClass of the engine pods (the stable's and the canary's); one "
+        "the operator's administrator allows (allowedPriorityClasses, none as shipped).  "
+        "Unset: the cluster's default priority.",
     )
 
 

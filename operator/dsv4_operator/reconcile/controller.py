@@ -214,6 +214,8 @@ class Controller:
         return {
             "passes": self.passes,
             "held": self.held,
+            "remembered": self.reconciler.remembered(),
+            "cached": len(self.cache.store(KIND)),
             "wakes": dict(self.wakes),
             "queued": len(self.queue),
             "durations": [round(end - start, 6) for _, start, end in self.durations],

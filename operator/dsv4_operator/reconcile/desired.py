@@ -155,3 +155,6 @@ class RenderMemory:
     def forget(self, uid: str) -> None:
         with self._lock:
             self._by_uid.pop(uid, None)
+
+    def __len__(self) -> int:
+        return len(self._by_uid)

@@ -87,3 +87,8 @@ class Expectations:
         with self._lock:
             self._writes.pop(key, None)
             self._status.pop(key, None)
+
+    def __len__(self) -> int:
+        """How many deployments it holds something for."""
+        with self._lock:
+            return len(self._writes.keys() | self._status.keys())

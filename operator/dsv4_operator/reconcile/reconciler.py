@@ -129,7 +129,7 @@ def check_prerequisites(
     unserved: frozenset[str] = frozenset(),
 ) -> Problem | None:
     """What must hold before any child is written: the model's source, the images, the
-    tolerations and the device resources are allowed (``allowed``: what the administrator allows, `api.allowed`;
+    tolerations, the device resources and the priority class are allowed (``allowed``: what the administrator allows, `api.allowed`;
     the admission fence would refuse the children otherwise), the model exists, some node
     has an allowed GPU, and a multi-node role's LeaderWorkerSet API is served
     (``unserved``: child kinds the API server does not know)."""
@@ -146,6 +146,9 @@ def check_prerequisites(
     refused = allowed.device_problem(spec.named_devices())
     if refused is not None:
         return Problem("DeviceNotAllowed", refused)
+    refused = allowed.priority_class_problem(spec.placement.priority_class_name)
+    if refused is not None:
+        return Problem("PriorityClassNotAllowed", refused)
     if LWS_KIND in unserved:
         multi = next((r for r in Role if spec.role_spec(r).nodes_per_replica > 1), None)
         if multi is not None:
@@ -225,6 +228,15 @@ class Reconciler:
         self.expectations.forget((namespace, name))
         self.rendered.forget(uid)
         self.specs.forget(uid)
+
+    def remembered(self) -> dict[str, int]:
+        """How many deployments each of those memories holds (`forget` empties them of a
+        deleted one; the scale bench checks they come back to 0)."""
+        return {
+            "expectations": len(self.expectations),
+            "renders": len(self.rendered),
+            "specs": len(self.specs),
+        }
 
     def reconcile_now(self, namespace: str, name: str) -> float | None:
         """One pass (redone on a status conflict); returns in how many seconds a deadline it

@@ -57,3 +57,6 @@ class SpecMemory:
     def forget(self, uid: str) -> None:
         with self._lock:
             self._by_uid.pop(uid, None)
+
+    def __len__(self) -> int:
+        return len(self._by_uid)

@@ -95,6 +95,8 @@ def pod_placement(
     }
     if placement.node_selector:
         fields["nodeSelector"] = dict(placement.node_selector)
+    if placement.priority_class_name is not None:
+        fields["priorityClassName"] = placement.priority_class_name
     spread = topology_spread(placement, role_selector)
     if spread:
         fields["topologySpreadConstraints"] = spread

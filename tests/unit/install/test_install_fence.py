@@ -85,6 +85,12 @@ SETTINGS_READ = [
         allowed.TOLERATIONS_FLAG,
     ),
     (allowed.DEVICES_KEY, "allowedDevices", allowed.DEVICES_ENV, allowed.DEVICES_FLAG),
+    (
+        allowed.PRIORITY_CLASSES_KEY,
+        "allowedPriorityClasses",
+        allowed.PRIORITY_CLASSES_ENV,
+        allowed.PRIORITY_CLASSES_FLAG,
+    ),
 ]
 
 

@@ -1,4 +1,5 @@
-"""Images, tolerations and device resources only from the administrator's allow-lists (`api.allowed`): a
+"""Images, tolerations, device resources and priority classes only from the administrator's
+allow-lists (`api.allowed`): a
 deployment asking for another is refused before any child is written, with a condition
 naming the field and the list.  The fence applies the same rules to the operator's own
 writes on the real API server (tests/e2e/test_namespaced_install.py, which also feeds
@@ -16,11 +17,12 @@ from dsv4_operator.api.allowed import (
     image_allowed,
     parse_devices,
     parse_images,
+    parse_priority_classes,
     parse_tolerations,
     toleration_text,
 )
 from dsv4_operator.runtime import allowed_by, parse_args
-from tests.unit.operator.harness import World
+from tests.unit.operator.harness import FP4, World
 
 # (image, allowed by `ghcr.io/dsv4, lmsysorg/sglang:, registry.example/team/engine@sha256:`)
 IMAGE_CASES = [
@@ -156,8 +158,15 @@ def condition(world, kind):
             "resource the operator allows (allowedDeviceResources in ConfigMap "
             "dsv4-system/dsv4-operator-settings: rdma/ib, ",
         ),
+        (
+            {"placement": {"priorityClassName": "system-node-critical"}},
+            "PriorityClassNotAllowed",
+            "spec.placement.priorityClassName: system-node-critical is not a priority class "
+            "the operator allows (allowedPriorityClasses in ConfigMap "
+            "dsv4-system/dsv4-operator-settings: none)",
+        ),
     ],
-    ids=["router-image", "engine-image", "every-taint", "another-pool", "kvm-device"],
+    ids=["router-image", "engine-image", "every-taint", "another-pool", "kvm-device", "priority"],
 )
 def test_a_deployment_outside_the_allow_lists_degrades_and_writes_nothing(patch, reason, message):
     world = World()
@@ -203,3 +212,28 @@ def test_the_gpu_toleration_the_operator_adds_is_judged_too():
         "the toleration of the GPU taint every engine pod gets: the toleration "
         "nvidia.com/gpu:NoSchedule is not one the operator allows"
     )
+
+
+def test_an_allowed_priority_class_is_given_to_every_engine_pod_and_no_other():
+    """The stable's and the canary's engine pods run at it; the router keeps the default."""
+    world = World()
+    world.reconciler.allowed = replace(world.reconciler.allowed, priority_classes=("inference",))
+    world.create("flash", {"placement": {"priorityClassName": "inference"}})
+    world.until("Ready", lambda: (world.obj().get("status") or {}).get("phase") == "Ready")
+    world.patch_spec("flash", FP4)
+    world.until("a canary", lambda: world.rollout().get("canaryRevision") is not None)
+    templates = {
+        (kind, name): obj["spec"]["template"]["spec"]
+        for (kind, _, name), obj in world.api.objects.items()
+        if kind in ("StatefulSet", "Deployment")
+    }
+    engines = {key for key in templates if key[0] == "StatefulSet"}
+    assert {("StatefulSet", "flash--canary-prefill"), ("StatefulSet", "flash-decode")} <= engines
+    for key, spec in templates.items():
+        assert spec.get("priorityClassName") == ("inference" if key in engines else None), key
+
+
+@pytest.mark.parametrize("bad", ["System-Node-Critical", "-x", "a b"])
+def test_a_malformed_priority_class_entry_is_refused_naming_the_flag(bad):
+    with pytest.raises(ValueError, match="--allowed-priority-classes"):
+        parse_priority_classes(bad)

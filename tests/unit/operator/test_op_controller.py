@@ -40,6 +40,9 @@ class RecordingPasses:
         self.running = 0
         self.peak = 0
 
+    def remembered(self) -> dict[str, int]:
+        return {"expectations": len(self.expectations)}
+
     def reconcile_now(self, namespace: str, name: str) -> float | None:
         with self._lock:
             self.calls.append((namespace, name))
