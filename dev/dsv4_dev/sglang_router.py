@@ -15,7 +15,9 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-LAUNCH = (sys.executable, "-m", "sglang_router.launch_router")
+from dsv4_operator.render.router import ROUTER_COMMAND
+
+LAUNCH = (sys.executable, *ROUTER_COMMAND[1:])  # the router pod's command, this venv's python
 READY_TIMEOUT_S = 60.0
 
 

@@ -51,12 +51,6 @@ PRELOAD = (
     "dsv4_operator.cli.main",
 )
 READ_AT_IMPORT = ("kubernetes", "triton")  # TRITON_INTERPRET decides how kernels decorate
-# Commands `python -m MODULE ARGS` forked from a server of their own that imported MODULE
-# first, by module: its entry point.  sglang-router's launcher tries to import SGLang's
-# tracing (sglang_router/mini_lb.py), which imports SGLang itself, torch and Triton with it:
-# ~7 CPU-seconds and ~800 MB before a router serves, paid once by its own server (never by
-# the engines' server: Triton imported there would fix how their kernels decorate).
-MODULE_ENTRIES = {"sglang_router.launch_router": "sglang_router.launch_router:main"}
 # The variables a forked command may be given: each is read when used, not at import
 # (fault injection, the kernel backend, Triton's interpreter, a probe's kubeconfig).  A
 # command given any other is started fresh instead.
@@ -71,12 +65,9 @@ class ForkServerError(RuntimeError):
 
 
 class ForkServer:
-    """The starting side: starts the server on first use, asks it to fork and for exits.
-    ``module``: a server for `python -m MODULE` commands (`MODULE_ENTRIES`), which imports
-    that module instead of ``PRELOAD``."""
+    """The starting side: starts the server on first use, asks it to fork and for exits."""
 
-    def __init__(self, module: str | None = None) -> None:
-        self.module = module
+    def __init__(self) -> None:
         self._server: subprocess.Popen | None = None
         self._lock = threading.Lock()
 
@@ -88,7 +79,7 @@ class ForkServer:
     def fork(self, command: list[str], env: dict[str, str], log_path: Path) -> Forked:
         """``command`` forked, as `processes.popen` starts it (see `fork_target`)."""
         found = fork_target(command, env)
-        if found is None or module_of(command) != self.module:
+        if found is None:
             raise ValueError(f"not a command this fork server runs: {command} with {env}")
         entry, argv = found
         log_path.touch()  # there once this returns, as Popen's redirected output is
@@ -104,7 +95,7 @@ class ForkServer:
         they still run."""
         if self._server is None:
             self._server = subprocess.Popen(
-                [sys.executable, "-m", __name__, *([self.module] if self.module else [])],
+                [sys.executable, "-m", __name__],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 text=True,
@@ -127,26 +118,15 @@ class ForkServer:
             return json.loads(line)
 
 
-def module_of(command: list[str]) -> str | None:
-    """The module of a `python -m MODULE` command that a server of its own forks
-    (`MODULE_ENTRIES`), else None."""
-    if command[:2] == [sys.executable, "-m"] and len(command) > 2 and command[2] in MODULE_ENTRIES:
-        return command[2]
-    return None
-
-
 def fork_target(command: list[str], env: dict[str, str]) -> tuple[str, list[str]] | None:
     """(entry point, sys.argv) a fresh process of ``command`` would run — `python -m
-    dsv4_engine.cli ARGS`, one of ``MODULE_ENTRIES``, or one of ``SCRIPTS`` in this
-    interpreter's bin folder — or None where a fork server does not run it as that
+    dsv4_engine.cli ARGS` or one of ``SCRIPTS`` in this interpreter's bin folder — or None where a fork server does not run it as that
     process would: another command, or an ``env`` with a variable not in
     ``CALL_TIME_ENV``."""
     if not env.keys() <= CALL_TIME_ENV:
         return None
     if tuple(command[: len(ENGINE_CLI)]) == ENGINE_CLI:
         return "dsv4_engine.cli:main", ["-m", *command[len(ENGINE_CLI) :]]
-    if (module := module_of(command)) is not None:
-        return MODULE_ENTRIES[module], ["-m", *command[3:]]
     script = Path(command[0]) if command else Path()
     if script.parent == Path(sys.executable).parent and script.name in SCRIPTS:
         return SCRIPTS[script.name], command
@@ -212,10 +192,9 @@ def exit_as_interpreter(main: Callable[[], int | None]) -> NoReturn:
         os._exit(code)
 
 
-def serve(module: str | None = None) -> None:
-    """The server: preload (``module``'s server: that module), then fork and report exits
-    until stdin closes."""
-    answers = preload([module] if module else PRELOAD)
+def serve() -> None:
+    """The server: preload, then fork and report exits until stdin closes."""
+    answers = preload(PRELOAD)
     exits: dict[int, int] = {}
     for line in sys.stdin:
         request = json.loads(line)
@@ -266,4 +245,4 @@ def _child(entry: str, argv: list[str], env: dict[str, str], log_path: str) -> N
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1] if len(sys.argv) > 1 else None)
+    serve()

@@ -1,9 +1,9 @@
 """Starting and stopping the local processes that stand in for pods' containers.
 
 The project's own commands (an engine's `serve`, a probe Job's `dsv4ctl probe`) are forked
-from the fork server (`forks`), and sglang-router from one of its own: the same argv,
-environment, log and session as a fresh process, without each one importing torch again.  Anything else (podman,
-Prometheus) is started as it is.
+from the fork server (`forks`): the same argv, environment, log and session as a fresh
+process, without each one importing torch again.  Anything else (sglang-router, which
+imports little as the router pod runs it, podman, Prometheus) is started as it is.
 """
 
 from __future__ import annotations
@@ -15,11 +15,9 @@ from pathlib import Path
 from typing import Protocol
 
 from dsv4_dev import images
-from dsv4_dev.localrun.forks import MODULE_ENTRIES, ForkServer, fork_target, module_of
+from dsv4_dev.localrun.forks import ForkServer, fork_target
 
 FORKS = ForkServer()
-# A server for each `python -m MODULE` command forked from one of its own (the router).
-MODULE_FORKS = {module: ForkServer(module) for module in MODULE_ENTRIES}
 
 
 class Started(Protocol):
@@ -38,8 +36,7 @@ def popen(command: list[str], env: dict[str, str], log_path: Path) -> Started:
     appended to ``log_path``, with ``env`` over this process's environment.  The
     project's own commands are forked (see the module)."""
     if fork_target(command, env) is not None:
-        module = module_of(command)
-        return (FORKS if module is None else MODULE_FORKS[module]).fork(command, env, log_path)
+        return FORKS.fork(command, env, log_path)
     with log_path.open("a") as out:
         return subprocess.Popen(
             command,

@@ -47,6 +47,18 @@ ROUTER_MEMORY = ("2Gi", "8Gi")
 # slot's last engines (a paired promotion's Retire) go only once its pod has.
 ROUTER_DRAIN_S = 5
 ROUTER_SCRATCH = Scratch(size="1Gi", limit="2Gi", paths=(ENGINE_HOME, "/tmp"))
+# sglang-router 0.3.2's launcher (`python3 -m sglang_router.launch_router`) imports its
+# Python MiniLB (`--mini-lb`, a debugging balancer), and MiniLB imports SGLang's tracing
+# wherever SGLang is installed, as on the engine image routers run by default: all of
+# SGLang with torch and Triton, ~10 CPU-s and hundreds of MB before the Rust router
+# serves.  The container marks that optional import absent (None in sys.modules makes it
+# raise ImportError, which MiniLB catches and goes without) and runs the launcher's own
+# `main` on its arguments: sglang-router's code only, so any image with it runs this.
+ROUTER_LAUNCHER = (
+    "import sys; sys.modules['sglang.srt.tracing.trace'] = None; "
+    "from sglang_router.launch_router import main; main()"
+)
+ROUTER_COMMAND = ("python3", "-c", ROUTER_LAUNCHER)
 
 
 def router_name(owner: Owner, slot: Slot = Slot.BLUE) -> str:
@@ -97,7 +109,7 @@ def router_deployment(
         "name": "router",
         "image": spec.router.image or spec.image.name,
         "imagePullPolicy": spec.image.pull_policy.value,
-        "command": ["python3", "-m", "sglang_router.launch_router"],
+        "command": list(ROUTER_COMMAND),
         "args": router_args(owner, spec, slot, transfer),
         "ports": [{"name": "http", "containerPort": ROUTER_PORT}],
         # sglang-router 0.3.2 answers /health 200 whatever its workers do; /readiness is 503

@@ -19,7 +19,7 @@ from dsv4_operator.api.rollout import Slot
 from dsv4_operator.api.samples import load_sample
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.render.meta import LABEL_COMPONENT, Owner
-from dsv4_operator.render.router import ROUTER_DRAIN_S, router_deployment
+from dsv4_operator.render.router import ROUTER_COMMAND, ROUTER_DRAIN_S, router_deployment
 
 OWNER = Owner("flash", "serving", "u")
 SPEC = DSV4DeploymentSpec.model_validate(load_sample()["spec"])
@@ -77,7 +77,7 @@ def test_a_router_pod_runs_its_rendered_command_bound_to_its_ip():
         "containers"
     ][0]
     command = router_command(container["command"], container["args"], "127.4.128.9")
-    assert command[:3] == [sys.executable, "-m", "sglang_router.launch_router"]
+    assert command[:3] == [sys.executable, *ROUTER_COMMAND[1:]]
     rendered = container["args"]
     assert command[3 : 3 + len(rendered)] == [
         "127.4.128.9" if rendered[i - 1] == "--host" else arg for i, arg in enumerate(rendered)

@@ -26,6 +26,7 @@ from dsv4_dev.localrun.forks import (
     exit_as_interpreter,
 )
 from dsv4_dev.localrun.runtime import free_port
+from dsv4_dev.sglang_router import LAUNCH
 from tests.unit.operator.test_op_startup import KUBECONFIG
 
 WAIT_S = 60.0
@@ -108,18 +109,30 @@ def test_a_command_the_fork_server_does_not_know_is_refused(tmp_path):
         processes.FORKS.fork(["sleep", "1"], {}, tmp_path / "x.log")
 
 
-def test_the_router_is_forked_from_a_server_of_its_own(tmp_path):
-    """sglang-router imports SGLang, torch and Triton as it starts: its own server pays that
-    once; the engines' server never imports it (Triton there would fix how kernels
-    decorate), and refuses the command."""
-    router = [sys.executable, "-m", "sglang_router.launch_router", "--help"]
+def test_the_router_pods_command_starts_sglang_router_without_importing_sglang(tmp_path):
+    """sglang-router's launcher would import all of SGLang (torch, Triton) for its MiniLB's
+    tracing; the router pod's command (`ROUTER_COMMAND`, the same here with this venv's
+    python) starts it without: its `--help` prints the router's flags and no SGLang module
+    is imported.  It is started as it is, not forked (the engines' server refuses it)."""
+    router = [*LAUNCH, "--help"]
     with pytest.raises(ValueError, match="not a command this fork server runs"):
         processes.FORKS.fork(router, {}, tmp_path / "refused.log")
     log = tmp_path / "router.log"
-    started = processes.popen(router, {}, log)
-    assert isinstance(started, Forked)
+    started = processes.popen([sys.executable, "-X", "importtime", *router[1:]], {}, log)
+    assert not isinstance(started, Forked)
     assert started.wait(WAIT_S) == 0
-    assert "--service-discovery" in log.read_text()
+    text = log.read_text()
+    assert "--service-discovery" in text
+    imported = {
+        line.rsplit("|", 1)[1].strip()
+        for line in text.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+    assert "sglang_router.launch_router" in imported
+    # Only the marked module's lookup, none of SGLang's (its package, torch) loaded.
+    assert {m for m in imported if m.split(".")[0] in ("sglang", "torch", "triton")} == {
+        "sglang.srt.tracing.trace"
+    }
 
 
 def test_the_fork_server_imports_nothing_that_reads_the_environment_as_it_is_imported():
