@@ -81,6 +81,9 @@ class Controller:
         # What asked for passes, by watched kind (many coalesce into one pass): where a
         # deployment's passes come from when there are more than its decisions need.
         self.wakes: Counter[str] = Counter()
+        # Deployments deleted while a pass of theirs ran (by key: their uid): that pass may
+        # remember them again as it ends, so they are forgotten again once it has.
+        self._gone: dict[Key, str] = {}
 
     # -- what wakes a deployment --------------------------------------------------------
     def start_informers(self, kube: Kube, namespaces: Sequence[str]) -> None:
@@ -120,6 +123,8 @@ class Controller:
             store.remove(raw)
             self.queue.drop(key)
             self.reconciler.forget(*key, meta["uid"])
+            if self.queue.processing(key):
+                self._gone[key] = meta["uid"]
             return
         old = store.upsert(raw)
         if triggers.deployment_changed(old, raw, lambda obj: self._own_status(key, obj)):
@@ -162,6 +167,10 @@ class Controller:
                 await self._process(key)
             finally:
                 self.queue.done(key)
+                uid = self._gone.pop(key, None)
+                if uid is not None:  # deleted during the pass, which may have remembered it
+                    reused = self.cache.get(KIND, *key) is not None  # made again since
+                    self.reconciler.forget(*key, uid, name_reused=reused)
 
     async def _process(self, key: Key) -> None:
         if not self.reconciler.expectations.met(key, self.cache):

@@ -109,6 +109,10 @@ class WorkQueue(Generic[K]):
             waiting[1].cancel()
         return key
 
+    def processing(self, key: K) -> bool:
+        """A worker holds ``key`` (its pass runs)."""
+        return key in self._processing
+
     def done(self, key: K) -> None:
         self._processing.discard(key)
         if key in self._dirty:

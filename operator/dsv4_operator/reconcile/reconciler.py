@@ -222,10 +222,13 @@ class Reconciler:
         self.specs = SpecMemory()
         self.events = EventRecorder(kube, clock)
 
-    def forget(self, namespace: str, name: str, uid: str) -> None:
+    def forget(self, namespace: str, name: str, uid: str, name_reused: bool = False) -> None:
         """Drop what passes keep for a deployment that was deleted: its expected writes,
-        its renders and its parsed spec (one place, so a memory added later is dropped too)."""
-        self.expectations.forget((namespace, name))
+        its renders and its parsed spec (one place, so a memory added later is dropped too).
+        ``name_reused``: a deployment of the same name exists again, whose expected writes
+        (kept by name) stay."""
+        if not name_reused:
+            self.expectations.forget((namespace, name))
         self.rendered.forget(uid)
         self.specs.forget(uid)
 

@@ -40,8 +40,13 @@ class RecordingPasses:
         self.running = 0
         self.peak = 0
 
+        self.remembers: set[str] = set()  # uids a pass remembered (what `forget` drops)
+
     def remembered(self) -> dict[str, int]:
-        return {"expectations": len(self.expectations)}
+        return {"expectations": len(self.expectations), "renders": len(self.remembers)}
+
+    def forget(self, namespace: str, name: str, uid: str, name_reused: bool = False) -> None:
+        self.remembers.discard(uid)
 
     def reconcile_now(self, namespace: str, name: str) -> float | None:
         with self._lock:
@@ -50,6 +55,7 @@ class RecordingPasses:
             self.peak = max(self.peak, self.running)
         try:
             self.gate.wait(BOUND_S)
+            self.remembers.add(f"uid-{name}")  # as a real pass keeps its render, at its end
             return self.recheck(len(self.calls))
         finally:
             with self._lock:
@@ -281,3 +287,27 @@ def test_resyncs_of_deployments_created_together_are_spread_over_the_period():
     # whenever the test looked: those would rotate with the clock and could empty a tenth.
     tenths = Counter(int((w % period) / period * 10) for w in when)
     assert max(tenths.values()) <= 10 and len(tenths) == 10
+
+
+def test_a_deployment_deleted_during_its_pass_is_forgotten_once_the_pass_ends():
+    """The pass in flight remembers its deployment as it ends, after the deletion's
+    forgetting: the controller forgets it again then, so deleting frees what it held."""
+
+    async def main() -> dict[str, Any]:
+        passes = RecordingPasses()
+        controller, _ = world(passes)
+        running = asyncio.create_task(controller.run())
+        passes.gate.clear()
+        controller.deployment_event(None, deployment("flash"))
+        await until("the pass running", lambda: passes.running == 1)
+        controller.deployment_event("DELETED", deployment("flash"))
+        passes.gate.set()
+        await until("idle", lambda: idle(controller) and passes.running == 0)
+        await asyncio.sleep(0.05)
+        stats = controller.stats()
+        running.cancel()
+        return stats
+
+    stats = asyncio.run(main())
+    assert stats["cached"] == 0
+    assert stats["remembered"]["renders"] == 0
