@@ -560,6 +560,7 @@ def run(
 # each, 1.27 MB; eight of them took the operator from 83 MiB past its 512 MiB.
 REVIEW_ENTRIES = 20_000
 LARGEST = 8
+LABELLED_GPU_NODES = 32  # 8 × (a prefill + a decode, stable and canary) of 4 GPUs: 16 nodes
 FORGET_LIMIT_S = 300.0
 OPERATOR_LIMIT_MB = 512 * 1.048576  # manifests/base/deployment.yaml: 512Mi
 
@@ -604,12 +605,18 @@ def review_refusal(kube: Kube, namespace: str) -> str:
 def largest_deployments(
     cluster: LocalCluster, kube: Kube, operator: Operator, statuses: Watched, namespace: str
 ) -> dict[str, Any]:
-    """LARGEST of the largest admitted spec (`dsv4_dev.largest`; every node given the labels
-    its nodeSelector asks for): created until Ready (none Degraded: an annotation or object
+    """LARGEST of the largest admitted spec (`dsv4_dev.largest`; the CPU nodes and
+    LABELLED_GPU_NODES GPU nodes given the labels its nodeSelector asks for: room for every
+    stable and canary pod): created until Ready (none Degraded: an annotation or object
     over the API server's limits would be refused), then a flag change on each until its
     canary starts.  The operator's memory before, after, and its peak."""
     labels = [f"{key}={value}" for key, value in node_labels().items()]
-    cluster.kubectl("label", "nodes", "--all", "--overwrite", *labels)
+    nodes = cluster.kubectl("get", "nodes", "-o", "name").stdout.split()
+    gpu = [n for n in nodes if not n.startswith("node/cpu")][:LABELLED_GPU_NODES]
+    chosen = [n.removeprefix("node/") for n in nodes if n.startswith("node/cpu")] + [
+        n.removeprefix("node/") for n in gpu
+    ]
+    cluster.kubectl("label", "nodes", *chosen, "--overwrite", *labels, timeout=300)
     keys = [(namespace, f"largest-{i}") for i in range(LARGEST)]
     before = operator.memory_mb()[0]
     size = len(json.dumps(largest(*keys[0])))
