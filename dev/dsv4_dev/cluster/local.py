@@ -45,6 +45,10 @@ SERVICE_IP_RANGE = "10.96.0.0/16"
 # The node lifecycle controller's taints for a node that is not Ready or not heard from.
 CONDITION_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
 NODES_PER_APPLY = 100
+# A kube-apiserver just started on a loaded machine may drop a connection before it serves
+# steadily (kubectl: `Get ".../openapi/v2": EOF`); an apply of nodes is tried again.
+APPLY_ATTEMPTS = 5
+TRANSIENT = ("EOF", "connection refused", "connection reset")
 
 
 class ClusterError(RuntimeError):
@@ -329,13 +333,25 @@ class LocalCluster:
                     f"({err.strerror}); choose another with --port or stop what holds it"
                 ) from None
 
+    def apply_retrying(self, doc: str) -> None:
+        """`kubectl apply` of ``doc`` (idempotent), again after a transient failure
+        (``TRANSIENT``), at most APPLY_ATTEMPTS times; any other failure at once."""
+        for attempt in range(APPLY_ATTEMPTS):
+            result = self.kubectl("apply", "-f", "-", input=doc, check=False)
+            if result.returncode == 0:
+                return
+            last = attempt == APPLY_ATTEMPTS - 1
+            if last or not any(t in result.stderr for t in TRANSIENT):
+                raise ClusterError(f"kubectl apply -f - failed: {result.stderr.strip()}")
+            time.sleep(2**attempt)
+
     def _register_nodes(self) -> None:
         desired = node_manifests(self.pools)
         # In batches: each kubectl call stays well inside its timeout at a thousand nodes.
         for start in range(0, len(desired), NODES_PER_APPLY):
             batch = desired[start : start + NODES_PER_APPLY]
             doc = json.dumps({"apiVersion": "v1", "kind": "List", "items": batch})
-            self.kubectl("apply", "-f", "-", input=doc)
+            self.apply_retrying(doc)
         wanted = {n["metadata"]["name"] for n in desired}
         stale = [
             n["metadata"]["name"]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
-from dsv4_dev.cluster.local import SERVICE_IP_RANGE, LocalCluster, _extra_args
+from dsv4_dev.cluster import local
+from dsv4_dev.cluster.local import SERVICE_IP_RANGE, ClusterError, LocalCluster, _extra_args
 
 
 def _filed(args: list[str]) -> dict[str, list[str]]:
@@ -49,3 +52,29 @@ def test_flags_one_component_after_another_would_make_kwokctl_panic():
     ]
     with pytest.raises(IndexError):
         _filed(naive)
+
+
+def test_an_apply_is_tried_again_after_a_dropped_connection_and_not_after_a_refusal(
+    tmp_path, monkeypatch
+):
+    """A kube-apiserver just started under load dropped a connection (`EOF`) as the e2e
+    cluster registered its nodes; that apply is tried again, a real refusal is not."""
+    cluster = LocalCluster(name="retry", workdir=tmp_path)
+    answers = [
+        subprocess.CompletedProcess([], 1, "", 'Get "https://127.0.0.1:1/openapi/v2": EOF'),
+        subprocess.CompletedProcess([], 0, "", ""),
+        subprocess.CompletedProcess([], 1, "", 'error: nodes "x" is invalid'),
+    ]
+    calls = []
+
+    def kubectl(*args, **kwargs):
+        calls.append(args)
+        return answers[len(calls) - 1]
+
+    monkeypatch.setattr(cluster, "kubectl", kubectl)
+    monkeypatch.setattr(local.time, "sleep", lambda s: None)
+    cluster.apply_retrying("{}")
+    assert len(calls) == 2
+    with pytest.raises(ClusterError, match="is invalid"):
+        cluster.apply_retrying("{}")
+    assert len(calls) == 3
