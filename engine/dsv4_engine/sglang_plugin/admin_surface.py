@@ -27,7 +27,7 @@ to them is answered 403 by SGLang's code.  Nothing the operator runs calls them:
 adapters and memory change through the spec and its canary.
 
 SGLang applies that middleware only with one tokenizer worker (``--tokenizer-worker-num``,
-which the operator owns for that reason).  The app lives in the process that runs
+which ``extraArgs`` may not set for that reason).  The app lives in the process that runs
 ``sglang.launch_server`` as its main module, which loads plugins first thing; the plugin
 leaves SGLang's other processes (schedulers, detokenizer: spawned children) alone.
 """

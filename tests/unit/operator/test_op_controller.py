@@ -118,14 +118,22 @@ def idle(controller: Controller) -> bool:
     return not (len(queue) or queue._delayed or queue._processing or queue._dirty)
 
 
+async def flash_pass_running(
+    passes: RecordingPasses,
+) -> tuple[Controller, asyncio.Task[None]]:
+    """A controller running, and a pass of `flash` held in flight (the gate closed)."""
+    controller, _ = world(passes)
+    running = asyncio.create_task(controller.run())
+    passes.gate.clear()
+    controller.deployment_event(None, deployment("flash"))
+    await until("the first pass running", lambda: passes.running == 1)
+    return controller, running
+
+
 def test_events_during_a_pass_collapse_into_one_follow_up_pass():
     async def main() -> int:
         passes = RecordingPasses()
-        controller, _ = world(passes)
-        running = asyncio.create_task(controller.run())
-        passes.gate.clear()
-        controller.deployment_event(None, deployment("flash"))
-        await until("the first pass running", lambda: passes.running == 1)
+        controller, running = await flash_pass_running(passes)
         # During the pass: 20 edits of the resource and 20 status updates of a child.
         for i in range(20):
             controller.deployment_event("MODIFIED", deployment("flash", annotation=str(i + 2)))
@@ -295,11 +303,7 @@ def test_a_deployment_deleted_during_its_pass_is_forgotten_once_the_pass_ends():
 
     async def main() -> dict[str, Any]:
         passes = RecordingPasses()
-        controller, _ = world(passes)
-        running = asyncio.create_task(controller.run())
-        passes.gate.clear()
-        controller.deployment_event(None, deployment("flash"))
-        await until("the pass running", lambda: passes.running == 1)
+        controller, running = await flash_pass_running(passes)
         controller.deployment_event("DELETED", deployment("flash"))
         passes.gate.set()
         await until("idle", lambda: idle(controller) and passes.running == 0)
