@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Builds the project's images with podman: the operator image as shipped and the CPU
-# variant of the engine image (the engine Dockerfile on images/engine/cpu-base.Dockerfile).
+# Builds the project's images with podman: the operator image as shipped, the CPU variant
+# of the engine image (the engine Dockerfile on images/engine/cpu-base.Dockerfile) and its
+# production-equivalent variant (the engine Dockerfile on images/engine/sglang-base.Dockerfile:
+# SGLang's full GPU stack; tens of minutes cold, so only when asked for).
 #
-# Usage: hack/images.sh [operator|engine-cpu]...    (default: both)
+# Usage: hack/images.sh [operator|engine-cpu|engine-sglang]...    (default: operator engine-cpu)
 # Prints the name of each image it built, one a line; progress goes to stderr.
 #
 # Why a script: these machines run no Docker daemon and reach no container registry, so the
@@ -23,6 +25,8 @@ export CONTAINERS_CONF="$root/hack/containers.conf"
 OPERATOR_IMAGE=localhost/dsv4-operator:dev
 ENGINE_CPU_BASE=localhost/dsv4-engine-cpu-base:dev
 ENGINE_CPU_IMAGE=localhost/dsv4-engine:cpu
+ENGINE_SGLANG_BASE=localhost/dsv4-engine-sglang-base:dev
+ENGINE_SGLANG_IMAGE=localhost/dsv4-engine:sglang
 # What the Dockerfiles expect of a base: `python` (3.11) with venv, groupadd/useradd, and
 # the CA certificates pip verifies PyPI with.  Documentation is left out, licences kept.
 BASE_RECIPE=(
@@ -42,7 +46,9 @@ elapsed() { echo "$(($(date +%s) - start))s"; }
 
 "$root/hack/system-deps.sh"
 mkdir -p "$IMAGES_DIR" "$PIP_CACHE"
-# One builder at a time: concurrent callers (two pytest workers, several shells) wait here.
+# One builder of the base, and of each image, at a time: concurrent callers (two pytest
+# workers, several shells) wait for the image they build, not behind another (the
+# production-equivalent engine takes tens of minutes cold).
 exec 9>"$IMAGES_DIR/.lock"
 flock 9
 
@@ -89,7 +95,10 @@ build() { # build DOCKERFILE TAG [PODMAN BUILD OPTION...]
 targets=("$@")
 ((${#targets[@]})) || targets=(operator engine-cpu)
 base_image
+flock -u 9
 for target in "${targets[@]}"; do
+  exec 9>"$IMAGES_DIR/.lock-$target"
+  flock 9
   case "$target" in
     operator)
       build images/operator/Dockerfile "$OPERATOR_IMAGE" --build-arg "BASE=$BASE"
@@ -101,8 +110,14 @@ for target in "${targets[@]}"; do
       build images/engine/Dockerfile "$ENGINE_CPU_IMAGE" --build-arg "BASE=$ENGINE_CPU_BASE"
       echo "$ENGINE_CPU_IMAGE"
       ;;
+    engine-sglang)
+      build images/engine/sglang-base.Dockerfile "$ENGINE_SGLANG_BASE" --build-arg "BASE=$BASE" \
+        -v "$PIP_CACHE:/root/.cache/pip" --build-arg PIP_CACHE_OPTION=--cache-dir=/root/.cache/pip
+      build images/engine/Dockerfile "$ENGINE_SGLANG_IMAGE" --build-arg "BASE=$ENGINE_SGLANG_BASE"
+      echo "$ENGINE_SGLANG_IMAGE"
+      ;;
     *)
-      log "unknown image '$target' (operator, engine-cpu)"
+      log "unknown image '$target' (operator, engine-cpu, engine-sglang)"
       exit 2
       ;;
   esac

@@ -21,10 +21,19 @@ CONTAINERS_CONF = REPO_ROOT / "hack" / "containers.conf"
 # Where a container run as a pod finds its kubeconfig ($KUBECONFIG), mounted read-only:
 # what a pod's mounted ServiceAccount token is to it.
 CONTAINER_KUBECONFIG = "/var/run/dsv4/kubeconfig"
+# The engine Dockerfile's build-time checks (images/engine/Dockerfile), as an image's history
+# records the RUN that ran them: SGLang's version, the plugin loaded by SGLang's own
+# load_plugins() with every hook applied, and the HiCache gate on SGLang's pool classes.
+BUILD_CHECKS = (
+    "sglang.__version__ == '0.5.23'",
+    "python3 -m dsv4_engine.sglang_plugin.load_check",
+    "python3 -m dsv4_engine.sglang_plugin.gate_check",
+)
 
 
 def build(target: str) -> str:
-    """Builds (or finds cached) the image `target` (operator, engine-cpu); returns its name."""
+    """Builds (or finds cached) the image `target` (operator, engine-cpu, engine-sglang);
+    returns its name."""
     done = subprocess.run(
         [str(BUILD_SCRIPT), target], check=True, stdout=subprocess.PIPE, text=True
     )
@@ -49,7 +58,7 @@ def container(pod_spec: dict[str, Any], name: str) -> dict[str, Any]:
 
 def run_options(pod_spec: dict[str, Any], name: str) -> list[str]:
     """`podman run` options for container `name` as the pod spec runs it: its user, security
-    context and emptyDirs (tmpfs mounts, world-writable as kubelet makes them).  The other
+    context and emptyDirs (tmpfs mounts, writable by its user as kubelet makes them).  The other
     volumes (`other_volumes`) are the caller's to mount."""
     c = container(pod_spec, name)
     return _security(pod_spec, c) + _empty_dirs(pod_spec, c)
@@ -133,7 +142,10 @@ def _empty_dirs(pod_spec: dict[str, Any], c: dict[str, Any]) -> list[str]:
         volume = volumes[mount["name"]]
         if "emptyDir" not in volume:
             continue
-        options += ["--tmpfs", f"{mount['mountPath']}:rw,mode=1777"]
+        # U: owned by the container's user.  podman 4.3 gives a tmpfs at a directory the
+        # image has (the engine image's HOME) that directory's mode, root-owned, whatever
+        # `mode` says; kubelet's emptyDir, and each subPath of it, the pod's user can write.
+        options += ["--tmpfs", f"{mount['mountPath']}:rw,mode=1777,U"]
     return options
 
 

@@ -18,6 +18,7 @@ import sys
 from dsv4_engine.kv_canary import SGLANG_LOGGER
 from dsv4_engine.sglang_plugin import HOOKS
 from dsv4_engine.sglang_plugin.kv_canary import ViolationCounter
+from dsv4_engine.sglang_plugin.load_check import installed
 
 
 def rename(target: str) -> None:
@@ -25,14 +26,6 @@ def rename(target: str) -> None:
     owner = pkgutil.resolve_name(owner_path)
     setattr(owner, f"{method}_renamed", vars(owner)[method])
     delattr(owner, method)
-
-
-def installed(target: str, hook: object) -> bool:
-    """Whether SGLang's wrapper for `hook` is what the target's class now holds."""
-    owner_path, _, method = target.rpartition(".")
-    wrapper = vars(pkgutil.resolve_name(owner_path)).get(method)
-    closure = getattr(wrapper, "__closure__", None) or ()
-    return hasattr(wrapper, "__wrapped__") and any(c.cell_contents is hook for c in closure)
 
 
 def main() -> None:

@@ -4,11 +4,19 @@ Reads the configuration the operator renders (`dsv4_engine.engine_config`), vali
 and replaces itself (exec) with the engine: real SGLang with this project's plugin, or
 with `backend: reference` the CPU reference engine.  A multi-node pod finds its node rank
 and its leader from the environment LeaderWorkerSet gives every pod of a group.
+
+`--check` proves a command without a GPU: the engine's own parser takes it, as far as the
+engine goes before it reads the model and the device (for SGLang, what
+`sglang.launch_server` does first: `load_plugins()`, then `prepare_server_args`, its
+parser and `ServerArgs`; resolving them reads the checkpoint and the GPUs, so that is left
+to a GPU node).  Without one, SGLang is not started: it would end in a traceback deep in its
+start, so the launcher names the missing device instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import os
 import shlex
 import sys
@@ -17,7 +25,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from dsv4_engine.cliutil import CommandError
+from dsv4_engine.cliutil import CommandError, OneLineParser
 from dsv4_engine.engine_config import (
     CANARY_ARG,
     PLUGINS_ENV,
@@ -36,6 +44,9 @@ HICACHE_SWITCH = "--enable-hierarchical-cache"
 HICACHE_VALUED_FLAGS = (
     "--hicache-ratio", "--hicache-size", "--hicache-write-policy", "--hicache-mem-layout"
 )  # fmt: skip
+# A GPU the NVIDIA container runtime gives a container (a pod's nvidia.com/gpu) is one of these.
+NVIDIA_DEVICES = "/dev/nvidia[0-9]*"
+MODULE_ARGS_FROM = 3  # an engine command: PYTHON -m MODULE ARGS...
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -48,6 +59,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--config", type=Path, required=True, help="path to engine.yaml")
     p.add_argument(
         "--dry-run", action="store_true", help="print the environment and command, do not exec"
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="as --dry-run, and check that the engine accepts the command (SGLang: its "
+        "plugins loaded, its parser and ServerArgs), stopping before the model and the GPU",
     )
     p.set_defaults(func=run)
 
@@ -139,14 +156,50 @@ def command(config: EngineConfig) -> tuple[list[str], dict[str, str]]:
     return argv, env
 
 
+def check(config: EngineConfig, argv: list[str], env: dict[str, str]) -> str:
+    """Parses the engine's arguments as the engine will, without starting it; returns what
+    accepted them.  A refusal ends the process as the engine's own parser ends it (its usage
+    error, exit 2)."""
+    if config.backend is Backend.REFERENCE:
+        from dsv4_engine.commands import serve
+
+        parser = OneLineParser(prog="dsv4-engine serve")
+        serve.add_serve_arguments(parser)
+        serve.settings_from_args(parser.parse_args(argv[MODULE_ARGS_FROM + 1 :]))  # after `serve`
+        return "dsv4-engine serve's parser"
+    os.environ.update(env)  # the plugin whitelisted and configured, as in the exec'd engine
+    import sglang
+    from sglang.srt.plugins import load_plugins
+    from sglang.srt.server_args import prepare_server_args
+
+    load_plugins()
+    prepare_server_args(argv[MODULE_ARGS_FROM:])
+    return f"SGLang {sglang.__version__}'s load_plugins(), parser and ServerArgs"
+
+
+def missing_gpu(config: EngineConfig) -> str | None:
+    """Why this engine cannot start in this container, or None."""
+    if config.backend is Backend.REFERENCE or glob.glob(NVIDIA_DEVICES):
+        return None
+    return (
+        f"backend: sglang needs NVIDIA GPUs and this container has none (no {NVIDIA_DEVICES}): "
+        "its pod must request nvidia.com/gpu on a GPU node; not starting SGLang "
+        "(--check checks the command without one)"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     argv, env = command(config)
-    if args.dry_run:
+    if args.dry_run or args.check:
         for key, value in sorted(env.items()):
             print(f"{key}={shlex.quote(value)}")
         print(shlex.join(argv))
+        if args.check:
+            print(f"# accepted by {check(config, argv, env)}; not started", flush=True)
         return 0
+    if (missing := missing_gpu(config)) is not None:
+        raise CommandError(missing)
     sys.stdout.flush()
     os.execve(argv[0], argv, {**os.environ, **env})
     return 0  # not reached

@@ -125,3 +125,33 @@ def test_benign_nondeterminism_reaches_only_the_reference_engine():
     assert serve.settings_from_args(parser.parse_args(argv[4:])).benign_nondeterminism == 0.03
     with pytest.raises(CommandError, match="faultInjection.benignNondeterminism"):
         launch.command(config(features=features))
+
+
+def test_without_a_gpu_sglang_is_not_started_and_the_device_is_named(tmp_path, capsys, monkeypatch):
+    """SGLang would end in a traceback deep in its start; the launcher says what is missing."""
+    path = tmp_path / "engine.yaml"
+    path.write_text(dump_engine_yaml(config(features=EngineFeatures())))
+    monkeypatch.setattr(launch, "NVIDIA_DEVICES", str(tmp_path / "nvidia[0-9]*"))
+    execs = []
+    monkeypatch.setattr(launch.os, "execve", lambda *a: execs.append(a))
+    from dsv4_engine.cli import main
+
+    assert main(["launch", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dsv4-engine launch: error: backend: sglang needs NVIDIA GPUs")
+    assert f"(no {tmp_path}/nvidia[0-9]*)" in err and err.count("\n") == 1 and not execs
+    (tmp_path / "nvidia0").touch()  # a GPU, as the NVIDIA container runtime gives a pod one
+    assert main(["launch", "--config", str(path)]) == 0
+    ((_, argv, _),) = execs
+    assert argv[1:3] == ["-m", "sglang.launch_server"]
+
+
+def test_check_runs_the_reference_engines_own_parser(tmp_path, capsys):
+    path = tmp_path / "engine.yaml"
+    path.write_text(dump_engine_yaml(config(backend="reference")))
+    from dsv4_engine.cli import main
+
+    assert main(["launch", "--config", str(path), "--check"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "serve --host 0.0.0.0 --port 30000" in out[-2]
+    assert out[-1] == "# accepted by dsv4-engine serve's parser; not started"
