@@ -82,7 +82,7 @@ bench-probe: venv ## Probe client throughput at concurrency 64, samples needed t
 bench-echo: venv ## Echo model under the injected race: rate per share, samples and seconds to FAIL at ~5/15/50%, seconds to PASS gated
 	$(PY) bench/bench_echo_race.py
 
-bench-rollout: venv control-plane ## On the shipped defaults: flag change -> FAIL / PASS verdict -> rollout done, samples, API writes
+bench-rollout: venv control-plane ## On the shipped defaults: FAIL, PASS of another transfer format, PASS of the same format, undo: times to verdict and promotion, peak GPUs, samples, API writes
 	$(PY) bench/bench_rollout.py
 
 bench-scale: venv control-plane ## 500 DSV4Deployments on 1,000 fake GPU nodes: the cluster alone, then the operator (time to Ready and their ratio), passes, API requests, CPU, RSS, a 50-way flag change

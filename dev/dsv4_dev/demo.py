@@ -39,7 +39,7 @@ from dsv4_dev.localrun.runtime import READY, free_port
 from dsv4_engine.probe.html_report import render_html
 from dsv4_operator.api import CRD_NAME
 from dsv4_operator.api.crd import CRD_PATH
-from dsv4_operator.api.rollout import Transfer
+from dsv4_operator.api.rollout import Promotion, Transfer
 from dsv4_operator.api.samples import shipped_sample
 from dsv4_operator.rollout.probe_job import job_name, job_state
 
@@ -180,15 +180,17 @@ def run_story(cluster: LocalCluster, out_dir: Path) -> None:
 
 
 def how_promoted(rollout: dict[str, Any]) -> str:
-    """How the operator promoted the flags, as its status records it: a change of the
-    prefill→decode transfer format (bf16 index-K after fp8) goes in pairs, any other role by
-    role."""
-    if rollout.get("transfer") == Transfer.INCOMPATIBLE.value:
-        return (
-            "promoted in prefill+decode pairs (a new prefill→decode transfer format), now "
-            f"served from slot {rollout.get('slot')}"
-        )
-    return "promoted role by role"
+    """How the operator promoted the flags, as its status records it: in prefill+decode pairs
+    (a surge, the default, and always for a new prefill→decode transfer format such as bf16
+    index-K after fp8), or role by role in place where the spec asked for that."""
+    if rollout.get("promotion") == Promotion.IN_PLACE.value:
+        return "promoted role by role in place"
+    why = (
+        "a new prefill→decode transfer format"
+        if rollout.get("transfer") == Transfer.INCOMPATIBLE.value
+        else "a surge: the old pair served until the new one did"
+    )
+    return f"promoted in prefill+decode pairs ({why}), now served from slot {rollout.get('slot')}"
 
 
 def _phase(cluster: LocalCluster) -> str | None:

@@ -39,7 +39,8 @@ ROLLOUT_PHASE_SINCE = Gauge(
 )
 CANARY_VERDICTS = Counter(
     "dsv4_operator_canary_verdicts_total",
-    "Canary verdicts by outcome (PASS | FAIL | INCONCLUSIVE | ABORTED | MANUAL_PROMOTE).",
+    "Canary verdicts by outcome (PASS | FAIL | INCONCLUSIVE | ABORTED | MANUAL_PROMOTE | "
+    "PROMOTION_TIMEOUT | UNDO | NoCapacity).",
     [*_OBJ, "verdict"],
     registry=REGISTRY,
 )
@@ -111,12 +112,21 @@ def record_phase(
     CORRUPTION_BUDGET.labels(namespace, name).set(budget)
 
 
+NOT_ROLLED_BACK = (
+    RolloutVerdict.PASS,
+    RolloutVerdict.MANUAL_PROMOTE,
+    RolloutVerdict.UNDO,
+    RolloutVerdict.NO_CAPACITY,
+)
+
+
 def record_decision(namespace: str, name: str, verdict: RolloutVerdict) -> None:
     """A canary verdict the rollout reached and recorded in the status: from a probe run,
     a canary that never became Ready, or a person's promote or abort.  Every verdict but
-    a PASS or a person's promote rolls the canary back."""
+    a PASS or a person's promote or undo rolls the canary back, and NoCapacity only gives
+    its slice back (its flags are tried again)."""
     CANARY_VERDICTS.labels(namespace, name, verdict.value).inc()
-    if verdict not in (RolloutVerdict.PASS, RolloutVerdict.MANUAL_PROMOTE):
+    if verdict not in NOT_ROLLED_BACK:
         ROLLBACKS.labels(namespace, name).inc()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import json
@@ -476,23 +477,17 @@ def as_account(
     )  # fmt: skip
 
 
-class EngineCounterWatch:
-    """Samples one counter on every engine pod of ``namespace`` the local runtime serves
-    (each pod's own `/metrics`, as a Prometheus scrape reaches it), every ``interval`` s until
-    stopped, keeping each pod's highest value: pods retired mid-promotion are seen while
-    they live."""
+class Sampler(abc.ABC):
+    """Samples the cluster in a thread of its own, every ``interval`` s from `start` until
+    `stop`, with the API client of the cluster's kubeconfig (`sample` says what is read)."""
 
-    def __init__(self, cluster: LocalCluster, namespace: str, counter: str) -> None:
+    def __init__(self, cluster: LocalCluster, interval: float) -> None:
         from kubernetes import config as kube_config
 
-        from dsv4_dev.localrun import endpoints
         from dsv4_operator.kube.client import Kube
 
         self._kube = Kube(kube_config.new_client_from_config(config_file=cluster.kubeconfig))
-        self._map = (endpoints.NAMESPACE, endpoints.NAME)
-        self._pod_prefix, self._pod_suffix = "_pod.", f".{namespace}"
-        self._line = re.compile(rf"^{re.escape(counter)}(?:{{[^}}]*}})? (\S+)$", re.M)
-        self.highest: dict[str, float] = {}
+        self._interval = interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -503,17 +498,77 @@ class EngineCounterWatch:
         self._stop.set()
         self._thread.join(60)
 
+    @abc.abstractmethod
+    def sample(self) -> None:
+        """One look at the cluster."""
+
     def _run(self) -> None:
-        while not self._stop.wait(1.0):
-            published = (self._kube.get("ConfigMap", *self._map) or {}).get("data") or {}
-            for key, url in published.items():
-                if not (key.startswith(self._pod_prefix) and key.endswith(self._pod_suffix)):
-                    continue
-                pod = key[len(self._pod_prefix) : -len(self._pod_suffix)]
-                try:
-                    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
-                        text = response.read().decode()
-                except OSError:
-                    continue  # a pod stopping between the map and the scrape
-                values = [float(v) for v in self._line.findall(text)]
-                self.highest[pod] = max([self.highest.get(pod, 0.0), *values])
+        while True:
+            self.sample()
+            if self._stop.wait(self._interval):
+                return
+
+
+class EngineCounterWatch(Sampler):
+    """Samples one counter on every engine pod of ``namespace`` the local runtime serves
+    (each pod's own `/metrics`, as a Prometheus scrape reaches it), every second until
+    stopped, keeping each pod's highest value: pods retired mid-promotion are seen while
+    they live."""
+
+    def __init__(self, cluster: LocalCluster, namespace: str, counter: str) -> None:
+        from dsv4_dev.localrun import endpoints
+
+        super().__init__(cluster, interval=1.0)
+        self._map = (endpoints.NAMESPACE, endpoints.NAME)
+        self._pod_prefix, self._pod_suffix = "_pod.", f".{namespace}"
+        self._line = re.compile(rf"^{re.escape(counter)}(?:{{[^}}]*}})? (\S+)$", re.M)
+        self.highest: dict[str, float] = {}
+
+    def sample(self) -> None:
+        published = (self._kube.get("ConfigMap", *self._map) or {}).get("data") or {}
+        for key, url in published.items():
+            if not (key.startswith(self._pod_prefix) and key.endswith(self._pod_suffix)):
+                continue
+            pod = key[len(self._pod_prefix) : -len(self._pod_suffix)]
+            try:
+                with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
+                    text = response.read().decode()
+            except OSError:
+                continue  # a pod stopping between the map and the scrape
+            values = [float(v) for v in self._line.findall(text)]
+            self.highest[pod] = max([self.highest.get(pod, 0.0), *values])
+
+
+class ServingPairs(Sampler):
+    """Samples, every ``interval`` s until stopped, how many slots of deployment ``name``
+    could serve a request: a router pod and at least one prefill and one decode pod of its
+    slot, each Ready and not terminating (the local runtime marks a pod Ready only once its
+    process answers, and a terminating pod has left its Service's endpoints).  What a
+    promotion that took a role to zero would show as a sample of 0."""
+
+    def __init__(
+        self, cluster: LocalCluster, namespace: str, name: str, interval: float = 0.5
+    ) -> None:
+        from dsv4_operator.render.meta import LABEL_INSTANCE
+
+        super().__init__(cluster, interval)
+        self._where = (namespace, f"{LABEL_INSTANCE}={name}")
+        self.samples: list[int] = []
+
+    @property
+    def fewest(self) -> int:
+        return min(self.samples)
+
+    def sample(self) -> None:
+        from dsv4_operator.render.meta import LABEL_COMPONENT, LABEL_SLOT
+
+        serving: dict[str, set[str]] = {}  # slot → components serving
+        for pod in self._kube.list("Pod", *self._where):
+            meta = pod["metadata"]
+            conditions = (pod.get("status") or {}).get("conditions") or []
+            ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+            if ready and not meta.get("deletionTimestamp"):
+                labels = meta.get("labels") or {}
+                found = serving.setdefault(labels.get(LABEL_SLOT, ""), set())
+                found.add(labels.get(LABEL_COMPONENT, ""))
+        self.samples.append(sum({"router", "prefill", "decode"} <= f for f in serving.values()))

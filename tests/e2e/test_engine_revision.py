@@ -4,8 +4,8 @@ process, the local runtime running the reference engine for every engine pod, re
 The shipped reference sample (manifests/samples/flash-reference.yaml) is applied and each
 field the issue names is changed in turn — the tool-call parser, `extraArgs`, `env`, the
 image, the transfer backend, speculative decoding — and each must start a canary, leave
-production untouched while it is probed, and be promoted only on its PASS: role by role when
-the transfer key stays, in prefill+decode pairs (the other slot) when it moves.
+production untouched while it is probed, and be promoted only on its PASS, in prefill+decode
+pairs in the other slot (a surge, the default, whether the transfer key moves or not).
 
 What this module tests is *what starts a canary and how it is promoted*, six times over; the
 evidence the default canary demands (598 samples) is tested in test_rollout.py and the
@@ -102,7 +102,7 @@ def test_an_engine_change_is_canaried_and_promoted_only_on_its_pass(world, field
     )
     assert done["phase"] == "Idle" and done["verdict"] == "PASS", done.get("verdictReason")
     assert done["stableRevision"] == started["canaryRevision"]
-    moved = done["slot"] != before.get("slot", "blue")
-    assert moved is (transfer == "incompatible"), "pairs move to the other slot; roles do not"
+    assert done["promotion"] == "Surge"
+    assert done["slot"] != before.get("slot", "blue"), "pairs move to the other slot"
     wait_for("the new revision Ready", lambda: status(cluster).get("phase") == "Ready", 300)
     assert engine_templates(cluster) != templates

@@ -24,6 +24,7 @@ from dsv4_dev import images
 from dsv4_dev.cluster.local import LocalCluster
 from dsv4_operator.render.meta import LABEL_COMPONENT
 from dsv4_operator.render.network import SCRAPER_NAMESPACE_LABEL
+from dsv4_operator.rollout import manual
 from dsv4_operator.rollout.manual import ANNOTATION
 from dsv4_operator.rollout.probe_job import COMPONENT
 from dsv4_operator.rollout.reports import ANNOTATION_VERDICT, PROBE_MANAGER, REPORT_COMPONENT
@@ -257,7 +258,7 @@ def test_a_pass_put_where_the_next_attempt_files_fails_that_attempt(
         "-f", "-", input=json.dumps(forged),
     )  # fmt: skip
     assert made.returncode == 0, made.stderr
-    bogus = ["annotate", "dsv4", NAME, "-n", NS, f"{ANNOTATION}=undo/1/x", "--overwrite"]
+    bogus = ["annotate", "dsv4", NAME, "-n", NS, f"{ANNOTATION}=rollback/1/x", "--overwrite"]
     refused(as_account(accounts[OWNER], *bogus), ACTIONS_FENCE, "is none of promote")
     retry = ["rollout", "retry", NAME, "-n", NS, "--kubeconfig", str(accounts[OWNER])]
     refused(dsv4ctl(*retry), ACTIONS_FENCE, "needs the verb retry")
@@ -267,6 +268,17 @@ def test_a_pass_put_where_the_next_attempt_files_fails_that_attempt(
     )  # fmt: skip
     # RBAC grants reach the authorizer the fence asks within moments: until then, refused.
     wait_for("the retry admitted", lambda: dsv4ctl(*retry).returncode == 0, 30)
+    # Who asked is the writer, as the API server authenticated it: the control names the
+    # owner's account, and no one may write it under another name.
+    owner = f"system:serviceaccount:{NS}:{OWNER}"
+    annotations = get_json(cluster, "dsv4", NAME, "-n", NS)["metadata"]["annotations"]
+    assert annotations[manual.BY_ANNOTATION] == owner
+    forged = [f"{manual.BY_ANNOTATION}=someone-else", "--overwrite"]
+    refused(
+        as_account(accounts[OWNER], "annotate", "dsv4", NAME, "-n", NS, *forged),
+        ACTIONS_FENCE,
+        "rollout-action-by names someone-else but",
+    )
     done = wait_for(
         "the retry's verdict",
         lambda: (
@@ -278,6 +290,9 @@ def test_a_pass_put_where_the_next_attempt_files_fails_that_attempt(
     )
     assert done["verdict"] == "FAIL", done
     assert "evidence existed before the run" in done["verdictReason"], done["verdictReason"]
+    asked = [e["message"] for e in get_json(cluster, "events", "-n", NS)["items"]
+             if e["reason"] == "RetryRequested"]  # fmt: skip
+    assert any(m.endswith(f"asked by {owner}") for m in asked), asked
     assert (
         done["stableRevision"] == stable and done["rejectedRevision"] == failed["rejectedRevision"]
     )

@@ -351,9 +351,10 @@ def test_feature_flag_change_changes_the_hash_and_rolls_affected_pods(ns, operat
         p["metadata"]["uid"]: p for p in pods(ns, "flash", "prefill") + pods(ns, "flash", "decode")
     }
     old_revision = status(ns, "flash")["engineRevision"]
-    patch(
-        ns, "flash", {"features": {"hicache": {"enabled": True, "ratio": 2.0, "roles": ["decode"]}}}
-    )
+    # Promoted in place, as spec.rollout.promotion may ask (no spare GPUs): only the pods
+    # whose engine configuration changes are replaced, where they run.
+    hicache = {"hicache": {"enabled": True, "ratio": 2.0, "roles": ["decode"]}}
+    patch(ns, "flash", {"features": hicache, "rollout": {"promotion": "InPlace"}})
 
     # New flags go to a canary slice first; the stable pods keep running the old flags.
     def canary_exists():
@@ -370,7 +371,7 @@ def test_feature_flag_change_changes_the_hash_and_rolls_affected_pods(ns, operat
     )
     wait_for("canary slice", canary_exists, 60)
     assert {p["metadata"]["uid"] for p in pods(ns, "flash", "decode")} <= set(before)
-    # HiCache keeps the prefill→decode transfer format: this one is promoted role by role.
+    # HiCache keeps the prefill→decode transfer format: it may be promoted role by role.
     assert starting["transfer"] == "compatible"
     # Nothing answers for the canary here (no local runtime in this test): a person promotes
     # the flags this canary runs (a control names them; it acts once and is removed).

@@ -5,7 +5,8 @@ as a cluster runs them — a Job per attempt, whose pod the local runtime runs
 
 The shipped reference-engine sample (manifests/samples/flash-reference.yaml) is applied
 unchanged and lives through the module in order, as a platform team's would: a replicas-only
-change (no canary), a corrupting flag change (FAIL → rolled back, sticky), a canary that never
+change (no canary), HiCache turned on (PASS → surged in pairs under user load), a corrupting
+flag change (FAIL → rolled back, sticky), a canary that never
 answers (INCONCLUSIVE → rolled back), and a clean change whose probing is interrupted by an
 operator restart (the probe Job runs on; the restarted operator waits for it, PASS →
 promoted once), then the promoted deployment watched and a router pod deleted under it.  Every canary runs the default
@@ -41,6 +42,7 @@ from dsv4_operator.rollout.decide import ManualAction
 from tests.e2e.helpers import (
     EngineCounterWatch,
     RouterLoad,
+    ServingPairs,
     audit_events,
     get_json,
     serving_reference_sample,
@@ -51,9 +53,13 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 NS = "rollout-e2e"
 NAME = "flash"
-HICACHE_BF16 = {"hicache": {"enabled": True, "ratio": 2.0}, "indexDtype": "bf16"}
+HICACHE = {"hicache": {"enabled": True, "ratio": 2.0}}
+HICACHE_BF16 = {**HICACHE, "indexDtype": "bf16"}
 VERDICT_TIMEOUT = 900  # spec.canary.probeTimeoutSeconds, the default
 CANARY_DECODE = f"{NAME}--canary-decode"
+# Seconds from a flag change to its promotion, by the test that measured it: what an undo
+# is compared with.
+TIMES: dict[str, float] = {}
 
 
 @pytest.fixture(scope="module")
@@ -138,6 +144,53 @@ def test_replicas_only_change_needs_no_canary(world):
     assert after["stableRevision"] == before["stableRevision"]
     assert not canary_exists(cluster)
     patch_spec(cluster, {"decode": {"replicas": 1}})
+
+
+def promoted_or_rejected(cluster: LocalCluster, before: dict) -> dict:
+    """The rollout of the flags asked for after ``before``, once promoted or rolled back."""
+    return wait_for(
+        "the verdict and its promotion",
+        lambda: (
+            (r := rollout(cluster)).get("canaryRevision") != before.get("canaryRevision")
+            and (
+                r.get("phase") == "RolledBack"
+                or (r.get("phase") == "Idle" and r.get("stableRevision") == r["canaryRevision"])
+            )
+            and r
+        ),
+        VERDICT_TIMEOUT,
+    )
+
+
+def test_hicache_on_is_surged_with_no_failed_request_and_a_pair_always_serving(world):
+    """The change this project exists to ship, HiCache on with index-K fp8 kept, keeps the
+    prefill→decode transfer format.  The sample runs one prefill and one decode: rolled in
+    place, each role would serve nothing while its new pod loaded.  By default the PASS is
+    promoted as a surge instead — the new pair serves in the other slot before the old
+    one's router and engines go — so eight sessions through the router Service never get a
+    failed answer, and the Ready pods sampled throughout always hold a serving pair."""
+    cluster, *_ = world
+    before = rollout(cluster)
+    load = RouterLoad(cluster, NS, f"{NAME}-router", sessions=8)
+    load.start()
+    serving = ServingPairs(cluster, NS, NAME)
+    serving.start()
+    started = time.monotonic()
+    patch_spec(cluster, {"features": HICACHE})
+    done = promoted_or_rejected(cluster, before)
+    TIMES["canary"] = time.monotonic() - started
+    report_timing("HiCache on -> PASS -> surged (default canary)", TIMES["canary"])
+    load.stop()
+    serving.stop()
+    assert done["verdict"] == "PASS", done.get("verdictReason")
+    assert done["transfer"] == "compatible" and done["promotion"] == "Surge"
+    assert done["slot"] != before.get("slot", "blue"), "the new pair grew in the other slot"
+    assert load.ok > 0 and not load.failed and not load.corrupt, (load.failed[:5], load.corrupt)
+    print(
+        f"\n[rollout e2e] surge: {load.ok} answers, 0 failed; {len(serving.samples)} samples "
+        f"of Ready pods, fewest serving pairs {serving.fewest}, most {max(serving.samples)}"
+    )
+    assert len(serving.samples) > 20 and serving.fewest >= 1, serving.samples
 
 
 def test_corrupting_flags_fail_the_default_canary_and_are_rolled_back_sticky(world):
@@ -234,6 +287,8 @@ def test_clean_flags_pass_the_default_canary_and_promote_once_across_an_operator
     assert probing["transfer"] == "incompatible"
     load = RouterLoad(cluster, NS, f"{NAME}-router", sessions=8)
     load.start()
+    serving = ServingPairs(cluster, NS, NAME)
+    serving.start()
     mismatches = EngineCounterWatch(cluster, NS, "dsv4:pd_transfer_format_mismatch_total")
     mismatches.start()
     operator.stop(signal.SIGKILL)  # mid-probe, no goodbye
@@ -256,8 +311,10 @@ def test_clean_flags_pass_the_default_canary_and_promote_once_across_an_operator
         "retry -> PASS -> promoted (default canary, one restart)", time.monotonic() - started
     )
     load.stop()
+    serving.stop()
     mismatches.stop()
     assert done["verdict"] == "PASS" and done["samples"] >= 598
+    assert len(serving.samples) > 20 and serving.fewest >= 1, serving.samples
     # HiCache is on: the PASS rests on answers proven to have read their prefix back from
     # the host tier, by eviction from the canary's capped device pool (no offload call, the
     # default), counted by the engines themselves and read through sglang-router.
@@ -276,8 +333,8 @@ def test_clean_flags_pass_the_default_canary_and_promote_once_across_an_operator
     # Users saw nothing of it: every answer came, none garbled, no engine paired formats.
     assert load.ok > 0 and not load.failed and not load.corrupt, (load.failed[:5], load.corrupt)
     scraped = mismatches.highest
-    assert any(re.fullmatch(rf"{NAME}-decode-\d+", pod) for pod in scraped), scraped  # old slot
-    assert any(re.fullmatch(rf"{NAME}-decode-green-\d+", pod) for pod in scraped), scraped  # new
+    assert any(re.fullmatch(rf"{NAME}-decode-\d+", pod) for pod in scraped), scraped  # blue
+    assert any(re.fullmatch(rf"{NAME}-decode-green-\d+", pod) for pod in scraped), scraped
     assert not any(scraped.values()), scraped
     # The restart resumed the same rollout: the same attempt, one canary slice created.
     assert done["probeAttempt"] == probing["probeAttempt"]
@@ -291,8 +348,13 @@ def test_clean_flags_pass_the_default_canary_and_promote_once_across_an_operator
     ]
     assert len(created) == 1, created
     assert stable_hashes(cluster) != hashes
-    wait_for("the Promoted Event", lambda: events(cluster, "Promoted"), 30)
-    assert len(events(cluster, "Promoted")) == 1
+
+    def promoted_events() -> list[dict]:
+        revision = f"revision {probing['canaryRevision']}:"
+        return [e for e in events(cluster, "Promoted") if revision in e["message"]]
+
+    wait_for("the Promoted Event", promoted_events, 30)
+    assert len(promoted_events()) == 1
     wait_for("canary deleted after promotion", lambda: not canary_exists(cluster), 120)
     # The retry acted once, across the restart, and stays where dsv4ctl wrote it (the
     # operator writes the status only): its token is the handled one.
@@ -366,6 +428,61 @@ def test_a_deleted_router_pod_stays_until_its_process_has_drained_and_stopped(wo
     assert answered and answered[0], "the router answered while its pod was terminating"
     assert not answers(url), "the pod went before its process stopped"
     wait_for("its replacement to be Ready", lambda: ready_router(cluster, name), 60)
+
+
+def test_undo_returns_to_the_flags_before_faster_than_a_canary_with_no_failed_request(world):
+    """After HiCache on (fp8) was promoted, then bf16 index-K: `dsv4ctl rollout undo` returns
+    production to HiCache on with fp8, the newest revision that served and was not
+    rejected, through the same surge promotion and without a canary: faster than the canary
+    and promotion of that same revision took, with no failed request and a serving pair at
+    every sample; the bf16 flags left behind are rejected.  An undo to flags a canary
+    rejected is refused before anything is written."""
+    cluster, *_ = world
+    before = rollout(cluster)
+    history = before["history"]
+    assert [h.get("verdict") for h in history] == ["PASS", "PASS", None], history
+    ledger = get_json(cluster, "configmap", f"{NAME}-revisions", "-n", NS)["data"]
+    (corrupting,) = json.loads(ledger["rejected.json"])  # the ungated flags' FAIL
+    generation = get_json(cluster, "dsv4", NAME, "-n", NS)["metadata"]["generation"]
+    refused = dsv4ctl(cluster, "rollout", "undo", NAME, "--to-revision", corrupting)
+    assert refused.returncode == 1 and f"flags {corrupting} never served here" in refused.stderr
+    printed = dsv4ctl(cluster, "rollout", "undo", NAME, "--print-patch")
+    assert printed.returncode == 0, printed.stderr
+    assert json.loads(printed.stdout)["spec"]["features"]["indexDtype"] == "fp8"
+    assert get_json(cluster, "dsv4", NAME, "-n", NS)["metadata"]["generation"] == generation
+    target = history[1]["flags"]
+    load = RouterLoad(cluster, NS, f"{NAME}-router", sessions=8)
+    load.start()
+    serving = ServingPairs(cluster, NS, NAME)
+    serving.start()
+    started = time.monotonic()
+    asked = dsv4ctl(cluster, "rollout", "undo", NAME)
+    assert asked.returncode == 0, asked.stderr
+    done = wait_for(
+        "the undo",
+        lambda: (
+            (r := rollout(cluster)).get("phase") == "Idle"
+            and r.get("verdict") == "UNDO"
+            and r.get("stableRevision") != before["stableRevision"]
+            and r
+        ),
+        VERDICT_TIMEOUT,
+    )
+    took = time.monotonic() - started
+    load.stop()
+    serving.stop()
+    print(
+        f"\n[rollout e2e] undo: {took:.0f} s (the canary and promotion of the same flags: "
+        f"{TIMES['canary']:.0f} s); {load.ok} answers, {len(load.failed)} failed"
+    )
+    assert done["stable"]["spec"] == target["spec"] and done["stable"] == target
+    assert done["rejectedRevision"] == before["stableRevision"]
+    assert took < TIMES["canary"], (took, TIMES)
+    assert load.ok > 0 and not load.failed and not load.corrupt, (load.failed[:5], load.corrupt)
+    assert len(serving.samples) > 10 and serving.fewest >= 1, serving.samples
+    assert [h.get("verdict") for h in done["history"]] == ["UNDO", "PASS", None]
+    again = dsv4ctl(cluster, "rollout", "undo", NAME, "--to-revision", before["stableRevision"])
+    assert again.returncode == 1 and "were rejected" in again.stderr, again.stderr
 
 
 def ready_router(cluster: LocalCluster, other_than: str) -> bool:

@@ -1,7 +1,7 @@
 """No silent stuck states, on the real control plane: names at their budget run (canary
 included), an engine pod the scheduler cannot place is named in the status with the
 scheduler's words and turns Degraded at the progress deadline, and a canary that does not
-fit ends INCONCLUSIVE within a minute saying why.
+fit ends NoCapacity within a minute saying why, its flags not rejected.
 
 The operator runs with the default `--resync-seconds` (60): what is shown here must come
 from the pod watch and the deadline rechecks, not from a fast resync loop.
@@ -189,7 +189,7 @@ def test_an_oversized_pod_shows_the_schedulers_words_within_a_minute_then_degrad
     delete(cluster, name)
 
 
-def test_a_canary_that_cannot_fit_ends_inconclusive_within_a_minute_saying_why(ns, capsys):
+def test_a_canary_that_cannot_fit_ends_no_capacity_within_a_minute_saying_why(ns, capsys):
     cluster, _, _ = ns
     name = "bigcanary"
     apply(cluster, name, {})
@@ -198,13 +198,13 @@ def test_a_canary_that_cannot_fit_ends_inconclusive_within_a_minute_saying_why(n
     started = time.monotonic()
     patch(cluster, name, HICACHE_TOO_BIG)
 
-    def rolled_back() -> dict | None:
+    def no_capacity() -> dict | None:
         rollout = status(cluster, name).get("rollout") or {}
-        return rollout if rollout.get("phase") == "RolledBack" else None
+        return rollout if rollout.get("verdict") == "NoCapacity" else None
 
-    rollout = wait_for("the canary rolled back", rolled_back, 60)
+    rollout = wait_for("the canary to find no capacity", no_capacity, 60)
     took = time.monotonic() - started
-    assert rollout["verdict"] == "INCONCLUSIVE"
+    assert rollout["phase"] == "CanaryPending" and "rejectedRevision" not in rollout
     words = f"canary decode pod {name}--canary-decode-0: Unschedulable: 0/"
     why = rollout["verdictReason"]
     assert why.startswith("the canary cannot be placed: ") and words in why
@@ -213,9 +213,9 @@ def test_a_canary_that_cannot_fit_ends_inconclusive_within_a_minute_saying_why(n
     common = ["-n", NS, "--kubeconfig", cluster.kubeconfig]
     assert main(["rollout", "report", name, *common]) == 0
     out = capsys.readouterr().out
-    assert "INCONCLUSIVE (no probe ran)" in out and "Insufficient memory" in out
+    assert "NoCapacity (no probe ran)" in out and "Insufficient memory" in out
     assert main(["rollout", "status", name, *common]) == 0
     why = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("why"))
     assert "the canary cannot be placed" in why and "Insufficient memory" in why
-    print(f"\noversized canary: INCONCLUSIVE {took:.1f}s after the flag change")
+    print(f"\noversized canary: NoCapacity {took:.1f}s after the flag change")
     delete(cluster, name)

@@ -35,15 +35,38 @@ MAX_POOL_TOKENS = 1 << 30
 CANARY_DEVICE_POOL_TOKENS = {Backend.SGLANG: 65536, Backend.REFERENCE: 32768}
 
 
+class Promotion(StrEnum):
+    """How passed flags replace the stable ones (`rollout.pairs`)."""
+
+    # New prefill+decode pairs grow in the other slot before old ones go: never fewer Ready
+    # serving replicas than the spec's, at the cost of one extra pair of GPUs at a time.
+    SURGE = "Surge"
+    # Each role's StatefulSet replaces its own pods, one at a time, in `order`: no spare GPU,
+    # but a role of one replica serves nothing while its new pod starts (an outage).
+    IN_PLACE = "InPlace"
+
+
 class RolloutSpec(CamelModel):
     """How a passed canary is promoted, and how production is watched afterwards."""
 
+    promotion: Promotion = Field(
+        default=Promotion.SURGE,
+        description="Surge (default): the new flags grow in the other slot one prefill+decode "
+        "pair at a time and an old pair goes only once a new one serves, so no role ever has "
+        "fewer Ready serving replicas than the spec asks for; needs GPUs for one extra pair "
+        "(the canary's, freed when promotion starts).  InPlace: each role's pods are replaced "
+        "where they run, in `order`, with no spare GPU — a role with replicas 1 then serves "
+        "NOTHING while its new pod loads weights and compiles (minutes on B200s: an outage "
+        "for every user of the deployment).  A change of the prefill→decode transfer format "
+        "is always promoted in pairs (a prefill of one format never feeds a decode of the "
+        "other), whatever this says.",
+    )
     order: tuple[Role, ...] = Field(
         default=(Role.DECODE, Role.PREFILL),
         min_length=1,
         max_length=2,
-        description="Roles promoted one after another, in this order (default decode first); "
-        "a role left out is promoted last.",
+        description="promotion InPlace only: roles promoted one after another, in this order "
+        "(default decode first); a role left out is promoted last.",
     )
     promotion_timeout_seconds: int = Field(
         default=3600,
@@ -70,6 +93,14 @@ class RolloutSpec(CamelModel):
     )
     stable_probe_concurrency: int = Field(
         default=4, ge=1, le=1024, description="Requests in flight during a production watch run."
+    )
+    revision_history_limit: int = Field(
+        default=5,
+        ge=1,
+        le=20,
+        description="Promoted revisions kept in status.rollout.history (the one serving "
+        "included), each with its image digest, when it was promoted and what the production "
+        "watch found while it served: what `dsv4ctl rollout undo` can return to.",
     )
 
 
@@ -126,9 +157,12 @@ class CanarySpec(CamelModel):
         default=30,
         ge=0,
         le=86400,
-        description="A canary pod the scheduler cannot place (Unschedulable), or that its "
-        "controller cannot create (FailedCreate), for this long ends the canary INCONCLUSIVE "
-        "with Kubernetes' reason, without waiting out readyTimeoutSeconds.  Raise it where a "
+        description="A canary pod the scheduler cannot place (Unschedulable) waits in phase "
+        "CanaryPending this long, then the canary ends NoCapacity: its slice is deleted, its "
+        "flags are NOT rejected, and it is tried again when a GPU node is added (or after a "
+        "backoff, 5 minutes doubling to an hour).  A canary pod its controller cannot create "
+        "(FailedCreate: a quota, an admission refusal) this long ends INCONCLUSIVE with "
+        "Kubernetes' reason.  Neither waits out readyTimeoutSeconds.  Raise it where a "
         "cluster autoscaler adds nodes for pending pods.",
     )
     probe_timeout_seconds: int = Field(
@@ -240,9 +274,20 @@ def _digest(body: object) -> str:
 class RolloutPhase(StrEnum):
     IDLE = "Idle"  # production runs the spec's flags
     CANARY_STARTING = "CanaryStarting"  # canary slice applied, waiting for it to be Ready
+    # The scheduler cannot place the canary: waiting for capacity, never a verdict on flags.
+    CANARY_PENDING = "CanaryPending"
     PROBING = "Probing"  # corruption probes running against the canary
-    PROMOTING = "Promoting"  # verdict PASS: stable roles roll to the new flags in order
+    PROMOTING = "Promoting"  # verdict PASS: stable engines move to the new flags
     ROLLED_BACK = "RolledBack"  # verdict FAIL / INCONCLUSIVE / aborted: stable flags kept
+
+
+# The phases of a rollout under way: no other starts, no undo, until it ends.
+IN_PROGRESS = (
+    RolloutPhase.CANARY_STARTING,
+    RolloutPhase.CANARY_PENDING,
+    RolloutPhase.PROBING,
+    RolloutPhase.PROMOTING,
+)
 
 
 class RolloutVerdict(StrEnum):
@@ -251,6 +296,12 @@ class RolloutVerdict(StrEnum):
     INCONCLUSIVE = "INCONCLUSIVE"
     ABORTED = "ABORTED"
     MANUAL_PROMOTE = "MANUAL_PROMOTE"
+    # A person returned production to a revision that was promoted before and served
+    # without a corruption finding (`dsv4ctl rollout undo`): no canary, it was proven.
+    UNDO = "UNDO"
+    # The canary could not be placed within spec.canary.placementTimeoutSeconds: capacity
+    # failed, not the flags, which are not rejected and are tried again (`rollout.decide`).
+    NO_CAPACITY = "NoCapacity"
     PROMOTION_TIMEOUT = "PROMOTION_TIMEOUT"
 
 
@@ -275,9 +326,9 @@ class Slot(StrEnum):
 
 class Transfer(StrEnum):
     """How the flags of a rollout relate to the stable ones' prefill→decode transfer format
-    (`EngineRevision.transfer_key`), which decides how they are promoted."""
+    (`EngineRevision.transfer_key`), which decides whether they may be promoted in place."""
 
-    COMPATIBLE = "compatible"  # same format: role by role (a prefill may feed any decode)
+    COMPATIBLE = "compatible"  # same format: a prefill may feed any decode (InPlace allowed)
     INCOMPATIBLE = "incompatible"  # another format: in prefill+decode pairs, never mixed
 
 
@@ -328,6 +379,33 @@ class StableProbeStatus(StatusModel):
         return self.verdict_of != self.started_at
 
 
+class PromotedRevision(StatusModel):
+    """One revision that served production (`status.rollout.history`): what `dsv4ctl rollout
+    undo` may return to, and why it may or may not."""
+
+    flags: EngineRevision = Field(description="The revision, with the image digest it ran.")
+    promoted_at: str = Field(description="When it began to serve (promoted, or adopted).")
+    verdict: RolloutVerdict | None = Field(
+        default=None,
+        description="How it came to serve: PASS, MANUAL_PROMOTE or UNDO; unset for the "
+        "revision a new deployment started with.",
+    )
+    report: str | None = Field(default=None, description="The canary report of its PASS.")
+    retired_at: str | None = Field(default=None, description="When another replaced it.")
+    watch_runs: int = Field(
+        default=0, ge=0, description="Production watch runs that judged samples while it served."
+    )
+    corruption: str | None = Field(
+        default=None,
+        description="What a production watch run found while it served, if it found "
+        "corruption: such a revision is never returned to by undo.",
+    )
+
+    @property
+    def revision(self) -> str:
+        return self.flags.revision
+
+
 class RolloutStatus(StatusModel):
     phase: RolloutPhase = RolloutPhase.IDLE
     stable: EngineRevision
@@ -337,8 +415,13 @@ class RolloutStatus(StatusModel):
     transfer: Transfer | None = Field(
         default=None,
         description="Whether the flags under test keep the stable flags' prefill→decode "
-        "transfer format (compatible: promoted role by role) or not (incompatible: promoted "
-        "in pairs, so no request ever crosses formats).",
+        "transfer format (compatible) or not (incompatible: only ever promoted in pairs, so "
+        "no request crosses formats).",
+    )
+    promotion: Promotion | None = Field(
+        default=None,
+        description="How the promotion under way (or the last one) replaces the stable "
+        "engines: Surge (pairs in the other slot) or InPlace (role by role, in the slot).",
     )
     slot: Slot = Field(
         default=Slot.BLUE, description="The slot whose engines run the stable flags."
@@ -388,5 +471,21 @@ class RolloutStatus(StatusModel):
     )
     stable_probe: StableProbeStatus | None = Field(
         default=None, description="The latest production watch run."
+    )
+    capacity_nodes: int | None = Field(
+        default=None,
+        description="NoCapacity: the GPU nodes the cluster had when the canary found no room; "
+        "a node added retries it at once.",
+    )
+    capacity_attempts: int = Field(
+        default=0, ge=0, description="Canaries of these flags in a row that found no capacity."
+    )
+    retry_at: str | None = Field(
+        default=None, description="NoCapacity: when the canary is tried again without a new node."
+    )
+    history: tuple[PromotedRevision, ...] = Field(
+        default=(),
+        description="The revisions that served production, newest (the serving one) first, "
+        "at most spec.rollout.revisionHistoryLimit.",
     )
     message: str = ""

@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from dsv4_engine.cliutil import CommandError
-from dsv4_operator.kube.client import Kube
+from dsv4_operator.kube.client import ApiError, Kube
 
 IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+SELF_SUBJECT_REVIEWS = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 
 
 def connect(kubeconfig: str | None, exit_code: int = 1) -> Kube:
@@ -42,3 +43,15 @@ def default_namespace() -> str:
         return IN_CLUSTER_NAMESPACE.read_text().strip() or "default"
     except OSError:
         return "default"
+
+
+def whoami(kube: Kube) -> str | None:
+    """The user the API server authenticates these credentials as (a SelfSubjectReview, which
+    every authenticated user may create), or None where it answers none: what a rollout
+    control says of who asked (the admission fence checks it)."""
+    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+    try:
+        review = kube.request("POST", SELF_SUBJECT_REVIEWS, body=body)
+    except ApiError:
+        return None
+    return ((review or {}).get("status") or {}).get("userInfo", {}).get("username") or None

@@ -1,4 +1,4 @@
-"""`dsv4ctl rollout status|report|promote|abort|retry NAME`: see and steer a canary rollout.
+"""`dsv4ctl rollout status|report|promote|abort|retry|undo NAME`: see and steer a canary rollout.
 
 Also installed as the kubectl plugin `kubectl-dsv4`, so `kubectl dsv4 rollout status NAME`
 works.  Controls are an annotation the operator reads (dsv4_operator.rollout.manual); the
@@ -17,11 +17,12 @@ from dsv4_engine.cliutil import CommandError
 from dsv4_engine.probe.stats import percents
 from dsv4_operator.api import KIND
 from dsv4_operator.api.rollout import CanarySpec
+from dsv4_operator.cli import undo
 from dsv4_operator.cli.dashboard import ENV, dashboard_url, grafana_base
-from dsv4_operator.cli.kubeapi import connect
+from dsv4_operator.cli.kubeapi import connect, whoami
 from dsv4_operator.kube.client import path
 from dsv4_operator.rollout.decide import ManualAction
-from dsv4_operator.rollout.manual import ANNOTATION, encode
+from dsv4_operator.rollout.manual import annotations
 from dsv4_operator.rollout.reports import REPORT_KEY
 
 
@@ -38,6 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ("promote", "promote the canary's flags without waiting for a verdict"),
         ("abort", "stop the rollout and keep the stable flags (the flags are rejected)"),
         ("retry", "test flags that a failed canary rejected once more"),
+        ("undo", "return production to flags that served before (no canary: they were proven)"),
     ):
         sub = actions.add_parser(name, help=text)
         sub.add_argument("name", help="the DSV4Deployment")
@@ -52,6 +54,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             )
         if name == "status":
             sub.add_argument("--output", choices=("table", "json"), default="table")
+        if name == "undo":
+            sub.add_argument(
+                "--to-revision",
+                default=None,
+                metavar="R",
+                help="the revision to return to (default: the newest that served before and "
+                "may be returned to; `dsv4ctl rollout status` lists the history)",
+            )
+            sub.add_argument(
+                "--print-patch",
+                action="store_true",
+                help="print the spec edit the undo makes (a JSON merge patch) and write "
+                "nothing: what a GitOps repository must hold too",
+            )
         if name == "report":
             sub.add_argument(
                 "--output",
@@ -81,13 +97,15 @@ def run(args: argparse.Namespace) -> int:
         return _status(rollout, args.output, float(budget), link)
     if args.action == "report":
         return _report(kube, args.namespace, rollout, args.output, link)
+    if args.action == "undo":
+        return undo.run(kube, obj, args.to_revision, args.print_patch)
     action = ManualAction(args.action)
     revision = target_revision(action, rollout or {})
-    value = encode(action, str(time.time_ns()), revision)
+    control = annotations(action, str(time.time_ns()), revision, whoami(kube))
     kube.request(
         "PATCH",
         path(KIND, args.namespace, args.name),
-        body={"metadata": {"annotations": {ANNOTATION: value}}},
+        body={"metadata": {"annotations": control}},
         content_type="application/merge-patch+json",
     )
     print(f"{args.namespace}/{args.name}: {action.value} of flags {revision} requested")
@@ -130,6 +148,7 @@ def _status(rollout: dict[str, Any] | None, output: str, budget: float, link: st
         ("why", rollout.get("verdictReason")),
         ("rejected revision", rollout.get("rejectedRevision")),
         ("production watch", _watch(rollout.get("stableProbe"))),
+        *_history(rollout.get("history") or []),
         ("message", rollout.get("message")),
         ("dashboard", link),
     ]
@@ -198,6 +217,22 @@ def _table(report: dict[str, Any]) -> str:
     from dsv4_engine.probe import summary_table
 
     return summary_table(report)
+
+
+def _history(history: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """One row per revision that served, newest first: what `undo` can return to."""
+    rows = []
+    for i, entry in enumerate(history):
+        flags = entry.get("flags") or {}
+        image = flags.get("imageDigest") or (flags.get("spec") or {}).get("image", {}).get("name")
+        how = entry.get("verdict") or "adopted at creation"
+        until = entry.get("retiredAt") or "now"
+        watched = f"{entry.get('watchRuns', 0)} clean watch runs"
+        if entry.get("corruption"):
+            watched = f"CORRUPTION FOUND: {entry['corruption']}"
+        text = f"{how}, served {entry.get('promotedAt')} - {until}, {image}; {watched}"
+        rows.append(("history" if i == 0 else "", text))
+    return rows
 
 
 def _watch(watch: dict[str, Any] | None) -> str | None:

@@ -29,8 +29,6 @@ FAILED_CREATE_SELECTOR = f"reason={FAILED_CREATE}"
 UNSCHEDULABLE = "Unschedulable"
 # A container on its normal way up: not a reason to report.
 STARTING = frozenset({"ContainerCreating", "PodInitializing"})
-# Reasons that say the slice cannot come up as it is (the canary fails fast on them).
-CANNOT_PLACE = frozenset({UNSCHEDULABLE, FAILED_CREATE})
 COMPONENTS = frozenset({*(r.value for r in Role), ROUTER})
 SHOWN = 3  # blockers spelled out in a condition message (the rest are counted)
 

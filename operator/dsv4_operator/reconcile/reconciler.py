@@ -36,7 +36,14 @@ from dsv4_operator.api.allowed import SHIPPED, Allowed
 from dsv4_operator.api.errors import first_error
 from dsv4_operator.api.host_paths import host_path_problem
 from dsv4_operator.api.names import name_problem
-from dsv4_operator.api.rollout import EngineRevision, RolloutStatus, Slot, WatchVerdict
+from dsv4_operator.api.rollout import (
+    EngineRevision,
+    RolloutPhase,
+    RolloutStatus,
+    RolloutVerdict,
+    Slot,
+    WatchVerdict,
+)
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.api.status import Condition, ConditionType, DSV4DeploymentStatus, Phase
 from dsv4_operator.api.times import parse_stamp, stamp
@@ -44,9 +51,11 @@ from dsv4_operator.kube.cache import Reader
 from dsv4_operator.kube.client import ApiError, Kube
 from dsv4_operator.kube.json_patch import json_patch
 from dsv4_operator.reconcile.blockers import (
-    CANNOT_PLACE,
+    FAILED_CREATE,
     FAILED_CREATE_SELECTOR,
+    UNSCHEDULABLE,
     Blocker,
+    blockers_text,
 )
 from dsv4_operator.reconcile.desired import Desired, RenderMemory
 from dsv4_operator.reconcile.events import EventRecorder
@@ -335,7 +344,7 @@ class Reconciler:
             self._write_status(written, owner, status, degraded)
         for event in events:
             self.events.record(obj, *event)
-        return _recheck(state, status)
+        return _recheck(state, status, rollout.decision.status if rollout else None)
 
     def _status(
         self,
@@ -492,7 +501,9 @@ class Reconciler:
                     if o["kind"] == "Deployment"
                 )
             ),  # fmt: skip
-            canary_blocked=_canary_blocked(self._held(state.owner, canary)) or _unplaceable(state),
+            canary_blocked=_canary_blocked(self._held(state.owner, canary)) or _uncreatable(state),
+            canary_unplaced=_unplaced_text(state),
+            gpu_nodes=len(self.cache.store("Node")),
             rejected={rev: r.text() for rev, r in state.ledger.rejected.items()},
         )
         decision = decide(
@@ -648,25 +659,36 @@ def _canary_blocked(held: list[str]) -> str | None:
     return f"the canary's names are held by another owner: {', '.join(held)}" if held else None
 
 
-def _unplaced(state: PassState) -> list[Blocker]:
-    """Canary pods the scheduler cannot place or their controller cannot create."""
-    return [b for b in state.blockers if b.canary and b.reason in CANNOT_PLACE]
+def _uncreated(state: PassState) -> list[Blocker]:
+    """Canary pods their controller cannot create (a quota, an admission refusal)."""
+    return [b for b in state.blockers if b.canary and b.reason == FAILED_CREATE]
 
 
-def _unplaceable(state: PassState) -> str | None:
-    """Why the canary cannot come up, once Kubernetes has said so for the placement timeout
-    (spec.canary.placementTimeoutSeconds): the rollout then ends at once, with its words."""
+def _uncreatable(state: PassState) -> str | None:
+    """Why the canary cannot come up, once its controller has said so for the placement
+    timeout (spec.canary.placementTimeoutSeconds): the rollout then ends at once (and
+    INCONCLUSIVE), with Kubernetes' words."""
     grace = dt.timedelta(seconds=state.spec.canary.placement_timeout_seconds)
-    for blocker in _unplaced(state):
+    for blocker in _uncreated(state):
         # Undated (never seen from Kubernetes' own writers): left to readyTimeoutSeconds.
         if blocker.since is not None and state.now - blocker.since >= grace:
-            return f"the canary cannot be placed: {blocker.text}"
+            return f"the canary cannot be created: {blocker.text}"
     return None
 
 
-def _recheck(state: PassState | None, status: DSV4DeploymentStatus) -> float | None:
+def _unplaced_text(state: PassState) -> str | None:
+    """The scheduler's words for a canary pod it cannot place: capacity, which the rollout
+    waits for (phase CanaryPending) and never judges the flags by."""
+    unplaced = [b for b in state.blockers if b.canary and b.reason == UNSCHEDULABLE]
+    return f"the canary cannot be placed: {blockers_text(unplaced)}" if unplaced else None
+
+
+def _recheck(
+    state: PassState | None, status: DSV4DeploymentStatus, rollout: RolloutStatus | None
+) -> float | None:
     """Seconds until the next deadline this pass waits for: the progress deadline of a
-    Progressing deployment, the placement timeout of a canary pod that cannot be placed."""
+    Progressing deployment, the placement timeout of a canary pod that cannot be placed or
+    created, the retry of a canary that found no capacity."""
     if state is None:
         return None
     waits = []
@@ -674,10 +696,17 @@ def _recheck(state: PassState | None, status: DSV4DeploymentStatus) -> float | N
     if left is not None:
         waits.append(left)
     grace = state.spec.canary.placement_timeout_seconds
-    for blocker in _unplaced(state):
+    for blocker in _uncreated(state):
         left = grace - (state.now - blocker.since).total_seconds() if blocker.since else 0.0
         if left > 0:
             waits.append(left)  # the placement timeout is still running
+    if rollout is not None and rollout.phase is RolloutPhase.CANARY_PENDING:
+        # Waiting for room: the placement timeout, or a NoCapacity canary's retry.
+        since, wait = rollout.phase_since, grace
+        if rollout.verdict is RolloutVerdict.NO_CAPACITY:
+            since, wait = rollout.retry_at, 0
+        if since is not None:
+            waits.append(max(wait - (state.now - parse_stamp(since)).total_seconds(), 0.0))
     return min(waits, default=None)
 
 

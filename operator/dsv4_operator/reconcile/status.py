@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dsv4_engine.features import EngineFeatures, Role
-from dsv4_operator.api.rollout import RolloutPhase, RolloutStatus
+from dsv4_operator.api.rollout import IN_PROGRESS, RolloutPhase, RolloutStatus
 from dsv4_operator.api.spec import DSV4DeploymentSpec
 from dsv4_operator.api.status import (
     Condition,
@@ -20,7 +20,6 @@ from dsv4_operator.api.times import parse_stamp
 from dsv4_operator.reconcile.blockers import Blocker, blockers_text
 from dsv4_operator.render.meta import ENGINE_KINDS, LABEL_COMPONENT, Owner
 from dsv4_operator.render.workloads import serving_labels
-from dsv4_operator.rollout.decide import IN_PROGRESS
 from dsv4_operator.rollout.ledger import Rejection
 
 

@@ -20,9 +20,12 @@ from enum import StrEnum
 from dsv4_engine.features import Role
 from dsv4_engine.probe.stats import percents
 from dsv4_operator.api.rollout import (
+    IN_PROGRESS,
     CanarySpec,
     EngineRevision,
     PairStage,
+    PromotedRevision,
+    Promotion,
     RolloutPhase,
     RolloutSpec,
     RolloutStatus,
@@ -34,6 +37,7 @@ from dsv4_operator.api.rollout import (
 )
 from dsv4_operator.api.rolls import differences
 from dsv4_operator.api.times import parse_stamp, stamp
+from dsv4_operator.rollout import undo
 from dsv4_operator.rollout.digest import Builds
 from dsv4_operator.rollout.pairs import Pairs, paired, serves
 from dsv4_operator.spread import first_due
@@ -52,6 +56,7 @@ class ManualAction(StrEnum):
     PROMOTE = "promote"
     ABORT = "abort"
     RETRY = "retry"
+    UNDO = "undo"
 
 
 @dataclass(frozen=True)
@@ -59,13 +64,19 @@ class Manual:
     """A person's request, from the rollout-action annotation.
 
     ``token`` makes it act once; ``revision`` binds it to the flags it was meant for (the
-    canary's for promote and abort, the rejected ones for retry), so a control left over from
-    an earlier rollout can never act on a later one."""
+    canary's for promote and abort, the rejected ones for retry, the earlier ones to return
+    to for undo), so a control left over from an earlier rollout can never act on a later
+    one."""
 
     action: ManualAction
     token: str
     revision: str | None = None
     error: str | None = None  # why the annotation could not be read (refused, with this)
+    by: str | None = None  # who asked, as the admission fence checked it (None: unnamed)
+
+    @property
+    def who(self) -> str:
+        return self.by or "a person (unnamed: the control says not who)"
 
 
 @dataclass(frozen=True)
@@ -102,6 +113,8 @@ class Observed:
     routers_live: frozenset[Slot] = frozenset()  # slots whose router Deployment exists
     manual: Manual | None = None
     canary_blocked: str | None = None  # why the canary slice cannot be created (a name taken)
+    canary_unplaced: str | None = None  # the scheduler's words for a canary pod it cannot place
+    gpu_nodes: int = 0  # nodes with a GPU product label: one added may hold a waiting canary
     canary_builds: Builds = Builds()  # the builds the canary's engine pods ran (imageID)
     # Revisions rejected before, by anyone of this name (`rollout.ledger`): revision → why.
     rejected: Mapping[str, str] = field(default_factory=dict)
@@ -118,17 +131,22 @@ class Decision:
     verdict: RolloutVerdict | None = None
 
 
-IN_PROGRESS = (RolloutPhase.CANARY_STARTING, RolloutPhase.PROBING, RolloutPhase.PROMOTING)
+# Without a node added, a canary that found no capacity is tried again after this long,
+# doubling with each attempt in a row (a pod gone elsewhere frees room the operator cannot
+# see), up to the cap.
+CAPACITY_RETRY_S = 300
+CAPACITY_RETRY_MAX_S = 3600
 
 
 def canary_wanted(status: RolloutStatus | None) -> bool:
     """The canary slice exists while its flags are being tested, and not a moment longer:
-    a promotion rolls the stable pods in place and gets the canary's GPUs back first."""
-    return (
-        status is not None
-        and status.canary is not None
-        and status.phase in (RolloutPhase.CANARY_STARTING, RolloutPhase.PROBING)
-    )
+    a promotion gets the canary's GPUs back first, and a canary that found no capacity
+    holds none while it waits for some."""
+    if status is None or status.canary is None:
+        return False
+    if status.phase is RolloutPhase.CANARY_PENDING:
+        return status.verdict is not RolloutVerdict.NO_CAPACITY
+    return status.phase in (RolloutPhase.CANARY_STARTING, RolloutPhase.PROBING)
 
 
 def first_status(
@@ -139,7 +157,12 @@ def first_status(
     under this name before, which only ``retry``, a person's control naming it, overrides
     (the reconciler refuses it otherwise)."""
     at = stamp(now)
-    status = RolloutStatus(stable=desired, stable_revision=desired.revision, phase_since=at)
+    status = RolloutStatus(
+        stable=desired,
+        stable_revision=desired.revision,
+        phase_since=at,
+        history=(PromotedRevision(flags=desired, promoted_at=at),),
+    )
     events = [("Normal", "FlagsInitialized", flags_text(desired))]
     if retry is None:
         return Decision(status, events=tuple(events))
@@ -160,18 +183,18 @@ def decide(
     """``offset``: the deployment's fraction of the watch interval (`spread.phase` of its
     UID): where its first production watch run falls, so that deployments created together
     never probe together."""
-    step = _Step(status, observed, stamp(observed.now), pairs, offset)
+    step = _Step(status, observed, stamp(observed.now), pairs, rollout, offset)
     step.release_retired_slot()
     step.manual_control(desired)
     phase = step.status.phase  # after a control acted (an abort ends the canary phases)
     if phase in (RolloutPhase.IDLE, RolloutPhase.ROLLED_BACK):
         step.maybe_start(desired)
-    elif phase in (RolloutPhase.CANARY_STARTING, RolloutPhase.PROBING):
+    elif phase in (RolloutPhase.CANARY_STARTING, RolloutPhase.CANARY_PENDING, RolloutPhase.PROBING):
         step.canary_phase(desired, canary)
     elif phase is RolloutPhase.PROMOTING:
-        step.promote(rollout)
+        step.promote()
     if step.status.phase in (RolloutPhase.IDLE, RolloutPhase.ROLLED_BACK):
-        step.watch_production(rollout)  # the stable flags serve users: keep watching them
+        step.watch_production()  # the stable flags serve users: keep watching them
     if (
         status.phase is RolloutPhase.PROBING
         and step.status.phase is not RolloutPhase.PROBING
@@ -187,12 +210,19 @@ class _Step:
     """One decision's working state: the status being rewritten, effects and events."""
 
     def __init__(
-        self, status: RolloutStatus, observed: Observed, now: str, pairs: Pairs, offset: float
+        self,
+        status: RolloutStatus,
+        observed: Observed,
+        now: str,
+        pairs: Pairs,
+        rollout: RolloutSpec,
+        offset: float,
     ) -> None:
         self.status = status
         self.observed = observed
         self.now = now
         self.pairs = pairs
+        self.rollout = rollout
         self.offset = offset
         self.effects: list[Effect] = []
         self.events: list[tuple[str, str, str]] = []
@@ -225,16 +255,24 @@ class _Step:
             return
         if manual.action is ManualAction.RETRY:
             self.events.append(
-                ("Normal", "RetryRequested", f"retrying rejected flags {manual.revision}")
+                (
+                    "Normal",
+                    "RetryRequested",
+                    f"retrying rejected flags {manual.revision}, asked by {manual.who}",
+                )
             )
             self.update(rejected_revision=None)
             self.retried = manual.revision
+        elif manual.action is ManualAction.UNDO:
+            self.return_to(undo.served(self.status, manual.revision), manual.who)
         elif manual.action is ManualAction.ABORT:
             during = " during promotion" if self.status.phase is RolloutPhase.PROMOTING else ""
-            self.roll_back(RolloutVerdict.ABORTED, f"aborted by a person{during}")
+            self.roll_back(RolloutVerdict.ABORTED, f"aborted by {manual.who}{during}")
         else:
             self.update(verdict=RolloutVerdict.MANUAL_PROMOTE)
-            self.start_promotion("promoted by a person without a canary verdict")
+            why = f"promoted by {manual.who} without a canary verdict"
+            self.events.append(("Normal", "CanaryPassed", why))
+            self.start_promotion(why)
 
     def _refusal(self, manual: Manual, desired: EngineRevision) -> str | None:
         status = self.status
@@ -242,6 +280,8 @@ class _Step:
             return manual.error
         if manual.revision is None:
             return "the annotation names no flags revision (use dsv4ctl rollout)"
+        if manual.action is ManualAction.UNDO:
+            return self._undo_refusal(manual.revision, desired)
         if manual.action is ManualAction.RETRY:
             if status.phase in IN_PROGRESS:
                 return "a rollout is in progress"
@@ -258,6 +298,43 @@ class _Step:
         if manual.action is ManualAction.PROMOTE and status.phase is RolloutPhase.PROMOTING:
             return "already promoting"
         return None
+
+    def _undo_refusal(self, revision: str, desired: EngineRevision) -> str | None:
+        refused = undo.refusal(self.status, revision, self.observed.rejected)
+        if refused is None and desired.revision != revision:
+            return (
+                f"the spec asks for flags {desired.revision}, not {revision} (`dsv4ctl rollout "
+                "undo` edits the spec and asks in one write)"
+            )
+        return refused
+
+    def return_to(self, entry: PromotedRevision | None, who: str) -> None:
+        """Return to ``entry``'s flags, with the build they ran, through the same promotion
+        as a PASS; the flags left behind are rejected (a person found them wanting), so a
+        spec that asks for them again starts nothing until `dsv4ctl rollout retry`."""
+        assert entry is not None  # `_undo_refusal` let it through
+        stable, flags = self.status.stable, entry.flags
+        same = (
+            stable.transfer_key == flags.transfer_key and stable.image_digest == flags.image_digest
+        )
+        why = (
+            f"undo by {who} to flags {entry.revision} (served from {entry.promoted_at}, "
+            f"{entry.watch_runs} clean watch runs): no canary, proven when they served"
+        )
+        self.update(
+            canary=flags,
+            canary_revision=entry.revision,
+            transfer=Transfer.COMPATIBLE if same else Transfer.INCOMPATIBLE,
+            started_at=self.now,
+            verdict=RolloutVerdict.UNDO,
+            rate=None,
+            bound=None,
+            samples=None,
+            report=None,
+            rejected_revision=stable.revision,
+        )
+        self.events.append(("Normal", "UndoRequested", why))
+        self.start_promotion(why)
 
     # -- the canary ---------------------------------------------------------------------
     def maybe_start(self, desired: EngineRevision) -> None:
@@ -296,6 +373,9 @@ class _Step:
             report=None,
             verdict_reason=None,
             rejected_revision=None,
+            capacity_nodes=None,
+            capacity_attempts=0,
+            retry_at=None,
             message=f"canary with flags {desired.revision} starting",
         )
         self.events.append(
@@ -314,10 +394,52 @@ class _Step:
         if self.observed.canary_blocked is not None:
             self.roll_back(RolloutVerdict.INCONCLUSIVE, self.observed.canary_blocked)
             return
-        if self.status.phase is RolloutPhase.CANARY_STARTING:
+        unplaced = self.observed.canary_unplaced
+        if self.status.phase is RolloutPhase.CANARY_PENDING:
+            self.wait_capacity(desired, canary)
+        elif self.status.phase is RolloutPhase.CANARY_STARTING and unplaced is not None:
+            self.update(
+                phase=RolloutPhase.CANARY_PENDING,
+                message=f"{unplaced}; waiting up to {canary.placement_timeout_seconds}s for "
+                "capacity",
+            )
+        elif self.status.phase is RolloutPhase.CANARY_STARTING:
             self.wait_ready(canary)
         else:
             self.wait_verdict(canary)
+
+    def wait_capacity(self, desired: EngineRevision, canary: CanarySpec) -> None:
+        """Capacity is not a verdict: a canary the scheduler cannot place waits for room up
+        to the placement timeout, then gives its slice back (NoCapacity) without rejecting
+        its flags, and is tried again when a GPU node is added or its backoff is over."""
+        status, observed = self.status, self.observed
+        if status.verdict is RolloutVerdict.NO_CAPACITY:
+            grew = observed.gpu_nodes > (status.capacity_nodes or 0)
+            due = status.retry_at is not None and observed.now >= parse_stamp(status.retry_at)
+            if grew or due:
+                attempts = status.capacity_attempts
+                self.start_canary(desired, "CanaryRetried")
+                self.update(capacity_attempts=attempts)
+            return
+        if observed.canary_unplaced is None:
+            self.update(phase=RolloutPhase.CANARY_STARTING, message="canary placed; starting")
+            return
+        if self.waited() < canary.placement_timeout_seconds:
+            return
+        attempts = status.capacity_attempts + 1
+        wait = min(CAPACITY_RETRY_S * 2 ** (attempts - 1), CAPACITY_RETRY_MAX_S)
+        retry_at = stamp(observed.now + dt.timedelta(seconds=wait))
+        why = observed.canary_unplaced
+        self.update(
+            verdict=RolloutVerdict.NO_CAPACITY,
+            verdict_reason=why,
+            capacity_nodes=observed.gpu_nodes,
+            capacity_attempts=attempts,
+            retry_at=retry_at,
+            message=f"no capacity for the canary ({why}); flags {desired.revision} are not "
+            f"rejected: tried again when a GPU node is added, or at {retry_at}",
+        )
+        self.events.append(("Warning", "CanaryNoCapacity", self.status.message))
 
     def wait_ready(self, canary: CanarySpec) -> None:
         if self.observed.canary_ready:
@@ -351,6 +473,7 @@ class _Step:
                 if refusal is not None:
                     self.roll_back(RolloutVerdict.INCONCLUSIVE, refusal)
                     return
+                self.events.append(("Normal", "CanaryPassed", evidence_text(outcome)))
                 self.start_promotion(evidence_text(outcome))
             else:
                 self.roll_back(outcome.verdict, outcome.message or evidence_text(outcome))
@@ -392,26 +515,37 @@ class _Step:
     def start_promotion(self, why: str) -> None:
         if self.status.transfer is Transfer.INCOMPATIBLE:
             # Another transfer format: never one role at a time (a prefill of one format
-            # would feed a decode of the other).  Pairs grow in the other slot instead.
-            self.update(
-                phase=RolloutPhase.PROMOTING,
-                promoted_roles=(),
-                pair_step=1,
-                pair_stage=PairStage.GROW,
-                retiring=None,
-                verdict_reason=why,
-                message=f"promoting in prefill+decode pairs (another transfer format): {why}",
-            )
+            # would feed a decode of the other), whatever spec.rollout.promotion says.
+            self.promote_in_pairs(why, "another transfer format")
+        elif self.rollout.promotion is Promotion.SURGE:
+            # Never fewer Ready serving replicas than before: a role of one replica rolled
+            # in place would serve nothing while its new pod starts.
+            self.promote_in_pairs(why, "surge")
         else:
             self.update(
                 phase=RolloutPhase.PROMOTING,
+                promotion=Promotion.IN_PLACE,
                 promoted_roles=(),
+                pair_stage=None,
                 verdict_reason=why,
-                message=f"promoting: {why}",
+                message=f"promoting role by role in place: {why}",
             )
-        self.events.append(("Normal", "CanaryPassed", why))
 
-    def promote(self, rollout: RolloutSpec) -> None:
+    def promote_in_pairs(self, why: str, because: str) -> None:
+        """Pairs grow in the other slot before old ones go (`rollout.pairs`)."""
+        self.update(
+            phase=RolloutPhase.PROMOTING,
+            promotion=Promotion.SURGE,
+            promoted_roles=(),
+            pair_step=1,
+            pair_stage=PairStage.GROW,
+            retiring=None,
+            verdict_reason=why,
+            message=f"promoting in prefill+decode pairs ({because}): {why}",
+        )
+
+    def promote(self) -> None:
+        rollout = self.rollout
         order = [*rollout.order, *(r for r in Role if r not in rollout.order)]
         promoted = self.status.promoted_roles
         rolling = [role.value for role in promoted if role not in self.observed.rolled]
@@ -467,6 +601,7 @@ class _Step:
     def promoted(self, slot: Slot) -> None:
         canary = self.status.canary
         assert canary is not None
+        self.update(history=self.promoted_history(canary))
         self.update(
             phase=RolloutPhase.IDLE,
             stable=canary,
@@ -479,6 +614,24 @@ class _Step:
             message=f"flags {canary.revision} promoted",
         )
         self.events.append(("Normal", "Promoted", f"stable now runs {flags_text(canary)}"))
+
+    def promoted_history(self, flags: EngineRevision) -> tuple[PromotedRevision, ...]:
+        """The history with ``flags`` serving from now: first, its earlier entry (an undo's)
+        folded in, what served until now retired; the oldest beyond the limit dropped."""
+        earlier = undo.served(self.status, flags.revision)
+        entry = PromotedRevision(
+            flags=flags,
+            promoted_at=self.now,
+            verdict=self.status.verdict,
+            report=self.status.report or (earlier.report if earlier else None),
+            watch_runs=earlier.watch_runs if earlier else 0,
+        )
+        kept = [
+            h.model_copy(update={"retired_at": h.retired_at or self.now})
+            for h in self.status.history
+            if h.revision != flags.revision
+        ]
+        return (entry, *kept)[: self.rollout.revision_history_limit]
 
     def roll_back(self, verdict: RolloutVerdict, why: str) -> None:
         # A paired promotion leaves its new slot behind: emptied, router first.
@@ -502,7 +655,7 @@ class _Step:
             self.update(retiring=None, pair_step=0)
 
     # -- production watch ---------------------------------------------------------------
-    def watch_production(self, rollout: RolloutSpec) -> None:
+    def watch_production(self) -> None:
         """Record a finished watch run, and start the next one when it is due (one at a
         time; the interval counts from a run's start; the first run comes half an interval
         to one and a half after the phase's start, at the deployment's offset)."""
@@ -520,9 +673,10 @@ class _Step:
                 }
             )
             self.update(stable_probe=watch)
+            self.update(history=self.watched_history(verdict, evidence_text(outcome)))
             if verdict is WatchVerdict.CORRUPT:
                 self.events.append(("Warning", "StableCorruption", evidence_text(outcome)))
-        interval = rollout.stable_probe_interval_seconds
+        interval = self.rollout.stable_probe_interval_seconds
         if not interval or self.observed.stable_probe_running:
             return
         if watch is not None:
@@ -536,6 +690,20 @@ class _Step:
             started = watch or StableProbeStatus(started_at=self.now)
             self.update(stable_probe=started.model_copy(update={"started_at": self.now}))
             self.effects.append(Effect.START_STABLE_PROBE)
+
+    def watched_history(self, verdict: WatchVerdict, evidence: str) -> tuple[PromotedRevision, ...]:
+        """The serving revision's entry with a finished watch run counted: a run that judged
+        samples, and the first corruption it found (which undo never returns to)."""
+        history = self.status.history
+        if not history or history[0].revision != self.status.stable_revision:
+            return history  # a status an older operator wrote: nothing to count on
+        head = history[0]
+        if verdict is WatchVerdict.NO_EVIDENCE:
+            return history
+        changes: dict[str, object] = {"watch_runs": head.watch_runs + 1}
+        if verdict is WatchVerdict.CORRUPT and head.corruption is None:
+            changes["corruption"] = f"{evidence} (watch run of {self.now})"
+        return (head.model_copy(update=changes), *history[1:])
 
     def waited(self, since: str | None = None) -> float:
         start = since or self.status.phase_since

@@ -6,6 +6,11 @@
 resource, so the annotation stays until the next `dsv4ctl rollout` overwrites it — and the
 revision binds it to the flags it was meant for (the canary's, or the rejected ones for a
 retry), so a control that outlives its rollout is refused instead of acting on the next one.
+
+``inference.dsv4.dev/rollout-action-by`` says who asked, written with the control by `dsv4ctl`
+(the user the API server authenticated, from a SelfSubjectReview).  The admission fence
+(dsv4-rollout-actions) admits it only as the requester's own name, so the status and Events
+name who asked; a control written without it is recorded as asked by someone unnamed.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from collections.abc import Mapping
 from dsv4_operator.rollout.decide import Manual, ManualAction
 
 ANNOTATION = "inference.dsv4.dev/rollout-action"
+BY_ANNOTATION = "inference.dsv4.dev/rollout-action-by"
 # What `dsv4ctl rollout` writes is ~40 characters; the token is copied into the status
 # (`handledAction`), so a longer annotation is refused, never copied (the admission fence,
 # dsv4-rollout-actions, refuses it before it is stored).
@@ -24,6 +30,12 @@ MAX_CONTROL = 128
 
 def encode(action: ManualAction, token: str, revision: str) -> str:
     return f"{action.value}/{token}/{revision}"
+
+
+def annotations(action: ManualAction, token: str, revision: str, by: str | None) -> dict:
+    """The annotations one control writes, together: the control, and who asked (None: not
+    known, and a `by` left from an earlier control removed)."""
+    return {ANNOTATION: encode(action, token, revision), BY_ANNOTATION: by}
 
 
 def parse(annotations: Mapping[str, str] | None) -> Manual | None:
@@ -43,4 +55,5 @@ def parse(annotations: Mapping[str, str] | None) -> Manual | None:
     except ValueError:
         known = ", ".join(a.value for a in ManualAction)
         return Manual(ManualAction.ABORT, raw, error=f"unknown action {action!r} (one of {known})")
-    return Manual(kind, token.strip() or raw, revision.strip() or None)
+    by = (annotations or {}).get(BY_ANNOTATION) or None
+    return Manual(kind, token.strip() or raw, revision.strip() or None, by=by)

@@ -2,14 +2,15 @@
 function of the rollout status, read by the reconciler (what to render) and by `decide`
 (when a step of a paired promotion is done).
 
-A flag change that keeps the prefill→decode transfer format is promoted role by role in
-the one active slot.  A change of the format is promoted in **pairs**: the new flags grow
-in the other slot one prefill + one decode replica at a time (GROW), each slot's router
-pairs only its own slot's engines, and the old slot gives a pair back once the new one
-serves (SHRINK), keeping one of each until the last step; before it gives up its last pair
-its router leaves (RETIRE), so it never routes to a half-empty slot.  Capacity never drops
-below the spec's: a new pair serves before an old one goes, at the cost of at most one
-extra prefill and one extra decode replica at a time.
+Passed flags are promoted in **pairs** (`spec.rollout.promotion: Surge`, the default, and
+always for a change of the prefill→decode transfer format): the new flags grow in the other
+slot one prefill + one decode replica at a time (GROW), each slot's router pairs only its
+own slot's engines, and the old slot gives a pair back once the new one serves (SHRINK),
+keeping one of each until the last step; before it gives up its last pair its router leaves
+(RETIRE), so it never routes to a half-empty slot.  Capacity never drops below the spec's:
+a new pair serves before an old one goes, at the cost of at most one extra prefill and one
+extra decode replica at a time.  `InPlace` (asked for, same format only) rolls role by
+role in the one active slot instead.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from dsv4_operator.api.rollout import (
     RolloutPhase,
     RolloutStatus,
     Slot,
-    Transfer,
 )
 
 
@@ -71,8 +71,9 @@ class SlotPlan:
 
 
 def paired(status: RolloutStatus) -> bool:
-    """A paired promotion is under way (a transfer-format change that passed)."""
-    return status.phase is RolloutPhase.PROMOTING and status.transfer is Transfer.INCOMPATIBLE
+    """A paired promotion is under way: its stage is recorded from its start to its end (a
+    role-by-role one has none)."""
+    return status.phase is RolloutPhase.PROMOTING and status.pair_stage is not None
 
 
 def plan_slots(status: RolloutStatus, pairs: Pairs) -> list[SlotPlan]:
@@ -80,8 +81,8 @@ def plan_slots(status: RolloutStatus, pairs: Pairs) -> list[SlotPlan]:
     stable = dict.fromkeys(Role, status.stable)
     full = (pairs.prefill, pairs.decode)
     if paired(status):
-        assert status.canary is not None
-        k, stage = max(status.pair_step, 1), status.pair_stage or PairStage.GROW
+        assert status.canary is not None and status.pair_stage is not None
+        k, stage = max(status.pair_step, 1), status.pair_stage
         old = pairs.left(k if stage is PairStage.SHRINK else k - 1)
         old_router = serves(old) and stage is not PairStage.RETIRE
         new = pairs.moved(k)

@@ -23,6 +23,7 @@ from dsv4_engine.features import Role
 from dsv4_operator.api.rollout import (
     EngineRevision,
     PairStage,
+    Promotion,
     RolloutPhase,
     RolloutStatus,
     RolloutVerdict,
@@ -207,7 +208,12 @@ def _mid_paired(
     if flags is None or any(r != flags for r in runs):
         raise Unrecoverable("status.rollout is lost and the second slot runs mixed flags")
     step = max(1, *(int(w.get("spec", {}).get("replicas", 0)) for w in new_slot.values()))
-    both = {"transfer": Transfer.INCOMPATIBLE, "pair_step": step}
+    same = flags.transfer_key == base.stable.transfer_key
+    both = {
+        "transfer": Transfer.COMPATIBLE if same else Transfer.INCOMPATIBLE,
+        "promotion": Promotion.SURGE,
+        "pair_step": step,
+    }
     return _resume_or_reject(
         base,
         flags,
@@ -233,7 +239,7 @@ def _mid_promotion(
             f"status.rollout is lost and the roles run {len(news)} different new flag sets"
         )
     flags = next(iter(news.values()))
-    resumed = {"promoted_roles": tuple(sorted(promoted))}
+    resumed = {"promoted_roles": tuple(sorted(promoted)), "promotion": Promotion.IN_PLACE}
     return _resume_or_reject(base, flags, judged, at, "promotion", resumed, rejected={})
 
 

@@ -11,6 +11,7 @@ from dsv4_engine.probe import ProbeName, ProbeSettings, build_report, run_probes
 from dsv4_engine.probe.html_report import render_html
 from dsv4_engine.probe.scripted_server import ScriptedCompletionServer
 from dsv4_operator.cli import rollout as rollout_cli
+from dsv4_operator.cli.kubeapi import SELF_SUBJECT_REVIEWS
 from dsv4_operator.cli.main import main
 from dsv4_operator.rollout.decide import ManualAction
 from dsv4_operator.rollout.manual import parse
@@ -29,7 +30,10 @@ class PatchRecordingKube:
         }
 
     def request(self, method, url_path, body=None, content_type="application/json", query=None):
+        if url_path == SELF_SUBJECT_REVIEWS:  # who these credentials are: read, not written
+            return {"status": {"userInfo": {"username": "alice"}}}
         self.requests.append((method, url_path, body, content_type))
+        return None
 
 
 PROBING = {"phase": "Probing", "canaryRevision": "c0ffee1234", "stableRevision": "aaaa"}
@@ -56,6 +60,7 @@ def test_a_control_is_a_merge_patch_of_the_annotation_the_operator_reads(
     assert manual is not None and manual.action is ManualAction(action) and manual.token
     # Bound to the flags the status shows: a control cannot act on a later rollout.
     assert manual.revision == "c0ffee1234"
+    assert manual.by == "alice", "who asked: the user the API server authenticated"
     assert capsys.readouterr().out == f"serving/flash: {action} of flags c0ffee1234 requested\n"
 
 

@@ -39,4 +39,7 @@ def test_the_demo_says_how_the_flags_were_promoted_as_the_status_records_it():
     paired = {"phase": "Idle", "verdict": "PASS", "transfer": "incompatible", "slot": "green"}
     assert how_promoted(paired).startswith("promoted in prefill+decode pairs")
     assert "slot green" in how_promoted(paired)
-    assert how_promoted({**paired, "transfer": "compatible"}) == "promoted role by role"
+    surged = how_promoted({**paired, "transfer": "compatible", "promotion": "Surge"})
+    assert surged.startswith("promoted in prefill+decode pairs (a surge")
+    in_place = {**paired, "transfer": "compatible", "promotion": "InPlace", "slot": "blue"}
+    assert how_promoted(in_place) == "promoted role by role in place"

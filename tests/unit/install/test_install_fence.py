@@ -231,6 +231,9 @@ def test_each_rollout_action_is_a_verb_of_its_own():
     rbac = load("base", "rbac.yaml")
     assert manual.ANNOTATION in str(ACTIONS["spec"]["matchConditions"])
     assert f"<= {manual.MAX_CONTROL}" in ACTIONS["spec"]["validations"][0]["expression"]
+    assert manual.BY_ANNOTATION in str(ACTIONS["spec"]["matchConditions"])
+    (by,) = [v for v in ACTIONS["spec"]["validations"] if manual.BY_ANNOTATION in v["expression"]]
+    assert "== request.userInfo.username" in by["expression"]
     for action in ManualAction:
         assert f"'{action.value}'" in ACTIONS["spec"]["validations"][1]["expression"]
         role = one(rbac, "ClusterRole", f"dsv4-rollout-{action.value}")

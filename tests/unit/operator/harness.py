@@ -23,11 +23,12 @@ import orjson
 from dsv4_dev.cluster.nodes import default_pools, node_manifests
 from dsv4_operator.api import API_VERSION, KIND
 from dsv4_operator.api.allowed import Allowed
+from dsv4_operator.api.rollout import RolloutStatus
 from dsv4_operator.api.samples import load_sample, merge_patch
 from dsv4_operator.kube.cache import Cache
 from dsv4_operator.reconcile import watches
 from dsv4_operator.reconcile.reconciler import Reconciler
-from dsv4_operator.rollout import manual
+from dsv4_operator.rollout import manual, undo
 from dsv4_operator.rollout.controller import RolloutController
 from dsv4_operator.rollout.decide import ManualAction
 from dsv4_operator.rollout.job_executor import JobProbeExecutor
@@ -49,7 +50,9 @@ PASS = {
 }
 FAIL = {"verdict": "FAIL", "rate": 0.15, "bound": 0.31, "samples": 26, "message": "4/26 corrupt"}
 FP4 = {"features": {"indexDtype": "fp4"}}  # another transfer format: promoted in pairs
-HICACHE = {"features": {"hicache": {"enabled": True, "ratio": 2.0}}}  # same format: role by role
+HICACHE = {"features": {"hicache": {"enabled": True, "ratio": 2.0}}}  # same format: surged
+# The same change, promoted role by role in place as spec.rollout.promotion may ask.
+HICACHE_IN_PLACE = {**HICACHE, "rollout": {"promotion": "InPlace"}}
 # Where the samples' host path lies (crds/samples/): allowed, as an administrator would.
 MODEL_HOST_PATHS = ("/data/models",)
 
@@ -156,6 +159,20 @@ class World:
     def control(self, action: ManualAction, revision: str, token: str, name: str = "flash") -> None:
         """A person's rollout control (what `dsv4ctl rollout` writes)."""
         self.annotate(name, manual.ANNOTATION, manual.encode(action, token, revision))
+
+    def undo(self, revision: str, token: str, name: str = "flash") -> None:
+        """What `dsv4ctl rollout undo --to-revision` writes, in its one write: the spec
+        edited to ask for ``revision`` as it served, and the control naming it."""
+        status = RolloutStatus.model_validate(self.rollout(name))
+        entry = undo.served(status, revision)
+        assert entry is not None, f"{revision} is not in the history"
+
+        def change(obj: dict[str, Any]) -> None:
+            obj["spec"] = merge_patch(obj["spec"], undo.spec_patch(entry)["spec"])
+            annotations = obj["metadata"].setdefault("annotations", {})
+            annotations[manual.ANNOTATION] = manual.encode(ManualAction.UNDO, token, revision)
+
+        self.api.user_patch(KIND, NS, name, change)
 
     def wipe_status(self, name: str, part: str | None = "rollout") -> None:
         """Status lost (a restore without it) or hand-edited: ``part`` None wipes it all."""

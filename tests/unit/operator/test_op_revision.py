@@ -23,7 +23,7 @@ from dsv4_operator.rollout.controller import canary_settings
 from dsv4_operator.rollout.decide import ManualAction
 from dsv4_operator.rollout.digest import registry_digest
 from dsv4_operator.rollout.slices import REVISION_PATHS, canary_spec, spec_revision
-from tests.unit.operator.harness import FAIL, FP4, HICACHE, NS, PASS, World
+from tests.unit.operator.harness import FAIL, FP4, HICACHE, HICACHE_IN_PLACE, NS, PASS, World
 
 # One change of each revision-class field (a spec patch), for the field's path.
 REVISION_CHANGES = {
@@ -246,7 +246,7 @@ def test_a_role_rolling_to_a_new_revision_keeps_its_old_engine_yaml_until_rolled
     world = ready_world()
     (old,) = engine_config_maps(world, "decode")
     world.held = lambda obj: obj["metadata"]["name"] == "flash-decode"  # decode keeps rolling
-    world.patch_spec("flash", HICACHE)
+    world.patch_spec("flash", HICACHE_IN_PLACE)
     world.until("decode promoting", lambda: world.rollout().get("promotedRoles") == ["decode"])
     world.step("flash")
     both = engine_config_maps(world, "decode")

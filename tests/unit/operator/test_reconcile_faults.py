@@ -24,7 +24,7 @@ from dsv4_operator.rollout import manual
 from dsv4_operator.rollout.decide import ManualAction
 from dsv4_operator.rollout.record import ANNOTATION_RUNS
 from dsv4_operator.rollout.slices import spec_revision
-from tests.unit.operator.harness import FAIL, FP4, HICACHE, NS, PASS, World
+from tests.unit.operator.harness import FAIL, FP4, HICACHE, HICACHE_IN_PLACE, NS, PASS, World
 from tests.unit.operator.memory_api import MemoryApi
 
 pytestmark = pytest.mark.slow
@@ -120,8 +120,9 @@ def rollout_writes(change: dict, verdict: dict) -> int:
     return len(world.api.log) - before
 
 
-# A change of the transfer format (promoted in pairs) and one that keeps it (role by role).
-CHANGES = {"paired": FP4, "role-by-role": HICACHE}
+# A change of the transfer format (promoted in pairs), one that keeps it (in pairs too, by
+# default: a surge) and the same promoted role by role in place, as a spec may ask.
+CHANGES = {"paired": FP4, "surge": HICACHE, "role-by-role": HICACHE_IN_PLACE}
 PASS_WRITES = {kind: rollout_writes(change, PASS) for kind, change in CHANGES.items()}
 FAIL_WRITES = rollout_writes(FP4, FAIL)
 
@@ -303,7 +304,7 @@ def test_status_wiped_after_promotion_rebuilds_the_promoted_flags():
 def test_status_wiped_mid_promotion_resumes_it_only_with_a_pass_report():
     world = ready_world()
     world.held = lambda obj: obj["metadata"]["name"] == "flash-decode"  # decode keeps rolling
-    world.patch_spec("flash", HICACHE)
+    world.patch_spec("flash", HICACHE_IN_PLACE)
     world.until("decode promoting", lambda: world.rollout().get("promotedRoles") == ["decode"])
     world.wipe_status("flash")
     world.step("flash")
@@ -353,7 +354,7 @@ def test_status_wiped_after_a_fail_report_keeps_the_fail():
     assert failed not in stable_runs(world.api, world.api.log[start:])
 
 
-def promoting_decode(change: dict = HICACHE) -> tuple[World, str]:
+def promoting_decode(change: dict = HICACHE_IN_PLACE) -> tuple[World, str]:
     """A role-by-role promotion with decode promoted and still rolling."""
     world = ready_world()
     world.held = lambda obj: obj["metadata"]["name"] == "flash-decode"
@@ -395,7 +396,9 @@ def test_status_wiped_during_an_abort_never_resumes_the_promotion(crash_at):
 
 
 def test_status_wiped_after_a_promotion_timed_out_keeps_the_timeout():
-    world, passed = promoting_decode({**HICACHE, "rollout": {"promotionTimeoutSeconds": 120}})
+    world, passed = promoting_decode(
+        {**HICACHE, "rollout": {"promotion": "InPlace", "promotionTimeoutSeconds": 120}}
+    )
     world.until("timed out", lambda: world.phase() == "RolledBack", seconds=30)
     assert world.rollout()["verdict"] == "PROMOTION_TIMEOUT"
     world.wipe_status("flash")
@@ -412,7 +415,7 @@ def test_status_wiped_mid_promotion_rechecks_the_pass_report():
     promotion back."""
     world = ready_world()
     world.held = lambda obj: obj["metadata"]["name"] == "flash-decode"
-    world.patch_spec("flash", HICACHE)
+    world.patch_spec("flash", HICACHE_IN_PLACE)
     world.until("decode promoting", lambda: world.rollout().get("promotedRoles") == ["decode"])
     report = world.rollout()["report"]
 
@@ -586,7 +589,9 @@ def condition(world: World, kind: str, name: str = "flash") -> dict:
 
 def test_a_promotion_that_cannot_finish_is_rolled_back_at_its_deadline():
     world = ready_world()
-    world.patch_spec("flash", {**HICACHE, "rollout": {"promotionTimeoutSeconds": 120}})
+    world.patch_spec(
+        "flash", {**HICACHE, "rollout": {"promotion": "InPlace", "promotionTimeoutSeconds": 120}}
+    )
     world.held = lambda obj: obj["metadata"]["name"] == "flash-decode"  # its pods never start
     world.until("decode promoting", lambda: world.rollout().get("promotedRoles") == ["decode"])
     world.until("rolled back", lambda: world.phase() == "RolledBack", seconds=30)
@@ -622,7 +627,7 @@ def test_a_concurrent_abort_refuses_the_status_write_and_no_role_is_promoted():
     write is refused (resourceVersion precondition), so nothing it decided was acted on,
     and the pass runs again on what is there now — the abort."""
     world = ready_world()
-    world.patch_spec("flash", HICACHE)
+    world.patch_spec("flash", HICACHE_IN_PLACE)
     world.until("promotion started", lambda: world.phase() == "Promoting")
     assert world.rollout()["promotedRoles"] == []
     passed = world.rollout()["canaryRevision"]

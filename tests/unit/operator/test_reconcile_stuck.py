@@ -1,11 +1,12 @@
 """No silent stuck states, against the in-memory API double (`harness`): a replica that does
 not come up is shown with Kubernetes' own reason, past the progress deadline the deployment
-is Degraded, and a canary the scheduler cannot place ends INCONCLUSIVE at its placement
-timeout instead of waiting out its ready timeout.  tests/e2e/test_stuck.py shows the same on
+is Degraded, and a canary the scheduler cannot place ends NoCapacity at its placement
+timeout instead of waiting out its ready timeout, its flags not judged.  tests/e2e/test_stuck.py shows the same on
 the real control plane (scheduler and StatefulSet controller included)."""
 
 from __future__ import annotations
 
+from dsv4_dev.cluster.nodes import default_pools, node_manifests
 from dsv4_operator import metrics
 from tests.unit.operator.harness import FP4, NS, World
 from tests.unit.operator.test_reconcile_faults import ready_world
@@ -113,35 +114,47 @@ def test_a_settled_deployments_passes_send_no_request_at_all():
     assert world.api.requests() == sent
 
 
-def test_a_canary_the_scheduler_cannot_place_ends_inconclusive_at_its_placement_timeout():
+def canary_slice(world: World) -> bool:
+    return ("StatefulSet", NS, "flash--canary-decode") in world.api.objects
+
+
+def test_a_canary_the_scheduler_cannot_place_waits_ends_no_capacity_and_is_retried():
+    """Capacity is not a verdict: the canary waits in CanaryPending with the scheduler's
+    words, ends NoCapacity at its placement timeout (not the 900 s ready timeout), gives its
+    slice back without rejecting the flags, and starts again once a GPU node is added."""
     world = ready_world()
     world.held = lambda obj: obj["metadata"]["name"] == "flash--canary-decode"
     world.patch_spec("flash", FP4)
-    world.until(
-        "canary slice",
-        lambda: (
-            world.phase() == "CanaryStarting"
-            and ("StatefulSet", NS, "flash--canary-decode") in world.api.objects
-        ),
-    )
+    world.until("canary slice", lambda: world.phase() == "CanaryStarting" and canary_slice(world))
     reported = world.now
     world.api.unschedulable("flash--canary-decode", INSUFFICIENT, reported)
     recheck = world.reconcile("flash")
     assert recheck is not None and 0 < recheck <= 30, "the pass wakes up at the timeout"
-    assert world.phase() == "CanaryStarting", "within spec.canary.placementTimeoutSeconds"
-    world.until("rolled back", lambda: world.phase() == "RolledBack", seconds=10)
+    said = f"canary decode pod flash--canary-decode-0: Unschedulable: {INSUFFICIENT}"
+    assert world.phase() == "CanaryPending", "within spec.canary.placementTimeoutSeconds"
+    assert world.rollout()["message"].startswith(f"the canary cannot be placed: {said}")
+    progressing = condition(world, "Progressing")
+    assert progressing["reason"] == "RolloutCanaryPending" and said in progressing["message"]
+    world.until("no capacity", lambda: world.rollout().get("verdict") == "NoCapacity", seconds=10)
     assert (world.now - reported).total_seconds() <= 30 + 10, "not the 900 s ready timeout"
     rollout = world.rollout()
-    assert rollout["verdict"] == "INCONCLUSIVE"
-    said = f"canary decode pod flash--canary-decode-0: Unschedulable: {INSUFFICIENT}"
-    assert rollout["message"] == f"rolled back (INCONCLUSIVE): the canary cannot be placed: {said}"
-    assert [e["message"] for e in world.events("RolledBack")][-1].endswith(said)
+    assert rollout["phase"] == "CanaryPending" and "rejectedRevision" not in rollout
+    assert rollout["verdictReason"] == f"the canary cannot be placed: {said}"
+    assert "are not rejected: tried again when a GPU node is added" in rollout["message"]
+    assert [e["message"] for e in world.events("CanaryNoCapacity")] == [rollout["message"]]
     assert "Job" not in {kind for (kind, _, _) in world.api.objects}, "no probe ran"
     world.until("canary gone", lambda: not world.children("flash--canary"))
-    # The stable flags serve; the spec's were rejected: Degraded, Stalled with the verdict.
-    world.until("settled", lambda: world.obj()["status"]["phase"] == "Degraded")
-    stalled = condition(world, "Stalled")
-    assert stalled["status"] == "True" and stalled["reason"] == "RolloutRejected"
-    assert "(INCONCLUSIVE): the canary cannot be placed" in stalled["message"]
-    # Later passes rewrite the message (the flags are rejected); the reason stays.
-    assert world.rollout()["verdictReason"] == f"the canary cannot be placed: {said}"
+    for _ in range(3):  # no node added, no backoff over: it waits, holding no GPU
+        world.step("flash", seconds=10)
+    assert not world.children("flash--canary") and world.phase() == "CanaryPending"
+    status = world.obj()["status"]
+    assert status["phase"] != "Degraded" and condition(world, "Degraded")["status"] == "False"
+    # A GPU node joins: the canary starts again, is placed this time, and passes.
+    world.held = lambda obj: False
+    *_, node = node_manifests(default_pools(gpu_nodes=3, cpu_nodes=0))
+    world.api.user_apply(node)
+    world.step("flash")
+    assert world.phase() == "CanaryStarting" and canary_slice(world)
+    assert world.events("CanaryRetried")
+    world.until("promoted", lambda: world.phase() == "Idle")
+    assert world.rollout()["verdict"] == "PASS"

@@ -13,6 +13,7 @@ from dsv4_operator.api.rollout import (
     CanarySpec,
     EngineRevision,
     PairStage,
+    Promotion,
     RolloutPhase,
     RolloutSpec,
     RolloutStatus,
@@ -43,6 +44,7 @@ BF16_HICACHE = revision(
 HICACHE = revision(EngineFeatures(hicache=HiCacheFeature(enabled=True, ratio=2.0)))
 CANARY = CanarySpec()
 ROLLOUT = RolloutSpec(stable_probe_interval_seconds=0)
+IN_PLACE = RolloutSpec(stable_probe_interval_seconds=0, promotion=Promotion.IN_PLACE)
 PASS = ProbeOutcome(RolloutVerdict.PASS, 0.0, 0.004, 600, "demo-rollout-1")
 FAIL = ProbeOutcome(RolloutVerdict.FAIL, 0.15, 0.3, 26, "demo-rollout-1")
 
@@ -152,30 +154,32 @@ def test_other_flags_after_a_reject_start_a_new_canary():
     assert decision.status.canary_revision == fp8_hicache.revision
 
 
-def test_a_compatible_change_promotes_decode_first_then_prefill_and_frees_the_canary():
-    """HiCache keeps the transfer format: roles roll one after the other in the one slot."""
-    at_start = step(HICACHE, idle()).status
+def test_in_place_asked_for_promotes_decode_first_then_prefill_and_frees_the_canary():
+    """HiCache keeps the transfer format, and spec.rollout.promotion is InPlace: roles roll
+    one after the other in the one slot."""
+    at_start = step(HICACHE, idle(), IN_PLACE).status
     assert at_start.transfer is Transfer.COMPATIBLE
-    passed = step(HICACHE, probing(HICACHE), probe=PASS)
+    passed = step(HICACHE, probing(HICACHE), IN_PLACE, probe=PASS)
     assert passed.status.phase is RolloutPhase.PROMOTING
+    assert passed.status.promotion is Promotion.IN_PLACE and passed.status.pair_stage is None
     assert passed.status.verdict is RolloutVerdict.PASS
     assert not canary_wanted(passed.status), "the promotion gets the canary's GPUs back"
-    first = step(HICACHE, passed.status)
+    first = step(HICACHE, passed.status, IN_PLACE)
     assert first.status.promoted_roles == (Role.DECODE,)
     assert role_flags(first.status, Role.DECODE) == HICACHE
     assert role_flags(first.status, Role.PREFILL) == STABLE
-    still_rolling = step(HICACHE, first.status, rolled=frozenset())
+    still_rolling = step(HICACHE, first.status, IN_PLACE, rolled=frozenset())
     assert still_rolling.status.promoted_roles == (Role.DECODE,)
-    second = step(HICACHE, first.status, rolled=frozenset({Role.DECODE}))
+    second = step(HICACHE, first.status, IN_PLACE, rolled=frozenset({Role.DECODE}))
     assert second.status.promoted_roles == (Role.DECODE, Role.PREFILL)
-    done = step(HICACHE, second.status, rolled=frozenset(Role))
+    done = step(HICACHE, second.status, IN_PLACE, rolled=frozenset(Role))
     assert done.status.phase is RolloutPhase.IDLE
     assert done.status.stable == HICACHE and done.status.slot is Slot.BLUE
     assert done.status.verdict is RolloutVerdict.PASS  # the evidence stays visible
 
 
 def test_a_promotion_past_its_deadline_rolls_back_the_promoted_roles():
-    rollout = RolloutSpec(stable_probe_interval_seconds=0, promotion_timeout_seconds=600)
+    rollout = IN_PLACE.model_copy(update={"promotion_timeout_seconds": 600})
     passed = step(HICACHE, probing(HICACHE), rollout, probe=PASS).status
     first = step(HICACHE, passed, rollout, now=at(10)).status
     assert role_flags(first, Role.DECODE) == HICACHE
@@ -201,6 +205,33 @@ def plans(status: RolloutStatus, pairs: Pairs) -> dict[Slot, tuple[str, tuple[in
     return out
 
 
+def walk_pairs(
+    desired: EngineRevision, status: RolloutStatus, pairs: Pairs, rollout: RolloutSpec = ROLLOUT
+) -> tuple[RolloutStatus, list]:
+    """Drive a paired promotion to its end, every slot settling at once; each stage's
+    (pair step, stage, layout), checking that the slots that serve always hold at least as
+    many prefill and decode replicas as the spec asks for."""
+    seen = []
+    for _ in range(12):
+        layout = plans(status, pairs)
+        seen.append((status.pair_step, status.pair_stage, layout))
+        serving = [v for v in layout.values() if v[2]]
+        assert sum(v[1][0] for v in serving) >= pairs.prefill, layout
+        assert sum(v[1][1] for v in serving) >= pairs.decode, layout
+        if status.phase is RolloutPhase.IDLE:
+            return status, seen
+        everything = frozenset(Slot)
+        status = decide(
+            desired,
+            status,
+            Observed(now=T0, settled_slots=everything, routers_live=frozenset()),
+            CANARY,
+            rollout,
+            pairs,
+        ).status
+    raise AssertionError(f"no end after 12 stages: {seen}")
+
+
 def test_another_transfer_format_is_promoted_in_pairs_never_mixed():
     """fp8 → bf16 index-K: the new flags grow in the other slot, one prefill+decode pair
     at a time, each slot routing only its own engines; the old slot's router leaves before
@@ -211,24 +242,7 @@ def test_another_transfer_format_is_promoted_in_pairs_never_mixed():
     status = step(BF16_HICACHE, probing(), probe=PASS).status
     assert (status.pair_step, status.pair_stage) == (1, PairStage.GROW)
     old, new = STABLE.revision, BF16_HICACHE.revision
-    seen = []
-    for _ in range(12):
-        layout = plans(status, pairs)
-        seen.append((status.pair_step, status.pair_stage, layout))
-        serving = [v for v in layout.values() if v[2]]
-        assert serving, "some slot always serves"
-        assert sum(v[1][0] for v in serving) >= 1 and sum(v[1][1] for v in serving) >= 1
-        if status.phase is RolloutPhase.IDLE:
-            break
-        everything = frozenset(Slot)
-        status = decide(
-            BF16_HICACHE,
-            status,
-            Observed(now=T0, settled_slots=everything, routers_live=frozenset()),
-            CANARY,
-            ROLLOUT,
-            pairs,
-        ).status
+    status, seen = walk_pairs(BF16_HICACHE, status, pairs)
     assert [(k, stage) for k, stage, _ in seen] == [
         (1, PairStage.GROW),
         (1, PairStage.SHRINK),
@@ -243,6 +257,36 @@ def test_another_transfer_format_is_promoted_in_pairs_never_mixed():
     assert seen[3][2][Slot.BLUE] == (old, (1, 1), False)
     assert seen[4][2][Slot.BLUE] == (old, (0, 0), False)
     assert seen[-1][2] == {Slot.GREEN: (new, (1, 2), True)}
+    assert status.slot is Slot.GREEN and status.stable == BF16_HICACHE
+
+
+def test_a_compatible_change_surges_by_default_never_below_the_spec_replicas():
+    """HiCache keeps the transfer format, yet by default (spec.rollout.promotion Surge) it
+    goes in pairs too: a role of one replica rolled in place would serve nothing while its
+    new pod loads.  With the samples' 1 prefill + 1 decode, the new pair serves beside the
+    old before the old one's router and engines go."""
+    assert RolloutSpec().promotion is Promotion.SURGE
+    status = step(HICACHE, probing(HICACHE), probe=PASS).status
+    assert status.transfer is Transfer.COMPATIBLE
+    assert status.promotion is Promotion.SURGE and status.pair_stage is PairStage.GROW
+    assert "surge" in status.message
+    status, seen = walk_pairs(HICACHE, status, Pairs(1, 1))
+    old, new = STABLE.revision, HICACHE.revision
+    assert [(k, stage, layout) for k, stage, layout in seen] == [
+        (1, PairStage.GROW, {Slot.BLUE: (old, (1, 1), True), Slot.GREEN: (new, (1, 1), True)}),
+        (1, PairStage.RETIRE, {Slot.BLUE: (old, (1, 1), False), Slot.GREEN: (new, (1, 1), True)}),
+        (1, PairStage.SHRINK, {Slot.BLUE: (old, (0, 0), False), Slot.GREEN: (new, (1, 1), True)}),
+        (0, None, {Slot.GREEN: (new, (1, 1), True)}),
+    ]
+    assert status.slot is Slot.GREEN and status.stable == HICACHE
+
+
+def test_in_place_is_never_used_for_another_transfer_format():
+    """InPlace would pair a prefill of one format with a decode of the other: a format
+    change is promoted in pairs whatever spec.rollout.promotion says."""
+    status = step(BF16_HICACHE, probing(), IN_PLACE, probe=PASS).status
+    assert status.promotion is Promotion.SURGE and status.pair_stage is PairStage.GROW
+    status, _ = walk_pairs(BF16_HICACHE, status, Pairs(2, 1), IN_PLACE)
     assert status.slot is Slot.GREEN and status.stable == BF16_HICACHE
 
 
@@ -415,3 +459,102 @@ def test_the_canary_and_dsv4ctl_probe_count_the_same_samples_by_default(rate, co
     assert canary.sample_count == probe.sample_budget == least
     # And it is the fewest that can: zero corrupt out of `least` clears the exact bound.
     assert upper_bound(0, least, confidence) < rate <= upper_bound(0, least - 1, confidence)
+
+
+def promote(desired: EngineRevision, status: RolloutStatus, seconds: float) -> RolloutStatus:
+    """``desired`` canaried, passed and promoted (in pairs) from ``status``, at ``seconds``."""
+    status = step(desired, status, now=at(seconds)).status
+    status = step(desired, status, now=at(seconds), canary_ready=True).status
+    status = step(desired, status, now=at(seconds), probe=PASS).status
+    return walk_pairs(desired, status, Pairs(1, 1))[0]
+
+
+def test_history_keeps_what_served_newest_first_within_its_limit():
+    status = promote(HICACHE, idle(), 10)
+    assert [h.revision for h in status.history] == [HICACHE.revision, STABLE.revision]
+    serving, first = status.history
+    assert serving.verdict is RolloutVerdict.PASS and serving.report == PASS.report
+    assert serving.retired_at is None
+    assert first.verdict is None and first.retired_at is not None, "adopted, then replaced"
+    limited = RolloutSpec(stable_probe_interval_seconds=0, revision_history_limit=1)
+    status = step(BF16_HICACHE, status, limited).status
+    status = step(BF16_HICACHE, status, limited, canary_ready=True).status
+    status = step(BF16_HICACHE, status, limited, probe=PASS).status
+    status = walk_pairs(BF16_HICACHE, status, Pairs(1, 1), limited)[0]
+    assert [h.revision for h in status.history] == [BF16_HICACHE.revision]
+
+
+def undo(revision: str, token: str = "u1") -> Manual:
+    return Manual(ManualAction.UNDO, token, revision)
+
+
+def ignored(decision: Decision) -> str:
+    """The one refusal of a control the decision reports (a Warning Event)."""
+    (message,) = [m for t, r, m in decision.events if (t, r) == ("Warning", "RolloutActionIgnored")]
+    return message
+
+
+def test_undo_returns_to_the_flags_that_served_before_without_a_canary():
+    """A→B promoted, then undo to A: promoted in pairs at once, verdict UNDO, with the build
+    A ran; B is rejected (a person found it wanting) so a spec asking for it again starts
+    nothing until a retry."""
+    pinned = STABLE.model_copy(update={"image_digest": "ghcr.io/dsv4/engine@sha256:aa"})
+    status = first_status(pinned, T0).status
+    status = promote(HICACHE, status, 10)
+    undone = step(STABLE, status, now=at(100), manual=undo(STABLE.revision))
+    assert undone.status.phase is RolloutPhase.PROMOTING
+    assert undone.status.verdict is RolloutVerdict.UNDO and undone.verdict is RolloutVerdict.UNDO
+    assert undone.status.canary == pinned, "production returns to the build it ran"
+    assert undone.status.pair_stage is PairStage.GROW and not canary_wanted(undone.status)
+    assert undone.status.rejected_revision == HICACHE.revision
+    assert Effect.START_PROBE not in undone.effects
+    assert [e[1] for e in undone.events] == ["UndoRequested"]
+    done, _ = walk_pairs(STABLE, undone.status, Pairs(1, 1))
+    assert done.stable == pinned and done.phase is RolloutPhase.IDLE
+    assert [(h.revision, h.verdict) for h in done.history] == [
+        (STABLE.revision, RolloutVerdict.UNDO),
+        (HICACHE.revision, RolloutVerdict.PASS),
+    ]
+    again = step(HICACHE, done, now=at(200))
+    assert again.status.phase is RolloutPhase.IDLE and "rejected" in again.status.message
+
+
+@pytest.mark.parametrize("case", ["serving", "never served", "in progress", "spec elsewhere"])
+def test_undo_is_refused_where_it_would_not_return_to_proven_flags(case):
+    status = promote(HICACHE, idle(), 10)
+    revision, desired = STABLE.revision, STABLE
+    if case == "serving":
+        revision, desired = HICACHE.revision, HICACHE
+    elif case == "never served":
+        revision, desired = BF16_HICACHE.revision, BF16_HICACHE
+    elif case == "in progress":
+        status = step(BF16_HICACHE, status).status  # a canary of other flags starting
+    else:
+        desired = HICACHE  # the spec was not edited with the control
+    refused = step(desired, status, manual=undo(revision))
+    assert refused.status.verdict is not RolloutVerdict.UNDO
+    assert refused.status.handled_action == "u1"
+    message = ignored(refused)
+    expected = {
+        "serving": "already serve",
+        "never served": "never served here",
+        "in progress": "is in progress (abort it first)",
+        "spec elsewhere": "dsv4ctl rollout undo` edits the spec",
+    }[case]
+    assert expected in message, message
+
+
+def test_undo_never_returns_to_flags_rejected_or_found_corrupt_while_serving():
+    status = promote(HICACHE, idle(), 10)
+    rejected = step(STABLE, status, manual=undo(STABLE.revision), rejected={STABLE.revision: "x"})
+    assert "were rejected (x)" in ignored(rejected)
+    # A watch run found corruption while HiCache served; a later A→... undo to it is refused.
+    watching = RolloutSpec(stable_probe_interval_seconds=60)
+    running = step(HICACHE, status, watching, now=at(10_000)).status
+    assert running.stable_probe is not None
+    found = ProbeOutcome(RolloutVerdict.FAIL, 0.2, 0.4, 50, "flash-stable-1")
+    watched = step(HICACHE, running, watching, now=at(10_010), stable_probe=found).status
+    assert watched.history[0].watch_runs == 1 and watched.history[0].corruption
+    moved = promote(BF16_HICACHE, watched, 20_000)
+    refused = ignored(step(HICACHE, moved, manual=undo(HICACHE.revision)))
+    assert "the production watch found corruption while flags" in refused, refused
