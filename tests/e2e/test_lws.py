@@ -46,7 +46,7 @@ GB200 = NodePool(
     gpu_product="NVIDIA-GB200", cliques=2,
 )  # fmt: skip
 PV = "lws-e2e-pro-weights"
-IN_CANARY = ("CanaryStarting", "Probing")
+IN_CANARY = ("CanaryStarting", "CanaryPending", "Probing")  # a person may promote in any
 
 
 def pods(cluster: LocalCluster) -> list[dict[str, Any]]:
@@ -308,7 +308,11 @@ def test_a_flag_rollout_rolls_group_by_group_and_no_group_mixes_revisions(world)
     watch = GroupRevisions(cluster)
     watch.start()
     try:
-        flags = {"features": {"kvCanary": "raise"}, "rollout": {"stableProbeIntervalSeconds": 0}}
+        # Rolled in place (spec.rollout.promotion: InPlace): what is tested is how a
+        # LeaderWorkerSet replaces its groups; the default surge needs a spare group of
+        # nodes, which this cluster does not have once the sample runs.
+        rollout = {"stableProbeIntervalSeconds": 0, "promotion": "InPlace"}
+        flags = {"features": {"kvCanary": "raise"}, "rollout": rollout}
         cluster.kubectl(
             "patch", "dsv4", NAME, "-n", NS, "--type=merge", "-p", json.dumps({"spec": flags})
         )

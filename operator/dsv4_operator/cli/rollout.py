@@ -16,7 +16,7 @@ from typing import Any
 from dsv4_engine.cliutil import CommandError
 from dsv4_engine.probe.stats import percents
 from dsv4_operator.api import KIND
-from dsv4_operator.api.rollout import CanarySpec
+from dsv4_operator.api.rollout import IN_PROGRESS, CanarySpec
 from dsv4_operator.cli import undo
 from dsv4_operator.cli.dashboard import ENV, dashboard_url, grafana_base
 from dsv4_operator.cli.kubeapi import connect, whoami
@@ -120,7 +120,7 @@ def target_revision(action: ManualAction, rollout: dict[str, Any]) -> str:
         if rollout.get("phase") != "RolledBack" or not rejected:
             raise CommandError("nothing to retry: no flags are rejected", exit_code=1)
         return str(rejected)
-    if rollout.get("phase") not in ("CanaryStarting", "Probing", "Promoting"):
+    if rollout.get("phase") not in {phase.value for phase in IN_PROGRESS}:
         raise CommandError(
             f"nothing to {action.value}: no rollout in progress (phase {rollout.get('phase')})",
             exit_code=1,

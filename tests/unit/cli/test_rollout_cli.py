@@ -45,7 +45,13 @@ ROLLED_BACK = {
 
 
 @pytest.mark.parametrize(
-    ("action", "rollout"), [("promote", PROBING), ("abort", PROBING), ("retry", ROLLED_BACK)]
+    ("action", "rollout"),
+    [
+        ("promote", PROBING),
+        ("abort", PROBING),
+        ("retry", ROLLED_BACK),
+        ("promote", {**PROBING, "phase": "CanaryPending"}),  # waiting for capacity: in progress
+    ],
 )
 def test_a_control_is_a_merge_patch_of_the_annotation_the_operator_reads(
     action, rollout, monkeypatch, capsys
