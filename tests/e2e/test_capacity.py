@@ -6,6 +6,9 @@ one fake B200 node of 8 GPUs (and room in memory for HiCache's host tier): its p
 holds no spare GPU for a canary.  HiCache turned on then finds no room: the canary waits in
 CanaryPending with the scheduler's words, ends NoCapacity at its placement timeout without
 rejecting the flags, and once a node joins the pool it starts again, PASSes and is promoted.
+What is tested is where the canary runs, not the evidence it gathers (test_rollout.py runs
+the default 598 samples): its canary judges against a 5% budget (59 samples), as
+test_engine_revision.py's do, set in the spec as a user would.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ TIGHT = NodePool(
     prefix="tight-b200", count=2, cpus=224, memory="8Ti", gpus=8, gpu_product="NVIDIA-B200"
 )
 PLACEMENT = {"placement": {"gpuProducts": ["NVIDIA-B200"], "nodeSelector": {POOL: "tight"}}}
+BUDGET = {"canary": {"maxCorruptionRate": 0.05, "concurrency": 16}}
 VERDICT_TIMEOUT = 900  # spec.canary.probeTimeoutSeconds, the default
 
 
@@ -44,7 +48,7 @@ def world(cluster: LocalCluster, tmp_path_factory):
     add_node(cluster, 0)
     try:
         logs = tmp_path_factory.mktemp("capacity")
-        with serving_reference_sample(cluster, NS, logs, PLACEMENT):
+        with serving_reference_sample(cluster, NS, logs, {**PLACEMENT, **BUDGET}):
             yield cluster
     finally:
         for index in range(TIGHT.count):
