@@ -2,10 +2,11 @@
 process, the local runtime running the reference engine for every engine pod, real probes.
 
 The shipped reference sample is pinned (`spec.placement.nodeSelector`) to a pool of its own,
-one fake B200 node of 8 GPUs (and room in memory for HiCache's host tier): its prefill and decode (4 GPUs each) fill it, so the cluster
-holds no spare GPU for a canary.  HiCache turned on then finds no room: the canary waits in
-CanaryPending with the scheduler's words, ends NoCapacity at its placement timeout without
-rejecting the flags, and once a node joins the pool it starts again, PASSes and is promoted.
+one fake B200 node of 8 GPUs: its prefill and decode (4 GPUs each) fill it, so the cluster
+holds no spare GPU for a canary.  An engine change (the tool-call parser) then finds no
+room: the canary waits in CanaryPending with the scheduler's words, ends NoCapacity at its
+placement timeout without rejecting the flags, and once a node joins the pool it starts
+again, PASSes and is promoted.
 What is tested is where the canary runs, not the evidence it gathers (test_rollout.py runs
 the default 598 samples): its canary judges against a 5% budget (59 samples), as
 test_engine_revision.py's do, set in the spec as a user would.
@@ -27,11 +28,13 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 NS = "capacity-e2e"
 NAME = "flash"
 POOL = "e2e.dsv4.dev/pool"
-# 8 TiB of memory: the canary's HiCache engines (each asks for its host tier beside its
-# 128 GiB) fit one node together; GPUs are what the pool runs out of.
 TIGHT = NodePool(
-    prefix="tight-b200", count=2, cpus=224, memory="8Ti", gpus=8, gpu_product="NVIDIA-B200"
+    prefix="tight-b200", count=2, cpus=224, memory="2Ti", gpus=8, gpu_product="NVIDIA-B200"
 )
+# An engine change that needs no more than GPUs (HiCache would add its host tier to the
+# pods' memory, and a PASS with it needs more samples read back from that tier than a 5%
+# budget's 59 hold).
+CHANGE = {"model": {"toolCallParser": "deepseekv32"}}
 PLACEMENT = {"placement": {"gpuProducts": ["NVIDIA-B200"], "nodeSelector": {POOL: "tight"}}}
 BUDGET = {"canary": {"maxCorruptionRate": 0.05, "concurrency": 16}}
 VERDICT_TIMEOUT = 900  # spec.canary.probeTimeoutSeconds, the default
@@ -64,10 +67,8 @@ def test_a_canary_with_no_room_ends_no_capacity_unrejected_and_passes_once_a_nod
     cluster = world
     stable = rollout(cluster)["stableRevision"]
     started = time.monotonic()
-    cluster.kubectl(
-        "patch", "dsv4", NAME, "-n", NS, "--type=merge",
-        "-p", json.dumps({"spec": {"features": {"hicache": {"enabled": True, "ratio": 2.0}}}}),
-    )  # fmt: skip
+    body = json.dumps({"spec": CHANGE})
+    cluster.kubectl("patch", "dsv4", NAME, "-n", NS, "--type=merge", "-p", body)
     pending = wait_for(
         "CanaryPending with the scheduler's words",
         lambda: (r := rollout(cluster)).get("phase") == "CanaryPending" and r,
