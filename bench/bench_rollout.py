@@ -83,7 +83,7 @@ def one_rollout(cluster: LocalCluster, port: int, change: Callable[[], None]) ->
         "done_s": done_s,
         "promotion_s": done_s - verdict_s,
         "peak_extra_gpus": peak - baseline,
-        "samples": judged.get("samples"),
+        "samples": judged.get("samples", "-"),  # an undo runs no probe
         "phase": phase,
         "writes": operator_writes(port) - writes,
     }
