@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from dsv4_operator.api.rollout import RolloutPhase, RolloutVerdict
+from dsv4_operator.api.rollout import RolloutPhase, RolloutVerdict, WatchVerdict
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 _OBJ = ("namespace", "name")
@@ -80,6 +80,13 @@ STABLE_CORRUPTION = Gauge(
     _OBJ,
     registry=REGISTRY,
 )
+WATCH_RESULT = Gauge(
+    "dsv4_operator_stable_watch_result",
+    "1 for what the last finished production watch run found (NoCorruptionSeen | Corrupt | "
+    "NoEvidence), 0 for the others: a run that judged nothing is not a clean one.",
+    [*_OBJ, "result"],
+    registry=REGISTRY,
+)
 PROGRESS_DEADLINE_EXCEEDED = Gauge(
     "dsv4_operator_progress_deadline_exceeded",
     "1 while a DSV4Deployment is Degraded with ProgressDeadlineExceeded: a role made no "
@@ -110,6 +117,15 @@ def record_phase(
         )
     ROLLOUT_PHASE_SINCE.labels(namespace, name).set(since_unix)
     CORRUPTION_BUDGET.labels(namespace, name).set(budget)
+
+
+def record_watch(namespace: str, name: str, verdict: WatchVerdict | None) -> None:
+    """What the last finished watch run found, recorded on every pass from the status (so
+    an operator restart exports it again); nothing before a deployment's first run."""
+    if verdict is None:
+        return
+    for result in WatchVerdict:
+        WATCH_RESULT.labels(namespace, name, result.value).set(1.0 if result is verdict else 0.0)
 
 
 NOT_ROLLED_BACK = (

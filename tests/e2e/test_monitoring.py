@@ -120,11 +120,28 @@ def scraped(monitoring: Monitoring) -> dict[tuple[str, str, str], str]:
     }
 
 
-def test_prometheus_scrapes_the_operator_and_each_engine_as_the_shipped_monitors_select(world):
+def monitor_job(monitor: dict) -> str:
+    """A PodMonitor's `job` label, as the Prometheus Operator sets it."""
+    return f"{monitor['metadata']['namespace']}/{monitor['metadata']['name']}"
+
+
+def router_pod(cluster: LocalCluster) -> str:
+    (pod,) = get_json(
+        cluster,
+        "pods",
+        "-n",
+        NS,
+        "-l",
+        f"app.kubernetes.io/instance={NAME},app.kubernetes.io/component=router",
+    )["items"]
+    return pod["metadata"]["name"]
+
+
+def test_prometheus_scrapes_the_operator_engines_and_router_as_the_shipped_monitors_select(world):
     cluster, monitoring = world
-    (pod_monitor,) = config.shipped("PodMonitor")
+    jobs = {m["metadata"]["name"]: monitor_job(m) for m in config.shipped("PodMonitor")}
     operator_job = "dsv4-operator-metrics"  # its Service's name, as the Prometheus Operator sets it
-    engines_job = f"{pod_monitor['metadata']['namespace']}/{pod_monitor['metadata']['name']}"
+    engines_job, routers_job = jobs["dsv4-engines"], jobs["dsv4-routers"]
     (operator_pod,) = get_json(
         cluster, "pods", "-n", OPERATOR_NS, "-l", "app.kubernetes.io/name=dsv4-operator"
     )["items"]
@@ -132,14 +149,18 @@ def test_prometheus_scrapes_the_operator_and_each_engine_as_the_shipped_monitors
         (operator_job, OPERATOR_NS, operator_pod["metadata"]["name"]): "up",
         (engines_job, NS, f"{NAME}-prefill-0"): "up",
         (engines_job, NS, f"{NAME}-decode-0"): "up",
+        (routers_job, NS, router_pod(cluster)): "up",
     }
     found = wait_for(
-        "the operator and both engines scraped",
+        "the operator, both engines and the router scraped",
         lambda: (seen := scraped(monitoring)).items() >= wanted.items() and seen,
         60,
     )
-    # Nothing else of this deployment: its router pod is no engine.
+    # Nothing else of this deployment: its router pod is no engine, its engines no router.
     assert {k for k in found if k[1] == NS} == {k for k in wanted if k[1] == NS}
+    # sglang-router's own page: its requests counter, labelled with the deployment.
+    router_series = query(monitoring, f'{{job="{routers_job}", namespace="{NS}"}}')
+    assert {s["metric"].get("app_kubernetes_io_instance") for s in router_series} == {NAME}
     engine_series = query(monitoring, f'sglang:num_running_reqs{{namespace="{NS}"}}')
     assert {s["metric"]["pod"] for s in engine_series} == {f"{NAME}-prefill-0", f"{NAME}-decode-0"}
 

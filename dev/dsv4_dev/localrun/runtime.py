@@ -299,9 +299,17 @@ class LocalRuntime:
         image = self.images.get(engine[0]) if engine else None
         bootstrap = engine_config.disaggregation.bootstrap_port
         if image is None:
-            # What the image's `dsv4-engine launch` would exec for this engine.yaml.
+            # What the image's `dsv4-engine launch` would exec for this engine.yaml, in the
+            # environment the pod's engine container sets.
             command, env = launch.command(engine_config)
-            self._spawn(pod, command, env, ip, engine_config.port, bootstrap)
+            own = {
+                e["name"]: e["value"]
+                for c in spec["containers"]
+                if c["name"] == ENGINE_CONTAINER
+                for e in c.get("env", [])
+                if "value" in e
+            }
+            self._spawn(pod, command, {**own, **env}, ip, engine_config.port, bootstrap)
             return
         # The pod's container from the image: its command, user and security context, its
         # engine.yaml (made local) where its ConfigMap volume puts it.

@@ -207,7 +207,7 @@ def write(folder: Path, discovery_url: str) -> Path:
 
 
 # PromQL words that are neither metrics nor labels: set operators and modifiers.
-_KEYWORDS = {"and", "or", "unless", "bool", "offset"}
+_KEYWORDS = {"and", "or", "unless", "bool", "offset", "group_left", "group_right"}
 # What in an expression is not a metric name: strings, label matchers, ranges, and the
 # label lists of `by`, `without`, `on`, `ignoring`, `group_left` and `group_right`.
 _NOT_METRICS = re.compile(
@@ -226,14 +226,25 @@ def metric_names(expr: str) -> set[str]:
 
 
 def rule_metrics() -> dict[str, set[str]]:
-    """Each alert's metric names: its expression's and those its annotations query."""
+    """Each alert's metric names: its expression's and those its annotations query, with
+    a recording rule's series replaced by the metrics its own expression reads (a recorded
+    series exists only when they are scraped)."""
+    rules_ = [rule for group in rules()["groups"] for rule in group["rules"]]
+    recorded = {rule["record"]: metric_names(rule["expr"]) for rule in rules_ if "record" in rule}
+
+    def scraped(names: set[str]) -> set[str]:
+        return set().union(
+            *({name} if name not in recorded else scraped(recorded[name]) for name in names)
+        )
+
     used = {}
-    for group in rules()["groups"]:
-        for rule in group["rules"]:
-            queries = [
-                query
-                for text in (rule.get("annotations") or {}).values()
-                for query in _TEMPLATE_QUERY.findall(text)
-            ]
-            used[rule["alert"]] = set().union(*map(metric_names, [rule["expr"], *queries]))
+    for rule in rules_:
+        if "alert" not in rule:
+            continue
+        queries = [
+            query
+            for text in (rule.get("annotations") or {}).values()
+            for query in _TEMPLATE_QUERY.findall(text)
+        ]
+        used[rule["alert"]] = scraped(set().union(*map(metric_names, [rule["expr"], *queries])))
     return used

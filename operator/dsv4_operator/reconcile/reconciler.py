@@ -636,6 +636,8 @@ class Reconciler:
         since = parse_stamp(status.phase_since).timestamp() if status.phase_since else 0.0
         budget = state.spec.canary.max_corruption_rate
         metrics.record_phase(state.owner.namespace, state.owner.name, status.phase, since, budget)
+        watch = status.stable_probe.verdict if status.stable_probe else None
+        metrics.record_watch(state.owner.namespace, state.owner.name, watch)
         return None
 
 

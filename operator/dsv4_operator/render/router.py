@@ -30,6 +30,10 @@ from dsv4_operator.render.security import ENGINE_HOME, Scratch, container_securi
 from dsv4_operator.render.workloads import engine_pod_labels
 
 ROUTER_PORT = 8000
+# sglang-router 0.3.2 serves its own Prometheus page (`smg_*` series: requests, errors,
+# TTFT, worker health) on a port of its own, 29000 by default (router_args.py): named
+# `metrics` here, where the shipped PodMonitor `dsv4-routers` scrapes it.
+ROUTER_METRICS_PORT = 29000
 READINESS_PATH = "/readiness"
 COMPONENT = "router"
 # Shipped by the install (manifests/base/rbac.yaml), bound per deployment.  sglang-router's
@@ -83,6 +87,7 @@ def router_args(owner: Owner, spec: DSV4DeploymentSpec, slot: Slot, transfer: st
         "--pd-disaggregation",
         "--host", "0.0.0.0",
         "--port", str(ROUTER_PORT),
+        "--prometheus-port", str(ROUTER_METRICS_PORT),
         "--policy", spec.router.policy.value,
         "--service-discovery",
         "--service-discovery-namespace", owner.namespace,
@@ -111,7 +116,10 @@ def router_deployment(
         "imagePullPolicy": spec.image.pull_policy.value,
         "command": list(ROUTER_COMMAND),
         "args": router_args(owner, spec, slot, transfer),
-        "ports": [{"name": "http", "containerPort": ROUTER_PORT}],
+        "ports": [
+            {"name": "http", "containerPort": ROUTER_PORT},
+            {"name": "metrics", "containerPort": ROUTER_METRICS_PORT},
+        ],
         # sglang-router 0.3.2 answers /health 200 whatever its workers do; /readiness is 503
         # until it has a healthy worker of each kind (tests/integration/test_sglang_router.py).
         "readinessProbe": {

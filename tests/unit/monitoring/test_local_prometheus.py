@@ -39,9 +39,10 @@ def keep_regex(scrape: dict, source: str) -> str:
 
 def test_each_monitor_endpoint_is_a_scrape_config_with_its_port_path_labels_and_interval():
     (service_monitor,) = config.shipped("ServiceMonitor")
-    (pod_monitor,) = config.shipped("PodMonitor")
+    monitors = {m["metadata"]["name"]: m for m in config.shipped("PodMonitor")}
     (operator_job,) = config.scrape_configs(service_monitor, SD)
-    (engines_job,) = config.scrape_configs(pod_monitor, SD)
+    (engines_job,) = config.scrape_configs(monitors["dsv4-engines"], SD)
+    (routers_job,) = config.scrape_configs(monitors["dsv4-routers"], SD)
     (endpoint,) = service_monitor["spec"]["endpoints"]
     assert operator_job["job_name"] == "serviceMonitor/dsv4-system/dsv4-operator/0"
     assert operator_job["scrape_interval"] == endpoint["interval"] == "30s"
@@ -71,6 +72,9 @@ def test_each_monitor_endpoint_is_a_scrape_config_with_its_port_path_labels_and_
         "app_kubernetes_io_instance": ["__meta_kubernetes_pod_label_app_kubernetes_io_instance"],
         "app_kubernetes_io_component": ["__meta_kubernetes_pod_label_app_kubernetes_io_component"],
     }
+    # The routers: sglang-router's own page, on the port the operator names `metrics`.
+    assert keep_regex(routers_job, "__meta_kubernetes_pod_container_port_name") == "metrics"
+    assert keep_regex(routers_job, component) == "(router);true"
 
 
 def test_a_changed_monitor_changes_the_scrape_config():
@@ -92,7 +96,7 @@ def test_prometheus_accepts_the_local_configuration_and_its_rules(tmp_path: Path
         ["promtool", "check", "config", str(path)], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 6 rules found" in result.stdout
+    assert "SUCCESS: 17 rules found" in result.stdout
 
 
 def test_rule_metrics_lists_the_series_of_expressions_and_annotation_queries():
@@ -102,9 +106,15 @@ def test_rule_metrics_lists_the_series_of_expressions_and_annotation_queries():
         "dsv4_operator_stable_corruption_detected",
         "dsv4_operator_canary_corruption_upper_bound",  # its description's query
     }
+    # A recorded series stands for the metrics its recording rule reads.
+    assert used["DSV4LiveToolCallCorruption"] == {
+        "dsv4_engine_tool_call_answers_total",
+        "dsv4_operator_canary_max_corruption_rate",  # the budget a fresh revision is held to
+    }
     assert config.metric_names(
         'max by (a, b) (x{c="d"}) and on (a) (time() - y[5m] offset 1m > 3600)'
     ) == {"x", "y"}
+    assert config.metric_names("0 * x + on (a) group_left max by (a) (y)") == {"x", "y"}
 
 
 def test_every_verdict_counter_is_exported_at_zero_from_a_deployments_first_pass():

@@ -12,6 +12,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
+from dsv4_engine.engine_config import REVISION_ENV
 from dsv4_engine.features import Role
 from dsv4_engine.probe.settings import Determinism
 from dsv4_operator.api import KIND
@@ -508,3 +509,38 @@ def test_a_canary_runs_kv_canary_in_log_mode_and_its_probe_reads_it_whatever_the
     (job,) = [o for (k, _, _), o in world.api.objects.items() if k == "Job"]
     (container,) = job["spec"]["template"]["spec"]["containers"]
     assert "--kv-canary" in container["args"] + container.get("command", [])
+
+
+def revision_env(world: World, instance: str) -> dict[str, str]:
+    """Each engine StatefulSet of ``instance`` and the revision its engine container is
+    told it runs (what its live-answer counters are labelled with)."""
+    return {
+        name: next(
+            e["value"]
+            for c in obj["spec"]["template"]["spec"]["containers"]
+            if c["name"] == "engine"
+            for e in c.get("env", [])
+            if e["name"] == REVISION_ENV
+        )
+        for (kind, _, name), obj in world.api.objects.items()
+        if kind == "StatefulSet"
+        and obj["metadata"]["labels"]["app.kubernetes.io/instance"] == instance
+    }
+
+
+def test_every_engine_is_told_the_revision_it_runs_the_canary_the_one_it_proves():
+    world = ready_world()
+    stable = world.rollout()["stableRevision"]
+    assert set(revision_env(world, "flash").values()) == {stable}
+    world.patch_spec("flash", {"model": {"toolCallParser": "deepseekv32"}})
+    world.until("canary up", lambda: world.children("flash--canary"), passes=2)
+    canary = world.rollout()["canaryRevision"]
+    assert canary != stable
+    assert set(revision_env(world, "flash--canary").values()) == {canary}, (
+        "the canary runs its flags with kv-canary on, yet counts under the revision it proves"
+    )
+    assert set(revision_env(world, "flash").values()) == {stable}
+    world.until(
+        "promoted", lambda: world.phase() == "Idle" and world.rollout()["verdict"] == "PASS"
+    )
+    assert set(revision_env(world, "flash").values()) == {canary}

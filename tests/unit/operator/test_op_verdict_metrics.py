@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from dsv4_operator.api.rollout import RolloutVerdict
+from dsv4_operator.api.rollout import RolloutVerdict, WatchVerdict
 from dsv4_operator.metrics import REGISTRY
 from dsv4_operator.rollout.decide import ManualAction
 from tests.unit.operator.harness import FAIL, FP4, HICACHE, NS, World
@@ -73,3 +73,44 @@ def test_every_verdict_is_counted_once_whether_a_probe_or_a_person_reached_it():
         "FAIL": 1,
         "rollbacks": 2,
     }
+
+
+def watch_result(name: str) -> dict[str, float | None]:
+    labels = {"namespace": NS, "name": name}
+    return {
+        v.value: REGISTRY.get_sample_value(
+            "dsv4_operator_stable_watch_result", {**labels, "result": v.value}
+        )
+        for v in WatchVerdict
+    }
+
+
+def test_a_watch_run_that_judged_nothing_is_exported_apart_from_a_clean_one():
+    """`DSV4WatchNoEvidence` reads this: a run whose router was unreachable exports no
+    corruption (`dsv4_operator_stable_corruption_detected` 0) and must not read as clean."""
+    world = World()
+    world.create("watched")
+    world.until(
+        "Ready",
+        lambda: (world.obj("watched").get("status") or {}).get("phase") == "Ready",
+        "watched",
+    )
+    assert set(watch_result("watched").values()) == {None}, "no run yet: nothing exported"
+    empty = {"verdict": "INCONCLUSIVE", "rate": None, "bound": None, "samples": 0, "message": ""}
+    world.verdict = lambda job: empty
+    world.patch_spec("watched", {"rollout": {"stableProbeIntervalSeconds": 60}})
+    world.until(
+        "a run with no evidence",
+        lambda: watch_result("watched")[WatchVerdict.NO_EVIDENCE] == 1.0,
+        "watched",
+        seconds=30,
+    )
+    assert watch_result("watched")[WatchVerdict.CLEAN] == 0.0
+    world.verdict = lambda job: {**empty, "rate": 0.0, "bound": 0.058, "samples": 50}
+    world.until(
+        "a clean run",
+        lambda: watch_result("watched")[WatchVerdict.CLEAN] == 1.0,
+        "watched",
+        seconds=30,
+    )
+    assert watch_result("watched")[WatchVerdict.NO_EVIDENCE] == 0.0
