@@ -23,7 +23,7 @@ def test_load_check_passes_when_sglang_applies_every_hook(fresh_process: Callabl
     proc = fresh_process(Path(load_check.__file__))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.splitlines()[-1] == (
-        "load check: SGLang 0.5.23's load_plugins() loaded dsv4_index_k and applied its 3 "
+        "load check: SGLang 0.5.23's load_plugins() loaded dsv4_index_k and applied its 7 "
         "hooks and its kv-canary counter"
     )
 

@@ -4,6 +4,7 @@ the index-K integrity counters SGLang does not have."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dsv4_engine import kv_canary
@@ -80,13 +81,17 @@ class Page:
     stale_index_k_reads: int
     kv_canary_violations: dict[str, int] | None = None
     """By launch tag; None: kv-canary off."""
+    live: Sequence[str] = ()
+    """The live judge's families (`dsv4_engine.live_judge.render`), labelled by revision,
+    role and outcome as on SGLang's page; none on a PD prefill server."""
 
 
 def render(page: Page) -> str:
     """The page, in prometheus_client's text format (each family's HELP and TYPE, a
     counter's samples named with its `_total`): sglang-router's `/engine_metrics` parses
     every worker's page and drops one it cannot parse.  Every sample carries SGLang's
-    `model_name` and `engine_type` labels."""
+    `model_name` and `engine_type` labels, but the live judge's, which carry the labels
+    the SGLang plugin gives them (revision, role, outcome)."""
     stats = page.stats
     base = f'model_name="{page.model}",engine_type="{page.engine_type}"'
     used = 1 - stats.free_pages / page.total_pages if page.total_pages else 0.0
@@ -147,4 +152,5 @@ def render(page: Page) -> str:
             f'{kv_canary.METRIC}{{{base},launch_tag="{tag}",fail_reason="{STALE_READ}"}} {count}'
             for tag, count in page.kv_canary_violations.items()
         ]
+    out += page.live
     return "\n".join(out) + "\n"

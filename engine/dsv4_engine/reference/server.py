@@ -7,6 +7,11 @@ every request, as sglang-router sends it (`pd`): the prefill server prefills it 
 its pages over through the request's `bootstrap_room`, then answers (no generated text,
 as SGLang's prefill answers); the decode server takes the pages from the prefill server
 named in the request (`bootstrap_host` / `bootstrap_port`) and generates the answer.
+
+Every chat answer to a request that offered tools is judged off the response path
+(`dsv4_engine.live_judge`) by the server whose answer the user receives: a unified or PD
+decode server.  A PD prefill server judges nothing: its answer carries no generated text
+(`_prefill_answer`), and the router gives the user the decode server's.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any
 
 from aiohttp import web
 
+from dsv4_engine import live_judge
 from dsv4_engine.pools.layout import BufferKind
 from dsv4_engine.reference import metrics, openai_api, pd, tokenizer
 from dsv4_engine.reference.engine import Engine, PrefilledState, Request
@@ -30,6 +36,8 @@ from dsv4_engine.reference.settings import DisaggregationMode, ServeSettings
 # A reference-only test knob (SGLang 0.5.23 has no call that moves a prefix to the host
 # tier): a probe uses it only when told to (`ProbeSettings.admin_offload_path`).
 OFFLOAD_PATH = "/admin/hicache/offload"
+# The live judge's redacted corrupt examples, served only when asked for (live_judge).
+EXAMPLES_PATH = "/dsv4/live-judge/examples"
 # How long a prefill whose request failed keeps its room for the decode to hear why.
 FAILED_ROOM_WAIT_S = 10.0
 
@@ -87,6 +95,31 @@ class ReferenceServer:
         )
         self.rooms = pd.Rooms()  # a prefill server's hand-overs, by bootstrap room
         self.served = metrics.ServedCounts()
+        self.judge = self._live_judge()
+
+    def _live_judge(self) -> live_judge.LiveJudge | None:
+        """The judge of this server's tool-call answers: none on a PD prefill server (its
+        answers carry no text), nor with `live_judge.SWITCH_ENV` off."""
+        if self.mode is DisaggregationMode.PREFILL or not live_judge.enabled():
+            return None
+        return live_judge.LiveJudge(
+            tokenizer.TOOL_CALL_FORMAT,
+            revision=live_judge.revision(),
+            role=self.mode.engine_type,
+            examples=live_judge.examples_kept(),
+        )
+
+    def _judge(self, body: dict[str, Any], message: dict[str, Any], reason: str | None,
+               completion_tokens: int) -> None:  # fmt: skip
+        """Hand one served chat answer to the live judge (queued: returns at once)."""
+        if self.judge is not None and live_judge.offers_tools(
+            body.get("tools"), body.get("tool_choice")
+        ):
+            self.judge.submit(
+                live_judge.Answer(
+                    message, reason, body["tools"], body.get("messages"), completion_tokens
+                )
+            )
 
     @property
     def mode(self) -> DisaggregationMode:
@@ -106,6 +139,8 @@ class ReferenceServer:
         app.router.add_post("/v1/completions", self._completions)
         if self.engine.hicache is not None:
             app.router.add_post(OFFLOAD_PATH, self._offload)
+        if self.judge is not None and self.judge.examples.maxlen:
+            app.router.add_get(EXAMPLES_PATH, self._examples)
         return app
 
     # -- info -----------------------------------------------------------------------------
@@ -170,9 +205,14 @@ class ReferenceServer:
                     f"{k.name}_READ": pool.stale_reads(k)
                     for k in (BufferKind.INDEX_K, BufferKind.KV)
                 },
+                live=live_judge.render(self.judge) if self.judge is not None else (),
             )
         )
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+    async def _examples(self, _: web.Request) -> web.Response:
+        assert self.judge is not None
+        return web.json_response(self.judge.recent_examples())
 
     async def _offload(self, request: web.Request) -> web.Response:
         body = await _json(request)
@@ -300,6 +340,7 @@ class ReferenceServer:
             message = openai_api.chat_message(text, bool(body.get("tools")))
             reason = "tool_calls" if message.get("tool_calls") else stream.finish_reason
             choice = {"index": 0, "message": message, "finish_reason": reason}
+            self._judge(body, message, reason, len(ids))
             kind = "chat.completion"
         else:
             choice = {"index": 0, "text": text, "finish_reason": stream.finish_reason}
@@ -335,9 +376,13 @@ class ReferenceServer:
         # With tools, the answer's DSML block goes out as `tool_calls` deltas, as SGLang's
         # tool-call parser streams it; without, every piece is content.
         calls = openai_api.ToolCallStream() if chat and body.get("tools") else None
+        # What the client joins from the deltas: the answer judged (with tools only).
+        joined = live_judge.StreamedMessage() if calls is not None and self.judge else None
 
         async def write(delta: dict[str, Any]) -> None:
             choice = {"index": 0, "delta": delta} if chat else {"index": 0, **delta}
+            if joined is not None:
+                joined.add_choice(choice)
             chunk = openai_api.envelope(kind, self.model, [choice])
             await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
 
@@ -368,6 +413,8 @@ class ReferenceServer:
             await resp.write(
                 f"data: {json.dumps(openai_api.envelope(kind, self.model, [last]))}\n\n".encode()
             )
+            if joined is not None:
+                self._judge(body, joined.message(), reason, generated)
             # SGLang streams the usage (asked with `stream_options.include_usage`, as
             # OpenAI's API) and `sglext` last, in a chunk of their own with no choices.
             extra: dict[str, Any] = {}

@@ -35,6 +35,10 @@ pause, memory release, ...): every call to them is refused (``admin_surface``).
 It also counts SGLang's kv-canary violations (logged, never counted by SGLang) into a
 Prometheus counter on the engine's /metrics, and marks that counter armed once SGLang's
 check runs (``kv_canary``), where the canary's probe reads both.
+
+And it judges every tool-call answer the chat server serves, streamed and not, off the
+response path, into ``dsv4_engine_tool_call_answers_total{revision,role,outcome}`` and an
+output-length histogram (``live_judge``; a PD prefill server judges nothing).
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ from dsv4_engine.configurator.errors import ConfigError
 from dsv4_engine.engine_config import INDEX_DTYPE_ENV as ENV_INDEX_DTYPE
 from dsv4_engine.features import IndexDtype
 from dsv4_engine.index_k import SGLANG_VERSION, sglang_index_dtype_error
-from dsv4_engine.sglang_plugin import admin_surface, kv_canary
+from dsv4_engine.sglang_plugin import admin_surface, kv_canary, live_judge
 
 _CONFIGURATORS = "sglang.srt.model_executor.pool_configurator"
 DSA_TARGET = f"{_CONFIGURATORS}.DefaultPoolConfigurator._compute_dsa_indexer_cell_size"
@@ -76,16 +80,27 @@ def refuse_unstored_index_dtype(original: Callable[..., Any], *args: Any, **kwar
 HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
     (DSA_TARGET, refuse_unstored_index_dtype),
     (DSV4_TARGET, refuse_unstored_index_dtype),
+    (live_judge.STREAM_TARGET, live_judge.judge_stream),
+    (live_judge.CONTENT_TARGET, live_judge.note_stream_tokens),
 )
-# Hooks that run after their target (SGLang's HookType.AFTER): the kv-canary's armed mark.
+# Hooks that run after their target (SGLang's HookType.AFTER): the kv-canary's armed mark,
+# the live judge's start and its judging of non-streamed answers.
 AFTER_HOOKS: tuple[tuple[str, Callable[..., Any]], ...] = (
     (kv_canary.REPORTER_TARGET, kv_canary.mark_armed),
+    (live_judge.INIT_TARGET, live_judge.start),
+    (live_judge.RESPONSE_TARGET, live_judge.judge_response),
 )
 # What running without each hook would do (what a hook that cannot apply stops with).
 WITHOUT: dict[Callable[..., Any], str] = {
     refuse_unstored_index_dtype: "SGLang would size and run a bf16 index-K request as fp8",
     kv_canary.mark_armed: "the engine's kv-canary check would never be vouched for, and "
     "every canary probing it would end INCONCLUSIVE",
+    live_judge.start: "no served tool-call answer would be judged, and the live outcome "
+    "counters would be missing from /metrics",
+    live_judge.judge_response: "non-streamed tool-call answers would go unjudged and uncounted",
+    live_judge.judge_stream: "streamed tool-call answers would go unjudged and uncounted",
+    live_judge.note_stream_tokens: "streamed tool-call answers would be judged without "
+    "their output length",
 }
 
 
