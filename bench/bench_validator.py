@@ -2,8 +2,13 @@
 
 First the corpus: runs `dsv4ctl validate --format F tests/data/dsml_corpus/corpus_F.jsonl
 --output json --score` for each format, as a user would, sums the per-class counts of the
-three summary lines and prints the combined table, then the time the validator takes per
-completion.
+three summary lines and prints the combined table; then, per production shape the corpus
+marks (`shape`, see make_corpus.SHAPES), the recall on the corrupt shapes (loops, invoke
+cycles, U+FFFD runs, role tokens, foreign dialects) and the false alarms on the valid
+guards (repetitive values, parallel calls, multilingual text), and the false alarms on the
+whole valid corpus; then the time the validator takes per completion, and its throughput
+on long answers (8k to 32k characters: markdown prose, a CSV value, a loop that runs into
+max_tokens), the size the engine judges on every production tool-call answer.
 
 Then the held-out set: every producer of `tests/unit/probe/producers.py` (DeepSeek's
 encoders rendering real-looking conversations, SGLang's detector serving them, token-stream
@@ -23,16 +28,19 @@ import contextlib
 import io
 import json
 import secrets
+import statistics
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from dsv4_engine.probe.context import RequestContext
 from dsv4_engine.probe.dsml import DsmlFormat
 from dsv4_engine.probe.outcome import Judgement, Outcome
 from dsv4_engine.probe.scores import ClassScore, score, score_table
-from dsv4_engine.probe.validate import classify_records
+from dsv4_engine.probe.validate import Judged, classify_completion, classify_records
 from dsv4_operator.cli.main import main
-from tests.unit.probe.producers import PRODUCERS, Case, held_out
+from tests.unit.probe.encoders import render
+from tests.unit.probe.producers import PRODUCERS, Case, held_out, validators
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tests" / "data" / "dsml_corpus"
@@ -71,6 +79,7 @@ def corpus_report() -> None:
     print(f"combined corpus: {total} completions in {len(summaries)} formats")
     print(score_table(combined(summaries)))
     lines = {fmt: (CORPUS / f"corpus_{fmt}.jsonl").read_text().splitlines() for fmt in DsmlFormat}
+    shapes_report(judged_corpus(lines))
     start = time.perf_counter()
     rounds = 20
     for _ in range(rounds):
@@ -78,6 +87,83 @@ def corpus_report() -> None:
             classify_records(records, fmt, fmt.value)
     per = (time.perf_counter() - start) / (rounds * total)
     print(f"validator: {per * 1e6:.0f} µs per completion (a tool set is compiled once)")
+
+
+def judged_corpus(lines: dict[DsmlFormat, list[str]]) -> list[tuple[dict, Judged]]:
+    """Every corpus record with the validator's verdict on it."""
+    return [
+        (json.loads(line), judged)
+        for fmt, records in lines.items()
+        for line, judged in zip(records, classify_records(records, fmt, fmt.value), strict=True)
+    ]
+
+
+def shapes_report(judged: Sequence[tuple[dict, Judged]]) -> None:
+    """Per shape: recall where the shape is corruption, false alarms where it is valid; then
+    the false alarms on the whole valid corpus."""
+    print("\nproduction shapes (corpus):")
+    valid = {row["shape"]: row["label"] == Outcome.VALID for row, _ in judged if "shape" in row}
+    for shape in sorted(valid, key=lambda shape: (valid[shape], shape)):  # corrupt first
+        rows = [(row, j) for row, j in judged if row.get("shape") == shape]
+        right = sum(j.judgement.outcome == row["label"] for row, j in rows)
+        if valid[shape]:
+            print(f"  {shape:<18} valid:   {len(rows) - right} false alarms in {len(rows)}")
+        else:
+            print(f"  {shape:<18} corrupt: recall {right}/{len(rows)} = {right / len(rows):.1%}")
+    labelled_valid = [(row, j) for row, j in judged if row["label"] == Outcome.VALID]
+    alarms = [row["id"] for row, j in labelled_valid if not j.judgement.valid]
+    print(f"false alarms on the valid corpus: {len(alarms)} of {len(labelled_valid)}", *alarms)
+
+
+LONG_SIZES = (8_000, 16_000, 32_000)
+WRITE_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "write_file",
+        "parameters": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+            "required": ["path", "content"],
+        },
+    },
+}
+
+
+def long_answers(size: int) -> dict[str, str]:
+    """Answers of `size` characters the engine may judge: the project's own docs as
+    markdown prose (tables, code, lists), a CSV file written by a call, and prose that
+    falls into a loop until max_tokens."""
+    docs = "\n\n".join(p.read_text() for p in sorted((ROOT / "docs").glob("*.md")))
+    csv = "".join(
+        f"2025-03-{d % 28 + 1:02d},{d},{1000 + 37 * d % 211},{d % 3}\n" for d in range(size)
+    )
+    call = [("write_file", {"path": "data/march.csv", "content": csv[: size - 300]})]
+    loop = docs[: size // 2] + ("I will check the weather for you now. " * size)[: size // 2]
+    return {
+        "markdown prose": render(DsmlFormat.V4, [WRITE_TOOL], [], docs[:size]),
+        "CSV value": render(DsmlFormat.V4, [WRITE_TOOL], call, "Writing the file."),
+        "loop to max_tokens": loop,
+    }
+
+
+def long_output_report() -> None:
+    """The validator's time per long answer, judged as the engine judges it: no echo, the
+    request known.  The median of 21 runs: this machine may be shared."""
+    print("\nlong answers (no echo, prompt known), median of 21 runs:")
+    context = RequestContext.of("Save March's counts and summarize the docs.", [WRITE_TOOL])
+    tools = validators([WRITE_TOOL])
+    for size in LONG_SIZES:
+        for name, text in long_answers(size).items():
+            times = []
+            for _ in range(21):
+                start = time.perf_counter()
+                judged = classify_completion(text, DsmlFormat.V4, tools, None, context)
+                times.append(time.perf_counter() - start)
+            per = statistics.median(times)
+            print(
+                f"  {len(text):>6} chars  {name:<18} {per * 1e3:6.2f} ms  "
+                f"{len(text) / per / 1e6:5.1f} M chars/s  {judged.outcome}"
+            )
 
 
 def held_out_report(seed: int, size: int, shown: int) -> None:
@@ -138,4 +224,5 @@ def main_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 if __name__ == "__main__":
     args = main_args()
     corpus_report()
+    long_output_report()
     held_out_report(args.seed, args.size, args.show)

@@ -6,30 +6,50 @@ stop, emits chat-template tokens mid-answer, or drifts into tokens from unrelate
 Each check below looks for one of these and is argued so that ordinary output — code,
 markdown tables, bilingual text, and argument values in any mix of scripts — stays quiet:
 
-* **Loops** — a unit of 2..100 characters repeated back to back at least 5 times over at
-  least 60 characters; a unit shorter than 5 characters needs 12 repeats (``=`` * 40 under
-  a title, "ha ha ha" are language).  A loop the request itself holds is copied, not
-  degenerate.  Two shapes repeat by design and are no loop: a unit made only of DSML tags
-  and whitespace (a batch of calls to one tool: its values differ, and are judged apart),
-  and a drawn line — a line of up to 200 rule characters such as a markdown table's
-  delimiter row (``| --- | --- |`` … one cell per column), a title's ``====`` underline,
-  an ASCII table's ``+-----+-----+`` border or a code comment's ``# -----`` banner, ended
-  by a line break or the value's end (a decoder stuck on one such character runs one line
-  far past that, or into max_tokens; ``!!!!`` is no rule).
+* **Loops** — a unit of up to 400 characters repeated back to back.  Language repeats
+  short spans ("ha ha ha", one phrase per list item, a log line or two) but almost never
+  copies a long span from right behind itself, so the longer the unit, the fewer repeats
+  prove a loop: at least 5 repeats over at least 60 characters, or at least 3 repeats
+  that copy at least 200 characters (a unit of 100+ characters three times, of 67+ four
+  times); a unit with fewer than 5 visible characters needs 12 repeats (``=`` * 40 under
+  a title, "ha ha ha" are language).  Three repeats, not two: a sentence said twice is a
+  stutter people write too.  A loop the request itself holds is copied, not degenerate.
+  Shapes that repeat by design are no loop: a unit made only of DSML tags and whitespace
+  (a batch of calls to one tool: its values differ, and are judged apart), and drawn
+  lines — lines of up to 200 rule characters such as a markdown table's delimiter row
+  (``| --- | --- |`` … one cell per column), a title's ``====`` underline, an ASCII
+  table's ``+-----+-----+`` border, a code comment's ``# -----`` banner or an empty
+  table's ``|   |   |`` rows, ended by a line break or the value's end (a decoder stuck
+  on one such character runs one line far past that, or into max_tokens; ``!!!!`` is no
+  rule).  Rows of data that differ in a date, a counter or an id (CSV, logs, tables)
+  copy less than a unit each time and are no loop.
   Values of complete parameters are user data: they are judged only when the prompt is
-  known (then a loop must come from it), otherwise the echo and schema judge them; a
-  complete value that is a JSON array or object is data, whose elements may repeat.
+  known (then a loop must come from it), otherwise the echo and schema judge them — a
+  user's pasted file may hold any repetition, and without the prompt the judge cannot
+  tell it from the decoder's; a complete value that is a JSON array or object is data,
+  whose elements may repeat.  The reasoning is language the model wrote: a loop counts
+  there as in the prose.
+* **Cycles of calls** — the same sequence of calls, with the same arguments, back to back
+  so that at least 3 calls repeat (one call three times, two calls twice): a decoder
+  stuck in the block copies whole invokes.  A batch of calls to one tool differs in its
+  arguments and is no cycle; nor is one call made twice (a die rolled twice; the echo
+  catches a call repeated where one was asked for), nor calls without arguments (a tool
+  that takes none can only be called the same way: ping it three times).
 * **Runaway** — text after the tool-call block (the format ends the turn there) is found by
   the parser; an answer that runs into max_tokens is the caller's `finish_reason` evidence.
 * **Stray special tokens** — chat-template tokens (``<｜User｜>``, ``</think>``, …) in the
-  answer: the tokenizer never produces them from text, only a derailed decoder does.
-* **Garbled bytes** — U+FFFD, the replacement character: a detokenizer writes it where the
-  decoder emitted byte tokens that form no UTF-8 character (a wrong byte-level token
-  mid-character).  A model writing language never does; a request that holds one explains
-  it.  Values count as for loops: only when the prompt is known, and then it must hold it.
-* **Token salad** — never judged by how many scripts appear: a call may legitimately carry
-  Arabic, Cyrillic, CJK, Hebrew, Greek, Latin and emoji at once, and values are not judged
-  for scripts at all.  In the prose, two kinds of evidence count, each needing two words
+  answer, its values or the reasoning: the tokenizer never produces them from text, only
+  a derailed decoder does.
+* **Garbled bytes** — U+FFFD, the replacement character, one or a run: a detokenizer
+  writes it where the decoder emitted byte tokens that form no UTF-8 character (a wrong
+  byte-level token mid-character).  A model writing language never does, in the answer or
+  the reasoning; a request that holds one explains it.  Values count as for loops: only
+  when the prompt is known, and then it must hold it (a pasted binary file is runs of
+  U+FFFD, and only the prompt tells whose they are).
+* **Token salad** — judged in the prose only (the reasoning is a scratchpad of notation,
+  ``θ``, ``Δ``, and quotes, which script evidence cannot tell from salad); never judged by
+  how many scripts appear: a call may legitimately carry Arabic, Cyrillic, CJK, Hebrew,
+  Greek, Latin and emoji at once, and values are not judged for scripts at all.  In the prose, two kinds of evidence count, each needing two words
   (one odd word is as likely a name or a quote as damage; damage confined to one word is
   the echo's to catch):
 
@@ -45,21 +65,46 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from itertools import groupby
+from typing import NamedTuple
 
 from dsv4_engine.probe.context import RequestContext
-from dsv4_engine.probe.dsml import Language
+from dsv4_engine.probe.dsml import Language, ToolCall
 from dsv4_engine.probe.scripts import CJK, LATIN, script
 
-_REPEAT = re.compile(r"(.{2,100}?)\1{4,}", re.DOTALL)
+_MAX_PERIOD = 400
 _MIN_LOOP_CHARS = 60
+_MIN_REPEATS = 5
+_MIN_LONG_REPEATS = 3
+_MIN_COPIED_CHARS = 200
+"""What a long unit's repeats after the first must cover (3 repeats of 100+ characters)."""
 _MIN_SHORT_UNIT_REPEATS = 12
 _SHORT_UNIT = 5
+_MIN_COPY = min(
+    _MIN_LOOP_CHARS * (_MIN_REPEATS - 1) // _MIN_REPEATS,
+    _MIN_LOOP_CHARS * (_MIN_SHORT_UNIT_REPEATS - 1) // _MIN_SHORT_UNIT_REPEATS,
+    _MIN_COPIED_CHARS,
+)
+"""The least any loop the thresholds accept copies from one period earlier: 5 repeats
+over 60 characters copy 48, 12 over 60 copy 55, a long unit 200."""
+_PROBE = (_MIN_COPY + 1) // 2
+"""The loop search's probe length and spacing, 24: a copy of 48 characters holds one of
+the probes aligned every 24 characters, and that probe recurs one period earlier."""
+_MARGIN = (_MIN_COPY - _PROBE) // 2
+"""How far past its probe a copy of `_MIN_COPY` characters reaches on one side at least."""
+_MAX_SHIFTS = 8
+"""Earlier occurrences of one probe tried as periods, nearest first (a unit that repeats
+inside itself puts a shorter distance first)."""
 _MARKUP_ONLY = re.compile(r"[\s\x00]*")
 """What `language` leaves of tags and the layout between them: NUL per tag, whitespace."""
 _RULE_CHARS = frozenset("-=_~*#+|: \t─━═│┃┼╋├┤┌┐└┘╔╗╚╝║╠╣╦╩╬")
 """What a drawn line is made of: rules, borders, table delimiters, comment banners."""
 _MAX_RULE_LINE = 200
+_MIN_CYCLE_CALLS = 3
+_MAX_CYCLE_UNIT = 32
+"""The longest sequence of calls searched for a cycle, which bounds the search on an
+answer of thousands of calls."""
 _SPECIAL = re.compile(r"<｜(?!DSML｜)[^｜<>\n]{1,40}｜>|<think>|</think>")
 _REPLACEMENT = "\ufffd"
 _WORD = re.compile(r"\w+")
@@ -68,14 +113,14 @@ _MIN_SALAD_WORDS = 2
 
 
 def degeneracy(answer: Language, context: RequestContext | None = None) -> str | None:
-    """Why the answer is degenerate, or None when it reads as language."""
-    if not answer.prose.strip() and not answer.values:
-        return "empty output"
-    for text in (answer.prose, *answer.values):
+    """Why the answer (its reasoning, prose and values) is degenerate, or None when it reads
+    as language."""
+    for text in (answer.reasoning, answer.prose, *answer.values):
         if (m := _SPECIAL.search(text)) and not _explained(m[0], context):
             return f"stray special token {m[0]!r}"
     judged_values = answer.values if context is not None and context.prompt_known else ()
-    for text, complete in ((answer.prose, False), *((v, True) for v in judged_values)):
+    spoken = ((answer.reasoning, False), (answer.prose, False))
+    for text, complete in (*spoken, *((v, True) for v in judged_values)):
         if why := _garbled(text, context):
             return why
         if not (complete and _is_data(text)) and (why := _loop(text, context, complete)):
@@ -103,56 +148,149 @@ def _explained(fragment: str, context: RequestContext | None) -> bool:
     return context is not None and context.explains(fragment)
 
 
-def _may_loop(text: str) -> bool:
-    """Cheap necessary condition: a unit repeated 5 times over 60+ characters makes some
-    6-gram occur at least 5 times (at the unit's period, or more often for short units)."""
-    if len(text) < _MIN_LOOP_CHARS:
-        return False
-    grams = Counter(text[i : i + 6] for i in range(len(text) - 5))
-    return grams.most_common(1)[0][1] >= 5
+class _Repeat(NamedTuple):
+    """text[start:end] repeats its first `period` characters back to back."""
+
+    start: int
+    end: int
+    period: int
+
+    @property
+    def repeats(self) -> int:
+        return (self.end - self.start) // self.period
 
 
 def _loop(text: str, context: RequestContext | None, complete: bool) -> str | None:
     """The first loop in `text`; `complete`: the text ends where its writer ended it (a
     value), not possibly where max_tokens cut it (the prose)."""
-    if not _may_loop(text):
-        return None
-    for m in _REPEAT.finditer(text):
-        unit = m[1]
-        repeats = len(m[0]) // len(unit)
-        if _MARKUP_ONLY.fullmatch(unit) or len(m[0]) < _MIN_LOOP_CHARS:
+    for found in _repeats(text):
+        unit = text[found.start : found.start + found.period]
+        if not _is_loop(unit, found.repeats) or _MARKUP_ONLY.fullmatch(unit):
             continue
-        if len(unit.strip()) < _SHORT_UNIT and repeats < _MIN_SHORT_UNIT_REPEATS:
+        region = text[found.start : found.end]
+        if _explained(region, context) or _in_drawn_lines(text, found, complete):
             continue
-        if _explained(m[0], context) or _in_drawn_line(text, m.start(), m.end(), complete):
-            continue
-        return f"loop: {unit!r:.40} repeated {repeats} times"
+        return f"loop: {unit!r:.40} repeated {found.repeats} times"
     return None
 
 
-def _in_drawn_line(text: str, start: int, end: int, complete: bool) -> bool:
-    """Whether text[start:end] lies within one drawn line (see the module's docstring): a
-    line that ends — a run still going where the text was cut may be a loop."""
-    line_start = text.rfind("\n", 0, start) + 1
-    line_end = text.find("\n", end)
-    if line_end == -1 and not complete:
+def _is_loop(unit: str, repeats: int) -> bool:
+    """The thresholds of the module's docstring, by the unit's length."""
+    if len(unit.strip()) < _SHORT_UNIT:
+        return repeats >= _MIN_SHORT_UNIT_REPEATS and repeats * len(unit) >= _MIN_LOOP_CHARS
+    if repeats >= _MIN_REPEATS and repeats * len(unit) >= _MIN_LOOP_CHARS:
+        return True
+    return repeats >= _MIN_LONG_REPEATS and (repeats - 1) * len(unit) >= _MIN_COPIED_CHARS
+
+
+def _repeats(text: str) -> Iterator[_Repeat]:
+    """Stretches of `text` that repeat a unit of up to 400 characters, left to right, in
+    near-linear time: a stretch is found where one of the probes (see `_PROBE`) recurs at
+    most 400 characters earlier — one `rfind` over 423 characters per probe, the cheap
+    necessary condition that most text fails — and then grown both ways by comparing
+    slices, so a loop of any length costs about two passes over it.  A probe inside a
+    stretch already found is skipped: what repeats there repeats with that stretch's period
+    (Fine and Wilf), so a run of spaces costs one probe, not one per 24 characters."""
+    covered = 0
+    for at in range(_PROBE, len(text) - _PROBE + 1, _PROBE):
+        if at + _PROBE <= covered:
+            continue
+        probe, low = text[at : at + _PROBE], at - _MAX_PERIOD if at > _MAX_PERIOD else 0
+        hit, tries = text.rfind(probe, low, at + _PROBE - 1), _MAX_SHIFTS
+        while hit != -1 and tries:
+            if _may_copy(text, at, at - hit):
+                found = _stretch(text, at, at - hit)
+                covered = max(covered, found.end)
+                yield found
+            hit, tries = text.rfind(probe, low, hit + _PROBE - 1), tries - 1
+
+
+def _may_copy(text: str, at: int, shift: int) -> bool:
+    """Whether the text agrees with itself `shift` earlier over the `_MARGIN` characters
+    right before or right after the probe at `at`: a copy of `_MIN_COPY` characters that
+    holds the probe reaches that far past it on one side, and most chance recurrences of a
+    probe fail both."""
+    end = at + _PROBE + _MARGIN
+    if end <= len(text) and text[at + _PROBE : end] == text[at + _PROBE - shift : end - shift]:
+        return True
+    start = at - _MARGIN
+    return start - shift >= 0 and text[start:at] == text[start - shift : at - shift]
+
+
+def _stretch(text: str, at: int, shift: int) -> _Repeat:
+    """The longest stretch around `at` where every character equals the one `shift`
+    earlier, with its first unit; its period is the unit's smallest one."""
+    after = _agreeing(
+        lambda i, j: text[at + i : at + j] == text[at - shift + i : at - shift + j],
+        len(text) - at,
+    )
+    before = _agreeing(
+        lambda i, j: text[at - j : at - i] == text[at - shift - j : at - shift - i],
+        at - shift,
+    )
+    start = at - before - shift
+    unit = text[start : start + shift]
+    return _Repeat(start, at + after, (unit + unit).find(unit, 1))
+
+
+def _agreeing(same: Callable[[int, int], bool], limit: int) -> int:
+    """The largest n ≤ limit with same(0, n), where same(i, j) compares characters i..j of
+    the two sides: galloping, then halving the step — each character compared a few times."""
+    n, step = 0, 64
+    while n < limit:
+        step = min(step, limit - n)
+        if same(n, n + step):
+            n, step = n + step, step * 2
+        elif step == 1:
+            break
+        else:
+            step //= 2
+    return n
+
+
+def _in_drawn_lines(text: str, found: _Repeat, complete: bool) -> bool:
+    """Whether the stretch lies within drawn lines (see the module's docstring) that end —
+    a run still going where the text was cut may be a loop."""
+    lines_start = text.rfind("\n", 0, found.start) + 1
+    lines_end = text.find("\n", found.end)
+    if lines_end == -1 and not complete:
         return False
-    line = text[line_start : len(text) if line_end == -1 else line_end]
-    return len(line) <= _MAX_RULE_LINE and _RULE_CHARS.issuperset(line)
+    lines = text[lines_start : len(text) if lines_end == -1 else lines_end].split("\n")
+    return all(len(line) <= _MAX_RULE_LINE and _RULE_CHARS.issuperset(line) for line in lines)
+
+
+def call_cycle(calls: Sequence[ToolCall]) -> str | None:
+    """Why `calls` hold a cycle (see the module's docstring), or None: a run where each call
+    repeats the one `size` calls earlier, arguments and all."""
+    keys = [(c.name, json.dumps(c.args, sort_keys=True, ensure_ascii=False)) for c in calls]
+    for size in range(1, min(len(keys) // 2, _MAX_CYCLE_UNIT) + 1):
+        run = 0
+        for i in range(size, len(keys)):
+            run = run + 1 if keys[i] == keys[i - size] else 0
+            if run < size or run + size < _MIN_CYCLE_CALLS:
+                continue
+            unit = calls[i - run - size + 1 : i - run + 1]
+            if any(c.args for c in unit):
+                names = ", ".join(c.name for c in unit)
+                return f"cycle of calls: ({names}) repeated {run // size + 1} times, same arguments"
+    return None
 
 
 def _salad(prose: str, context: RequestContext | None) -> str | None:
+    """Each distinct word judged once (a long answer repeats its words), counted as often
+    as it occurs."""
     if prose.isascii():
         return None
-    words = [w for w in _WORD.findall(prose) if not w.isascii() and not _explained(w, context)]
+    counts = Counter(w for w in _WORD.findall(prose) if not w.isascii())
+    words = {w: n for w, n in counts.items() if not _explained(w, context)}
     mixed = [w for w in words if _switches_script(w)]
-    if len(mixed) >= _MIN_SALAD_WORDS:
+    if sum(words[w] for w in mixed) >= _MIN_SALAD_WORDS:
         return f"mixed-script words: {', '.join(mixed[:3])}"
     if context is None or not context.prompt_known:
         return None
     allowed = _MODEL_SCRIPTS | context.scripts
     foreign = [w for w in words if {s for s in map(script, w) if s} - allowed]
-    if len(foreign) >= _MIN_SALAD_WORDS:
+    if sum(words[w] for w in foreign) >= _MIN_SALAD_WORDS:
         scripts = sorted({s for w in foreign for s in map(script, w) if s} - allowed)
         return (
             f"token salad: {', '.join(foreign[:3])} in {', '.join(scripts)}, "

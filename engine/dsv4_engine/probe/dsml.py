@@ -31,7 +31,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from dsv4_engine.probe import nearmiss
 from dsv4_engine.probe.dsml_format import (
@@ -55,8 +55,10 @@ __all__ = [
     "MARKER",
     "DsmlError",
     "DsmlFormat",
+    "ForeignMarkup",
     "Language",
     "ToolCall",
+    "foreign_markup",
     "language",
     "markup_in",
     "parse",
@@ -362,20 +364,56 @@ def _ends_with_partial_marker(tail: str) -> bool:
 @dataclass(frozen=True)
 class Language:
     """An answer split for the degeneracy judge: the words the model wrote as language
-    (prose, stray text, an unfinished value) and the values of complete parameters."""
+    (prose, stray text, an unfinished value), the values of complete parameters, and the
+    reasoning before the answer."""
 
     prose: str
     values: tuple[str, ...]
+    reasoning: str = ""
 
 
-def language(text: str) -> Language:
-    """Split an answer (reasoning split off) without parsing it: it may be broken or in
-    another format's spelling, so any parameter-shaped element (exact, other format, or a
-    near miss) delimits a value.  Each DSML tag becomes one NUL character, so tags that
-    legitimately repeat make no loop."""
+def language(text: str, reasoning: str = "") -> Language:
+    """Split an answer (reasoning split off, and passed apart) without parsing it: it may
+    be broken or in another format's spelling, so any parameter-shaped element (exact,
+    other format, or a near miss) delimits a value.  Each DSML tag becomes one NUL
+    character, so tags that legitimately repeat make no loop."""
     body = text.removesuffix(EOS)
     values = tuple(m[1] for m in _VALUE.finditer(body))
-    return Language(TAG.sub("\x00", _VALUE.sub("\x00", body)), values)
+    return Language(TAG.sub("\x00", _VALUE.sub("\x00", body)), values, reasoning)
+
+
+_FOREIGN_DIALECTS = {
+    "Hermes/Qwen": re.compile(r"<tool_call>\s*[{<]"),
+    "Llama/Qwen3-Coder": re.compile(r"<function=[\w.-]+>\s*[{<]"),
+    "DeepSeek-V3": re.compile(r"<[|｜]tool[▁_]calls?[▁_]begin[|｜]>"),
+    "Mistral": re.compile(r"\[TOOL_CALLS\]\s*\["),
+    "Llama 3.1": re.compile(r"<\|python_tag\|>"),
+}
+"""One pattern per dialect, each led by a literal the regex engine skips to (one
+alternation of them all scans ten times slower)."""
+
+
+class ForeignMarkup(NamedTuple):
+    """Another model family's tool-call markup (see `foreign_markup`)."""
+
+    text: str
+    dialect: str
+
+
+def foreign_markup(text: str) -> ForeignMarkup | None:
+    """A tool call written in another model family's dialect, or None.
+
+    Why a class of its own, LEAKED_MARKUP: the model wrote a call, but in a spelling no
+    DeepSeek parser reads (its training data holds these dialects), so the client gets the
+    markup as content and no call — markup outside the block, what LEAKED_MARKUP means.
+    Dialects spelt with DSML's own element names (``<function_calls>``, ``<invoke
+    name=…>``) are not looked for here: the text cannot tell them from DSML that lost its
+    marker, a near miss the parser names (ENVELOPE_MISMATCH).  Each pattern is the
+    dialect's opening with the start of its body, so prose that names a tag is no call."""
+    for dialect, pattern in _FOREIGN_DIALECTS.items():
+        if m := pattern.search(text):
+            return ForeignMarkup(m[0], dialect)
+    return None
 
 
 _VALUE = re.compile(

@@ -1,11 +1,13 @@
 """Classify one completion: the judge shared by `dsv4ctl validate` and the probes.
 
-The order of the checks is the order of causes: markup in the reasoning first, then
-degenerate text (a loop that ran into max_tokens is a loop, not a truncation), then the
-structure of the DSML block, then the arguments against the tool's schema, and last the
-echo (a well-formed call whose values changed — the quietest corruption and the one users
-notice last).  The request context (prompt, tools, echo) travels with the answer because
-degeneracy is judged relative to it (see `degenerate`).
+The order of the checks is the order of causes: markup in the reasoning first, then a
+call in another model family's dialect, then degenerate text (a loop that ran into
+max_tokens is a loop, not a truncation), then the structure of the DSML block, a cycle of
+calls, then the arguments against the tool's schema, and last the echo (a well-formed call
+whose values changed — the quietest corruption and the one users notice last).  A chat
+message is judged as its completion is: its `reasoning_content` is the reasoning.  The
+request context (prompt, tools, echo) travels with the answer because degeneracy is judged
+relative to it (see `degenerate`).
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from dsv4_engine.probe.context import RequestContext
-from dsv4_engine.probe.degenerate import degeneracy
+from dsv4_engine.probe.degenerate import call_cycle, degeneracy
 from dsv4_engine.probe.dsml import (
     DsmlError,
     DsmlFormat,
     Language,
     ToolCall,
+    foreign_markup,
     language,
     markup_in,
     parse,
@@ -38,15 +41,54 @@ def classify_completion(
     context: RequestContext | None = None,
 ) -> Judgement:
     """Judge a raw completion, as the engine emitted it (DSML not parsed server-side)."""
-    reasoning, answer = split_reasoning(text)
-    if why := markup_in(reasoning, fmt):
-        return Judgement(Outcome.LEAKED_MARKUP, f"{why} inside the reasoning")
-    if why := degeneracy(language(answer), context):
-        return Judgement(Outcome.DEGENERATE_TEXT, why)
+    return _classify(*split_reasoning(text), fmt, validators, echo, context)
+
+
+def _classify(
+    reasoning: str,
+    answer: str,
+    fmt: DsmlFormat,
+    validators: Validators | None,
+    echo: Echo | None,
+    context: RequestContext | None,
+) -> Judgement:
+    if judged := _reasoning_markup(reasoning, fmt):
+        return judged
+    spoken = language(answer, reasoning)
+    if not spoken.prose.strip() and not spoken.values:
+        return Judgement(Outcome.DEGENERATE_TEXT, "empty output")
+    if judged := _judge_language(spoken, context):
+        return judged
     try:
         calls = parse(answer, fmt)
     except DsmlError as err:
         return Judgement(err.outcome, err.detail)
+    return _calls(calls, validators, echo)
+
+
+def _reasoning_markup(reasoning: str, fmt: DsmlFormat) -> Judgement | None:
+    why = markup_in(reasoning, fmt)
+    return None if why is None else Judgement(Outcome.LEAKED_MARKUP, f"{why} inside the reasoning")
+
+
+def _judge_language(spoken: Language, context: RequestContext | None) -> Judgement | None:
+    """A call in a foreign dialect in the reasoning or the prose (values are data: a file
+    may quote any dialect), unless the request holds it; then degenerate text."""
+    for where, text in (("inside the reasoning", spoken.reasoning), ("in content", spoken.prose)):
+        foreign = foreign_markup(text)
+        if foreign is not None and not (context is not None and context.explains(foreign.text)):
+            why = f"{foreign.dialect} tool-call markup {foreign.text!r} {where}"
+            return Judgement(Outcome.LEAKED_MARKUP, f"{why}: no DSML parser serves it")
+    why = degeneracy(spoken, context)
+    return None if why is None else Judgement(Outcome.DEGENERATE_TEXT, why)
+
+
+def _calls(
+    calls: Sequence[ToolCall], validators: Validators | None, echo: Echo | None
+) -> Judgement:
+    """Well-formed calls: a cycle of them first (a stuck decoder), then schema and echo."""
+    if why := call_cycle(calls):
+        return Judgement(Outcome.DEGENERATE_TEXT, why)
     return check_calls(calls, validators, echo)
 
 
@@ -64,12 +106,13 @@ def classify_chat_message(
     content or the reasoning — exact or a near miss — is markup the parser could not take:
     leaked.  Without one, the content holds the raw block and the strict parser judges it.
     """
+    reasoning = message.get("reasoning_content") or ""
     content = message.get("content") or ""
-    if why := markup_in(message.get("reasoning_content") or "", fmt):
-        return Judgement(Outcome.LEAKED_MARKUP, f"{why} inside the reasoning")
+    if not reasoning:  # no reasoning parser: the content holds the reasoning, if any
+        reasoning, content = split_reasoning(content)
     raw_calls = message.get("tool_calls") or []
     if not raw_calls:
-        judgement = classify_completion(content, fmt, validators, echo, context)
+        judgement = _classify(reasoning, content, fmt, validators, echo, context)
         if (
             finish_reason == "length"
             and judgement.outcome is Outcome.SCHEMA
@@ -77,6 +120,8 @@ def classify_chat_message(
         ):
             return Judgement(Outcome.TRUNCATED, "hit max_tokens before any tool call")
         return judgement
+    if judged := _reasoning_markup(reasoning, fmt):
+        return judged
     if why := markup_in(content, fmt):
         return Judgement(Outcome.LEAKED_MARKUP, f"{why} left in content: {content!r:.80}")
     calls = []
@@ -90,9 +135,9 @@ def classify_chat_message(
             return Judgement(Outcome.SCHEMA, f"tool_calls[{i}].arguments is not an object")
         calls.append(ToolCall(str(function.get("name", "")), args))
     values = tuple(v for call in calls for v in call.args.values() if isinstance(v, str))
-    if (content.strip() or values) and (why := degeneracy(Language(content, values), context)):
-        return Judgement(Outcome.DEGENERATE_TEXT, why)
-    return check_calls(calls, validators, echo)
+    if judged := _judge_language(Language(content, values, reasoning), context):
+        return judged
+    return _calls(calls, validators, echo)
 
 
 def parse_echo(value: Any, where: str) -> Echo | None:

@@ -8,7 +8,7 @@ of a valid one, and its label is the class that edit was designed to produce (se
 the validator is not consulted.  Every record carries the request's prompt, so degeneracy
 is judged relative to it, except the PROSE_ONLY ones marked `no prompt` (a log without
 prompts).  Writes corpus_<format>.jsonl in the `dsv4ctl validate` input format (with
-`label` and `edit`).
+`label`, `edit` and, for the shapes of SHAPES, `shape`).
 """
 
 from __future__ import annotations
@@ -62,6 +62,9 @@ ECHO = fn(
     },
     ["record_id", "token", "count", "urgent"],
 )
+WRITE = fn(
+    "write_file", {"path": {"type": "string"}, "content": {"type": "string"}}, ["path", "content"]
+)
 ORDER = fn("lookup_order", {"order_id": {"type": "string"}}, ["order_id"], strict=False)
 
 NOTE = fn(
@@ -110,6 +113,45 @@ LIMITS_ARGS = {
 
 def ask(args: dict) -> str:
     return f"Call the tool with exactly these arguments: {json.dumps(args, ensure_ascii=False)}"
+
+
+BATCH_CITIES = ("Paris", "東京", "Москва", "القاهرة", "Αθήνα", "서울", "Zürich", "Lima")
+CSV = "date,requests,errors,p99_ms\n" + "\n".join(
+    f"2025-03-{day:02d},{1000 + 37 * day % 211},{day % 3},{120 + day % 7}" for day in range(1, 32)
+)
+"""Rows alike but for their numbers: what CSV data looks like, and no loop."""
+LOG = "\n".join(
+    f"2025-03-01T10:{minute:02d}:00Z INFO health check ok (replica {minute % 3})"
+    for minute in range(40)
+)
+"""One message logged forty times, told apart by its timestamp."""
+WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri")
+TABLES = (
+    "| day | shift | who |\n| --- | --- | --- |\n"
+    + "\n".join(f"| {day} | early | team {i % 2} |" for i, day in enumerate(WEEKDAYS))
+    + "\n\nNext week:\n\n| day | shift | who |\n| --- | --- | --- |\n"
+    + "\n".join("|     |       |     |" for _ in range(7))
+    + "\n\n+------+------+\n| a    | b    |\n+------+------+\n| 1    | 2    |\n+------+------+"
+)
+"""A markdown table, an empty one to fill in (rows of drawn lines) and an ASCII table."""
+LONG_REASONING = "\n".join(
+    f"Step {i}: {what}; then check the result before going on."
+    for i, what in enumerate(
+        (
+            "find the city the user names",
+            "look up its weather for two days",
+            "find the city's time zone",
+            "look up the local time there",
+            "answer with both in one sentence",
+        ),
+        start=1,
+    )
+)
+"""A plan whose steps share a frame: repetition with different words, no loop."""
+MULTILINGUAL_PROSE = (
+    "中文: 你好, 欢迎使用。日本語: こんにちは、ようこそ。русский: Привет, добро пожаловать. "
+    "العربية: مرحبا، أهلا وسهلا."
+)
 
 
 @dataclass(frozen=True)
@@ -186,6 +228,42 @@ SCENARIOS: dict[str, Scenario] = {
         ask(LIMITS_ARGS),
         echo={"tool": "set_limits", "args": LIMITS_ARGS},
     ),
+    "batch": Scenario(
+        [WEATHER],
+        [("get_weather", {"city": city, "days": 3}) for city in BATCH_CITIES],
+        "3-day weather for: " + ", ".join(BATCH_CITIES),
+        "Checking each city.",
+    ),
+    "csv_value": Scenario(
+        [WRITE],
+        [("write_file", {"path": "data/march.csv", "content": CSV})],
+        "Save March's daily request counts as data/march.csv (date, requests, errors, p99).",
+        "Writing the file.",
+    ),
+    "log_value": Scenario(
+        [WRITE],
+        [("write_file", {"path": "logs/replay.log", "content": LOG})],
+        "Write a replay log of the health checks to logs/replay.log.",
+        "Writing the log.",
+    ),
+    "table_value": Scenario(
+        [NOTE],
+        [("store_note", {"title": "Rota", "body": TABLES})],
+        "Store a rota note with a table of this week's shifts and an empty one for next week.",
+        "Saving the rota.",
+    ),
+    "long_reasoning": Scenario(
+        [WEATHER, TIME],
+        [("get_weather", {"city": "Oslo", "days": 2}), ("get_time", {"tz": "Europe/Oslo"})],
+        "Weather and local time in Oslo?",
+        reasoning=LONG_REASONING,
+    ),
+    "multilingual_prose": Scenario(
+        [NOTE],
+        [("store_note", {"title": "多语言", "body": "Привет — مرحبا — 你好 — こんにちは"})],
+        "请用中文、日本語、русский 和 العربية 各写一句问候, 然后保存笔记。",
+        MULTILINGUAL_PROSE,
+    ),
 }
 # name -> (tools, prose, prompt); None: a log that kept no prompt.
 PROSE_ONLY: dict[str, tuple[list, str, str | None]] = {
@@ -248,6 +326,40 @@ def first_param_to_json_body(text: str, fmt: str) -> str:
     return text.replace(params[1], '{"city": "San Francisco", "days": 3}')
 
 
+def instead_of_block(text: str, markup: str) -> str:
+    """The DSML block replaced by another model family's tool-call markup."""
+    return text[: text.index(f"\n\n<{M}")] + "\n\n" + markup + EOS
+
+
+def repeat_invokes(text: str, fmt: str, times: int) -> str:
+    """The block's invokes, all of them, written `times` times: a decoder stuck in a cycle."""
+    invokes = re.search(rf"<{M}{sp(fmt)}invoke.*</{M}{sp(fmt)}invoke>", text, re.S)[0]
+    return text.replace(invokes, "\n".join([invokes] * times))
+
+
+WEATHER_JSON = '{"name": "get_weather", "arguments": {"city": "San Francisco", "days": 3}}'
+HERMES = f"<tool_call>\n{WEATHER_JSON}\n</tool_call>"
+QWEN3_CODER = (
+    "<tool_call>\n<function=get_weather>\n<parameter=city>\nSan Francisco\n</parameter>\n"
+    "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>"
+)
+LLAMA_FUNCTION = '<function=get_weather>{"city": "San Francisco", "days": 3}</function>'
+DEEPSEEK_V3 = (
+    "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+    '```json\n{"city": "San Francisco", "days": 3}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>'
+)
+MISTRAL = f"[TOOL_CALLS][{WEATHER_JSON}]"
+ANTHROPIC = (
+    '<function_calls>\n<invoke name="get_weather">\n<parameter name="city">San Francisco'
+    '</parameter>\n<parameter name="days">3</parameter>\n</invoke>\n</function_calls>'
+)
+LONG_SENTENCE = (
+    "I will look up the forecast for San Francisco for the next three days and then report "
+    "the temperatures back to you. "
+)
+"""A unit of 119 characters: three repeats are a loop by the long-unit rule alone."""
+REASONING_LOOP = "I should call get_weather for Oslo now. "
+
 Edit = Callable[[str, str], str]
 M = "｜DSML｜"
 # label -> edit name -> (scenario, edit(text, fmt))
@@ -279,6 +391,19 @@ EDITS: dict[str, dict[str, tuple[str, Edit]]] = {
         "ascii_fragment_in_prose": (
             "weather",
             lambda t, f: t.replace("Let me check", "Let me |DSML| check"),
+        ),
+        "hermes_dialect": ("weather", lambda t, f: instead_of_block(t, HERMES)),
+        "qwen3_coder_dialect": ("weather", lambda t, f: instead_of_block(t, QWEN3_CODER)),
+        "llama_function_dialect": ("weather", lambda t, f: instead_of_block(t, LLAMA_FUNCTION)),
+        "deepseek_v3_dialect": ("weather", lambda t, f: instead_of_block(t, DEEPSEEK_V3)),
+        "ascii_deepseek_v3_dialect": (
+            "weather",
+            lambda t, f: instead_of_block(t, DEEPSEEK_V3.replace("｜", "|")),
+        ),
+        "mistral_dialect": ("weather", lambda t, f: instead_of_block(t, MISTRAL)),
+        "dialect_in_reasoning": (
+            "reasoning",
+            lambda t, f: t.replace("call the tool.", "call the tool.\n" + HERMES),
         ),
     },
     "UNBALANCED": {
@@ -360,6 +485,7 @@ EDITS: dict[str, dict[str, tuple[str, Edit]]] = {
             "weather",
             lambda t, f: t.replace(f"\n\n<{M}{env(f)}>", f"\n<{M}{env(f)}>"),
         ),
+        "anthropic_dialect": ("weather", lambda t, f: instead_of_block(t, ANTHROPIC)),
     },
     "SCHEMA": {
         "integer_as_string": (
@@ -439,46 +565,135 @@ EDITS: dict[str, dict[str, tuple[str, Edit]]] = {
             "weather",
             lambda t, f: t.removesuffix(EOS) + "\nI have called the tool." + EOS,
         ),
+        "long_period_loop_in_prose": (
+            "weather",
+            lambda t, f: t.replace("Let me check the weather.", LONG_SENTENCE * 3),
+        ),
+        "loop_in_reasoning": (
+            "reasoning",
+            lambda t, f: t.replace("call the tool.", "call the tool. " + REASONING_LOOP * 6),
+        ),
+        "long_period_loop_in_reasoning": (
+            "reasoning",
+            lambda t, f: t.replace("call the tool.", LONG_SENTENCE * 3),
+        ),
+        "long_period_loop_in_value": (
+            "log_value",
+            lambda t, f: t.replace(LOG[:200], LOG[:120] * 3 + LOG[120:200]),
+        ),
+        "invoke_cycle": ("weather", lambda t, f: repeat_invokes(t, f, 3)),
+        "invoke_cycle_of_two": ("multi", lambda t, f: repeat_invokes(t, f, 2)),
+        "replacement_run_in_prose": (
+            "weather",
+            lambda t, f: t.replace("check the", "check \ufffd\ufffd\ufffd the"),
+        ),
+        "replacement_run_in_reasoning": (
+            "reasoning",
+            lambda t, f: t.replace("Oslo weather", "Oslo \ufffd\ufffd weather"),
+        ),
+        "replacement_run_in_value": (
+            "weather",
+            lambda t, f: t.replace(">San Francisco<", ">San Fran\ufffd\ufffdcisco<"),
+        ),
+        "role_token_in_reasoning": (
+            "reasoning",
+            lambda t, f: t.replace("Oslo weather;", "Oslo weather;<｜User｜>"),
+        ),
+        "assistant_token_in_reasoning": (
+            "reasoning",
+            lambda t, f: t.replace("call the tool.", "call the tool.<｜Assistant｜>Sure"),
+        ),
     },
 }
+
+SHAPES: dict[str, tuple[str, ...]] = {
+    "loop": (
+        "loop_in_prose",
+        "loop_in_value",
+        "loop_in_closed_value",
+        "punctuation_run",
+        "long_period_loop_in_prose",
+        "loop_in_reasoning",
+        "long_period_loop_in_reasoning",
+        "long_period_loop_in_value",
+    ),
+    "invoke cycle": ("invoke_cycle", "invoke_cycle_of_two"),
+    "U+FFFD run": (
+        "replacement_run_in_prose",
+        "replacement_run_in_reasoning",
+        "replacement_run_in_value",
+    ),
+    "role token": (
+        "stray_special_token",
+        "role_token_in_reasoning",
+        "assistant_token_in_reasoning",
+    ),
+    "foreign dialect": (
+        "hermes_dialect",
+        "qwen3_coder_dialect",
+        "llama_function_dialect",
+        "deepseek_v3_dialect",
+        "ascii_deepseek_v3_dialect",
+        "mistral_dialect",
+        "dialect_in_reasoning",
+        "anthropic_dialect",
+    ),
+    "repetitive values": ("csv_value", "log_value", "table_value", "markdown", "long_reasoning"),
+    "parallel calls": ("batch", "multi"),
+    "multilingual": (
+        "multilingual",
+        "multilingual_no_echo",
+        "multilingual_prose",
+        "bilingual",
+        "search",
+        "translation",
+        "translation_no_prompt",
+    ),
+}
+"""The production shapes (corrupt) and the false-alarm guards (valid) that `make
+bench-validator` reports apart, by edit or scenario name: each record in one is written
+with its `shape`."""
+SHAPE_OF = {name: shape for shape, names in SHAPES.items() for name in names}
+
+
+def corpus(fmt: str) -> list[str]:
+    """The JSON lines of corpus_<fmt>.jsonl, in their committed order."""
+    rows = []
+    valid = {}
+    for name, scenario in SCENARIOS.items():
+        valid[name] = render(fmt, scenario)
+        rows.append((f"{fmt}-valid-{name}", "VALID", name, valid[name], scenario))
+    for name, (tools, prose, prompt) in PROSE_ONLY.items():
+        scenario = Scenario(tools, [], prompt, prose)
+        rows.append((f"{fmt}-valid-{name}", "VALID", name, prose + EOS, scenario))
+    for label, edits in EDITS.items():
+        for edit_name, (scenario_name, edit) in edits.items():
+            text = valid[scenario_name]
+            edited = edit(text, fmt)
+            assert edited != text, f"{fmt} {edit_name}: edit changed nothing"
+            rid = f"{fmt}-{label.lower()}-{edit_name}"
+            rows.append((rid, label, edit_name, edited, SCENARIOS[scenario_name]))
+    random.Random(fmt).shuffle(rows)
+    return [_record(*row) for row in rows]
+
+
+def _record(rid: str, label: str, edit_name: str, text: str, scenario: Scenario) -> str:
+    row = {"id": rid, "label": label, "edit": edit_name, "text": text}
+    if edit_name in SHAPE_OF:
+        row["shape"] = SHAPE_OF[edit_name]
+    row["tools"] = scenario.tools
+    if scenario.prompt is not None:
+        row["prompt"] = scenario.prompt
+    if scenario.echo is not None:
+        row["echo"] = scenario.echo
+    return json.dumps(row, ensure_ascii=False)
 
 
 def main() -> None:
     for fmt in FORMATS:
-        rows = []
-        valid = {}
-        for name, scenario in SCENARIOS.items():
-            valid[name] = render(fmt, scenario)
-            rows.append((f"{fmt}-valid-{name}", "VALID", name, valid[name], scenario))
-        for name, (tools, prose, prompt) in PROSE_ONLY.items():
-            scenario = Scenario(tools, [], prompt, prose)
-            rows.append((f"{fmt}-valid-{name}", "VALID", name, prose + EOS, scenario))
-        for label, edits in EDITS.items():
-            for edit_name, (scenario_name, edit) in edits.items():
-                text = valid[scenario_name]
-                edited = edit(text, fmt)
-                assert edited != text, f"{fmt} {edit_name}: edit changed nothing"
-                rows.append(
-                    (
-                        f"{fmt}-{label.lower()}-{edit_name}",
-                        label,
-                        edit_name,
-                        edited,
-                        SCENARIOS[scenario_name],
-                    )
-                )
-        rng = random.Random(fmt)
-        rng.shuffle(rows)
-        with open(HERE / f"corpus_{fmt}.jsonl", "w") as out:
-            for rid, label, edit_name, text, scenario in rows:
-                row = {"id": rid, "label": label, "edit": edit_name, "text": text}
-                row["tools"] = scenario.tools
-                if scenario.prompt is not None:
-                    row["prompt"] = scenario.prompt
-                if scenario.echo is not None:
-                    row["echo"] = scenario.echo
-                out.write(json.dumps(row, ensure_ascii=False) + "\n")
-        print(f"corpus_{fmt}.jsonl: {len(rows)} completions")
+        lines = corpus(fmt)
+        (HERE / f"corpus_{fmt}.jsonl").write_text("".join(line + "\n" for line in lines))
+        print(f"corpus_{fmt}.jsonl: {len(lines)} completions")
 
 
 if __name__ == "__main__":

@@ -69,7 +69,11 @@ CODE = (
     "#!/bin/sh\nset -eu\nmake build\nmake test\nmake deploy\n",
     "const xs = [1, 2, 3];\nconsole.log(xs.map((x) => x * 2));\n",
     "# " + "-" * 77 + "\n# Settings\n# " + "-" * 77 + "\nDEBUG = False\n",
+    "date,requests,errors\n"
+    + "".join(f"2025-03-{day:02d},{1000 + 7 * day},{day % 2}\n" for day in range(1, 29)),
+    "".join(f"2025-03-01T10:00:{s:02d}Z INFO worker ok (shard {s % 4})\n" for s in range(30)),
 )
+"""File contents, CSV and logs among them: rows alike but for a date, a counter or an id."""
 BODIES = (
     "Hi team,\n\nThe deploy is done:\n- API: ok\n- Web: ok\n- Jobs: ok\n\nThanks!",
     "Здравствуйте!\n\nОтчёт во вложении.\n\nС уважением,\nИван",
@@ -80,6 +84,8 @@ BODIES = (
     "| Mon | Tue | Wed | Thu | Fri | Sat | Sun | Σ | Δ | % |\n"
     "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
     "| 1 | 2 | 3 | 4 | 5 | 6 | 7 | 28 | +3 | 12 |",
+    "To fill in:\n\n| name | role | start |\n| --- | --- | --- |\n"
+    + "|      |      |       |\n" * 8,
 )
 
 

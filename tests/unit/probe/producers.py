@@ -16,11 +16,18 @@ generator:
   stream cut inside the block; the marker respelled as a look-alike); otherwise any class
   but VALID — or any class at all where SGLang and deepseek-recipe serve the very calls
   asked for from the mutated text (the validator may refuse what lenient parsers repair);
-* ``loop``, ``salad``, ``garbled``: a derailed decoder — a span of the prose or of a value
-  repeated until max_tokens, tokens from other scripts glued into the prose's words, byte
-  tokens that form no UTF-8 character in the prose or a value — all DEGENERATE_TEXT;
+* ``loop``, ``salad``, ``garbled``: a derailed decoder — a few tokens of the prose or of a
+  value repeated until max_tokens, or a long span (60 to 400 characters) of the reasoning,
+  the prose or a value repeated a few times before the answer goes on; tokens from other
+  scripts glued into the prose's words; byte tokens that form no UTF-8 character in the
+  reasoning, the prose or a value — all DEGENERATE_TEXT;
 * ``runaway``, ``special``: text after the block, where the format ends the turn, and a
-  chat-template token mid-answer — DEGENERATE_TEXT (LEAKED_MARKUP too, for a second block).
+  chat-template token mid-answer or mid-reasoning — DEGENERATE_TEXT (LEAKED_MARKUP too,
+  for a second block);
+* ``cycle``: a run of the turn's calls, with their arguments, written again back to back
+  so that at least three calls repeat — DEGENERATE_TEXT;
+* ``dialect``: the turn's first call written in another model family's tool-call dialect
+  instead of the DSML block — LEAKED_MARKUP.
 
 Half the realistic cases are judged with their prompt, half without (a user's log): the
 judge must hold either way.
@@ -53,6 +60,7 @@ from tests.unit.probe.token_mutations import SPECIAL_TOKENS, Kind, Mutation, tok
 
 VALID = frozenset({Outcome.VALID})
 DEGENERATE = frozenset({Outcome.DEGENERATE_TEXT})
+LEAKED = frozenset({Outcome.LEAKED_MARKUP})
 REFUSED = frozenset(VALIDATOR_OUTCOMES) - VALID
 ANY = frozenset(VALIDATOR_OUTCOMES)
 
@@ -215,6 +223,21 @@ def _long_words(words: list[str]) -> list[int]:
     return [i for i, w in enumerate(words) if w.isalpha() and len(w) >= 4]
 
 
+def _reasoning_span(rng: random.Random, fmt: DsmlFormat) -> tuple[Turn, str, int, int]:
+    """A rendered turn with reasoning (re-drawn until it has some) and where it lies."""
+    while True:
+        turn, text = _rendered(rng, fmt)
+        if turn.reasoning:
+            return turn, text, 0, text.index("</think>")
+
+
+def _span(rng: random.Random, fmt: DsmlFormat, where: str) -> tuple[Turn, str, int, int]:
+    """A rendered turn and a span of its reasoning, prose or one of its string values."""
+    if where == "reasoning":
+        return _reasoning_span(rng, fmt)
+    return _value_span(rng, fmt) if where == "value" else _with_prose(rng, fmt, 3)
+
+
 def _value_span(rng: random.Random, fmt: DsmlFormat) -> tuple[Turn, str, int, int]:
     """A rendered turn and where one of its string values lies (re-drawn until it has one
     of 8+ characters)."""
@@ -229,10 +252,12 @@ _STRING_VALUE = re.compile(rf'string="true">(.*?)</{MARKER}', re.DOTALL)
 
 
 def loop_case(rng: random.Random, fmt: DsmlFormat) -> Case:
-    """The decoder stuck on a span of its prose or of a value, repeating it until
-    max_tokens."""
+    """The decoder stuck: half the time on a few tokens of its prose or of a value, repeated
+    until max_tokens; otherwise on a long span, written a few times before it goes on."""
+    if rng.random() < 0.5:
+        return _long_loop_case(rng, fmt)
     in_value = rng.random() < 0.5
-    turn, text, start, end = _value_span(rng, fmt) if in_value else _with_prose(rng, fmt, 3)
+    turn, text, start, end = _span(rng, fmt, "value" if in_value else "prose")
     tokens = tokenize(text[start:end])
     at = rng.randint(2, len(tokens))
     unit = "".join(tokens[max(0, at - rng.randint(2, 10)) : at])
@@ -243,6 +268,28 @@ def loop_case(rng: random.Random, fmt: DsmlFormat) -> Case:
         repeats += 1
     looped = text[:start] + "".join(tokens[:at]) + unit * repeats
     return Case("loop", fmt, turn, looped, DEGENERATE, rng.random() < 0.5)
+
+
+def _long_loop_case(rng: random.Random, fmt: DsmlFormat) -> Case:
+    """A sentence of 100 to 400 characters written 3 to 5 times, or of 40 to 99 written 5 to
+    8 times, into the reasoning, the prose or a value; the answer then goes on as it was.
+    A value is user data, judged only against a known prompt: those cases carry it."""
+    where = rng.choice(("reasoning", "prose", "value"))
+    turn, text, start, end = _span(rng, fmt, where)
+    long = rng.random() < 0.5
+    unit = _sentence(rng, rng.randint(100, 400) if long else rng.randint(40, 99))
+    repeats = rng.randint(3, 5) if long else rng.randint(5, 8)
+    at = rng.randint(start, end)
+    looped = text[:at] + unit * repeats + text[at:]
+    return Case("loop", fmt, turn, looped, DEGENERATE, where == "value" or rng.random() < 0.5)
+
+
+def _sentence(rng: random.Random, size: int) -> str:
+    """Words of any script, `size` characters with the space that ends them."""
+    words: list[str] = []
+    while sum(map(len, words)) + len(words) < size:
+        words.append(rng.choice(SCRIPT_SAMPLES).split(" ")[0] + rng.choice(("", ",", ".")))
+    return " ".join(words)[: size - 1] + " "
 
 
 def salad_case(rng: random.Random, fmt: DsmlFormat) -> Case:
@@ -270,17 +317,19 @@ def _glue(rng: random.Random, word: str) -> str:
 
 
 def garbled_case(rng: random.Random, fmt: DsmlFormat) -> Case:
-    """Byte tokens that form no UTF-8 character in the prose or a value: the client sees
-    U+FFFD.  A value is user data, judged only against a known prompt: those cases carry it."""
-    in_value = rng.random() < 0.5
-    turn, text, start, end = _value_span(rng, fmt) if in_value else _with_prose(rng, fmt, 3)
+    """Byte tokens that form no UTF-8 character in the reasoning, the prose or a value: the
+    client sees U+FFFD, one or a run.  A value is user data, judged only against a known
+    prompt: those cases carry it."""
+    where = rng.choice(("reasoning", "prose", "value"))
+    turn, text, start, end = _span(rng, fmt, where)
     garbled = text
     while "\ufffd" not in garbled:  # a continuation byte for one may spell another letter
         raw = bytearray(text[start:end].encode())
-        for at in rng.sample(range(len(raw)), min(len(raw), rng.randint(1, 3))):
-            raw[at] = rng.randint(0x80, 0xBF)
+        at = rng.randrange(len(raw))
+        run = rng.randint(1, 4)
+        raw[at : at + run] = bytes(rng.randint(0x80, 0xBF) for _ in range(run))
         garbled = text[:start] + raw.decode(errors="replace") + text[end:]
-    known = in_value or rng.random() < 0.5
+    known = where == "value" or rng.random() < 0.5
     return Case("garbled", fmt, turn, garbled, DEGENERATE, known)
 
 
@@ -297,7 +346,7 @@ def runaway_case(rng: random.Random, fmt: DsmlFormat) -> Case:
         tail, accepted = rng.choice(RUNAWAY_PROSE), DEGENERATE
     else:
         tail = body[text.index("<" + MARKER, len(split_reasoning(text)[0])) - 2 :]
-        accepted = DEGENERATE | {Outcome.LEAKED_MARKUP}
+        accepted = DEGENERATE | LEAKED
     ending = rng.choice((EOS, ""))
     return Case("runaway", fmt, turn, body + tail + ending, accepted, rng.random() < 0.5)
 
@@ -308,14 +357,87 @@ tell a stray one from the end of a thinking turn."""
 
 
 def special_case(rng: random.Random, fmt: DsmlFormat) -> Case:
-    """A chat-template token mid-answer, in the prose or a value: the tokenizer never makes
-    one from text, only a derailed decoder writes it."""
-    in_value = rng.random() < 0.5
-    turn, text, start, end = _value_span(rng, fmt) if in_value else _with_prose(rng, fmt, 3)
+    """A chat-template token mid-answer or mid-reasoning, in the prose, a value or the
+    reasoning: the tokenizer never makes one from text, only a derailed decoder writes it."""
+    turn, text, start, end = _span(rng, fmt, rng.choice(("reasoning", "prose", "value")))
     token = rng.choice(CHAT_TOKENS)
     at = rng.randint(start + 1, end - 1)
     spliced = text[:at] + token + text[at:]
     return Case("special", fmt, turn, spliced, DEGENERATE, rng.random() < 0.5)
+
+
+def cycle_case(rng: random.Random, fmt: DsmlFormat) -> Case:
+    """A decoder stuck in the block: a run of one to three of the turn's calls, one with
+    arguments at least, written again back to back — three times for one call, two or three
+    for more (a pair of identical calls may be meant: a die rolled twice)."""
+    while True:
+        turn = conversation(rng)
+        with_args = [i for i, (_, args) in enumerate(turn.calls) if args]
+        if with_args:
+            break
+    first = rng.choice(with_args)
+    size = rng.randint(1, min(3, len(turn.calls) - first))
+    unit = turn.calls[first : first + size]
+    times = 3 if size == 1 else rng.randint(2, 3)
+    calls = [*turn.calls[: first + size], *unit * (times - 1), *turn.calls[first + size :]]
+    cycled = Turn(turn.tools, calls, turn.prompt, turn.prose, turn.reasoning)
+    text = render(fmt, cycled.tools, cycled.calls, cycled.prose, cycled.reasoning)
+    return Case("cycle", fmt, cycled, text, DEGENERATE, rng.random() < 0.5)
+
+
+def _hermes(name: str, args: dict[str, Any]) -> str:
+    return f"<tool_call>\n{_json_call(name, args)}\n</tool_call>"
+
+
+def _qwen3_coder(name: str, args: dict[str, Any]) -> str:
+    params = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in args.items())
+    return f"<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>"
+
+
+def _llama_function(name: str, args: dict[str, Any]) -> str:
+    return f"<function={name}>{json.dumps(args, ensure_ascii=False)}</function>"
+
+
+def _deepseek_v3(name: str, args: dict[str, Any], bar: str = "｜") -> str:
+    body = f"```json\n{json.dumps(args, ensure_ascii=False)}\n```"
+    return (
+        f"<{bar}tool▁calls▁begin{bar}><{bar}tool▁call▁begin{bar}>function<{bar}tool▁sep{bar}>"
+        f"{name}\n{body}<{bar}tool▁call▁end{bar}><{bar}tool▁calls▁end{bar}>"
+    )
+
+
+def _mistral(name: str, args: dict[str, Any]) -> str:
+    return f"[TOOL_CALLS][{_json_call(name, args)}]"
+
+
+def _python_tag(name: str, args: dict[str, Any]) -> str:
+    return f"<|python_tag|>{_json_call(name, args)}"
+
+
+def _json_call(name: str, args: dict[str, Any]) -> str:
+    return json.dumps({"name": name, "arguments": args}, ensure_ascii=False)
+
+
+DIALECTS: tuple[Callable[[str, dict[str, Any]], str], ...] = (
+    _hermes,
+    _qwen3_coder,
+    _llama_function,
+    _deepseek_v3,
+    lambda name, args: _deepseek_v3(name, args, "|"),
+    _mistral,
+    _python_tag,
+)
+"""Other model families' tool-call markup, as their chat templates write a call."""
+
+
+def dialect_case(rng: random.Random, fmt: DsmlFormat) -> Case:
+    """The turn's first call in another family's dialect where the DSML block stood: the
+    model wrote a call no DeepSeek parser serves."""
+    turn, text = _rendered(rng, fmt)
+    block = text.index("<" + MARKER, len(split_reasoning(text)[0])) - 2
+    markup = rng.choice(DIALECTS)(*turn.calls[0])
+    foreign = text[:block] + "\n\n" + markup + EOS
+    return Case("dialect", fmt, turn, foreign, LEAKED, rng.random() < 0.5)
 
 
 PRODUCERS: dict[str, Callable[[random.Random, DsmlFormat], Case]] = {
@@ -327,6 +449,8 @@ PRODUCERS: dict[str, Callable[[random.Random, DsmlFormat], Case]] = {
     "garbled": garbled_case,
     "runaway": runaway_case,
     "special": special_case,
+    "cycle": cycle_case,
+    "dialect": dialect_case,
 }
 
 

@@ -13,6 +13,7 @@ import pytest
 from dsv4_engine.probe.dsml import DsmlFormat
 from dsv4_engine.probe.outcome import VALIDATOR_OUTCOMES
 from dsv4_engine.probe.validate import classify_records
+from tests.data.dsml_corpus.make_corpus import SHAPES, corpus
 
 CORPUS = Path(__file__).parents[2] / "data" / "dsml_corpus"
 FORMATS = [f.value for f in DsmlFormat]
@@ -65,3 +66,24 @@ def test_a_valid_completion_of_one_format_is_an_envelope_mismatch_in_the_others(
             r.judgement.outcome.value for r in classify_records(lines, DsmlFormat(other), path)
         }
         assert outcomes == {"ENVELOPE_MISMATCH"}, (fmt, other, outcomes)
+
+
+@pytest.mark.parametrize(
+    "fmt",
+    [pytest.param(f, marks=pytest.mark.sglang) if f == "v32" else f for f in FORMATS],
+)
+def test_the_committed_corpus_is_what_its_generator_writes(fmt):
+    """One source of truth: make_corpus.py (the V3.2 encoder is SGLang's)."""
+    assert corpus(fmt) == (CORPUS / f"corpus_{fmt}.jsonl").read_text().splitlines()
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_production_shape_is_in_the_corpus_and_judged_as_labelled(fmt):
+    """What `make bench-validator` reports per shape: full recall on the corrupt shapes (loops,
+    invoke cycles, U+FFFD runs, role tokens, foreign dialects), no false alarm on the valid
+    guards (repetitive values, parallel calls, multilingual text) nor anywhere else."""
+    judged = _judge(fmt)
+    assert {row.get("shape") for row, _, _ in judged} == {*SHAPES, None}
+    alarms = [row["id"] for row, got, _ in judged if row["label"] == "VALID" != got]
+    missed = [row["id"] for row, got, _ in judged if "shape" in row and got != row["label"]]
+    assert not alarms and not missed, (alarms, missed)

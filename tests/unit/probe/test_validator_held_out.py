@@ -25,7 +25,16 @@ from tests.unit.probe.producers import held_out, validators
 RECIPE_FORMATS = (DsmlFormat.V4, DsmlFormat.V41)
 """deepseek-recipe renders these without importing SGLang (seconds): the quick tests' own."""
 CITIES = ("Paris", "東京", "Москва", "القاهرة", "Αθήνα", "서울", "Zürich", "Kraków", "Lima")
-QUICK_PRODUCERS = ("encoder", "loop", "salad", "garbled", "runaway", "special")
+QUICK_PRODUCERS = (
+    "encoder",
+    "loop",
+    "salad",
+    "garbled",
+    "runaway",
+    "special",
+    "cycle",
+    "dialect",
+)
 """All but those that call SGLang (its served messages, the mutations' served-parser check)."""
 TEST_SEED = -1
 """The bench draws its held-out seed from 0 .. 2**32 - 1: never this one."""

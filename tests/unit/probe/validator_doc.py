@@ -34,6 +34,10 @@ _PROSE = (
     "SGLang serves the call and passes the prose on; the prose shows the decoder left language "
     "in this very answer, so the call beside it is no evidence of a healthy engine"
 )
+_REASONING = (
+    "SGLang serves the call and passes the reasoning on; the reasoning shows the decoder left "
+    "language in this very turn, so the call after it is no evidence of a healthy engine"
+)
 _LAYOUT = (
     "SGLang's regexes ignore layout; DeepSeek's reference parser requires it and no encoder "
     "writes otherwise: a lost newline token means a disturbed stream"
@@ -79,6 +83,21 @@ WHY: dict[str, str] = {
     "foreign_scripts_not_in_request": _PROSE,
     "loop_in_closed_value": "SGLang serves a looped city the request does not hold",
     "runaway_after_block": "SGLang drops text after the block; the model did not end its turn where the format does",
+    "long_period_loop_in_prose": _PROSE,
+    "replacement_run_in_prose": _PROSE,
+    "loop_in_reasoning": _REASONING,
+    "long_period_loop_in_reasoning": _REASONING,
+    "replacement_run_in_reasoning": _REASONING,
+    "role_token_in_reasoning": _REASONING,
+    "assistant_token_in_reasoning": _REASONING,
+    "dialect_in_reasoning": (
+        "SGLang parses only the answer; a call begun while thinking, in another family's "
+        "dialect, reaches the client as reasoning text"
+    ),
+    "invoke_cycle": "SGLang serves every copy: a decoder stuck in the block makes one call three times (its side effects thrice)",
+    "invoke_cycle_of_two": "SGLang serves every copy: a cycle of two calls makes each of them twice",
+    "long_period_loop_in_value": "SGLang serves a log whose lines loop back, which the request does not hold",
+    "replacement_run_in_value": "SGLang serves a city with bytes that form no character, which the request does not hold",
 }
 
 
