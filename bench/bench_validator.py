@@ -7,8 +7,8 @@ marks (`shape`, see make_corpus.SHAPES), the recall on the corrupt shapes (loops
 cycles, U+FFFD runs, role tokens, foreign dialects) and the false alarms on the valid
 guards (repetitive values, parallel calls, multilingual text), and the false alarms on the
 whole valid corpus; then the time the validator takes per completion, and its throughput
-on long answers (8k to 32k characters: markdown prose, a CSV value, a loop that runs into
-max_tokens), the size the engine judges on every production tool-call answer.
+on long answers (8k to 32k characters: markdown prose, a CSV value, a log value, a loop
+that runs into max_tokens), the size the engine judges on every production tool-call answer.
 
 Then the held-out set: every producer of `tests/unit/probe/producers.py` (DeepSeek's
 encoders rendering real-looking conversations, SGLang's detector serving them, token-stream
@@ -131,19 +131,28 @@ WRITE_TOOL = {
 
 def long_answers(size: int) -> dict[str, str]:
     """Answers of `size` characters the engine may judge: the project's own docs as
-    markdown prose (tables, code, lists), a CSV file written by a call, and prose that
-    falls into a loop until max_tokens."""
+    markdown prose (tables, code, lists), a CSV file and a log written by a call (rows
+    alike but for their numbers: the slowest legitimate shape for the loop search), and
+    prose that falls into a loop until max_tokens."""
     docs = "\n\n".join(p.read_text() for p in sorted((ROOT / "docs").glob("*.md")))
     csv = "".join(
         f"2025-03-{d % 28 + 1:02d},{d},{1000 + 37 * d % 211},{d % 3}\n" for d in range(size)
     )
-    call = [("write_file", {"path": "data/march.csv", "content": csv[: size - 300]})]
+    log = "".join(
+        f"10:{d // 60 % 60:02d}:{d % 60:02d} INFO replica {d % 3} ok\n" for d in range(size)
+    )
     loop = docs[: size // 2] + ("I will check the weather for you now. " * size)[: size // 2]
     return {
         "markdown prose": render(DsmlFormat.V4, [WRITE_TOOL], [], docs[:size]),
-        "CSV value": render(DsmlFormat.V4, [WRITE_TOOL], call, "Writing the file."),
+        "CSV value": _written(csv[: size - 300]),
+        "log value": _written(log[: size - 300]),
         "loop to max_tokens": loop,
     }
+
+
+def _written(content: str) -> str:
+    call = ("write_file", {"path": "data/out.txt", "content": content})
+    return render(DsmlFormat.V4, [WRITE_TOOL], [call], "Writing the file.")
 
 
 def long_output_report() -> None:

@@ -26,9 +26,10 @@ markdown tables, bilingual text, and argument values in any mix of scripts — s
   Values of complete parameters are user data: they are judged only when the prompt is
   known (then a loop must come from it), otherwise the echo and schema judge them — a
   user's pasted file may hold any repetition, and without the prompt the judge cannot
-  tell it from the decoder's; a complete value that is a JSON array or object is data,
-  whose elements may repeat.  The reasoning is language the model wrote: a loop counts
-  there as in the prose.
+  tell it from the decoder's.  A loop inside a closed JSON array or object — a value that
+  is one, or one written out in the prose or the reasoning — is data, whose elements may
+  repeat (a decoder stuck in one does not close it).  The reasoning is language the model
+  wrote: a loop counts there as in the prose.
 * **Cycles of calls** — the same sequence of calls, with the same arguments, back to back
   so that at least 3 calls repeat (one call three times, two calls twice): a decoder
   stuck in the block copies whole invokes.  A batch of calls to one tool differs in its
@@ -91,16 +92,14 @@ over 60 characters copy 48, 12 over 60 copy 55, a long unit 200."""
 _PROBE = (_MIN_COPY + 1) // 2
 """The loop search's probe length and spacing, 24: a copy of 48 characters holds one of
 the probes aligned every 24 characters, and that probe recurs one period earlier."""
-_MARGIN = (_MIN_COPY - _PROBE) // 2
-"""How far past its probe a copy of `_MIN_COPY` characters reaches on one side at least."""
-_MAX_SHIFTS = 8
-"""Earlier occurrences of one probe tried as periods, nearest first (a unit that repeats
-inside itself puts a shorter distance first)."""
 _MARKUP_ONLY = re.compile(r"[\s\x00]*")
 """What `language` leaves of tags and the layout between them: NUL per tag, whitespace."""
 _RULE_CHARS = frozenset("-=_~*#+|: \t─━═│┃┼╋├┤┌┐└┘╔╗╚╝║╠╣╦╩╬")
 """What a drawn line is made of: rules, borders, table delimiters, comment banners."""
 _MAX_RULE_LINE = 200
+_JSON = json.JSONDecoder()
+_MAX_DATA_OPENINGS = 16
+"""Opening brackets tried around a loop: a structure nested deeper is not judged data."""
 _MIN_CYCLE_CALLS = 3
 _MAX_CYCLE_UNIT = 32
 """The longest sequence of calls searched for a cycle, which bounds the search on an
@@ -121,20 +120,9 @@ def degeneracy(answer: Language, context: RequestContext | None = None) -> str |
     judged_values = answer.values if context is not None and context.prompt_known else ()
     spoken = ((answer.reasoning, False), (answer.prose, False))
     for text, complete in (*spoken, *((v, True) for v in judged_values)):
-        if why := _garbled(text, context):
-            return why
-        if not (complete and _is_data(text)) and (why := _loop(text, context, complete)):
+        if why := _garbled(text, context) or _loop(text, context, complete):
             return why
     return _salad(answer.prose, context)
-
-
-def _is_data(value: str) -> bool:
-    """A JSON array or object: data, whose elements may repeat (a board of zeros, a day of
-    empty counters) — a decoder stuck in one does not close it."""
-    try:
-        return isinstance(json.loads(value), list | dict)
-    except ValueError:
-        return False
 
 
 def _garbled(text: str, context: RequestContext | None) -> str | None:
@@ -170,6 +158,8 @@ def _loop(text: str, context: RequestContext | None, complete: bool) -> str | No
         region = text[found.start : found.end]
         if _explained(region, context) or _in_drawn_lines(text, found, complete):
             continue
+        if _in_data(text, found):
+            continue
         return f"loop: {unit!r:.40} repeated {found.repeats} times"
     return None
 
@@ -184,36 +174,43 @@ def _is_loop(unit: str, repeats: int) -> bool:
 
 
 def _repeats(text: str) -> Iterator[_Repeat]:
-    """Stretches of `text` that repeat a unit of up to 400 characters, left to right, in
-    near-linear time: a stretch is found where one of the probes (see `_PROBE`) recurs at
-    most 400 characters earlier — one `rfind` over 423 characters per probe, the cheap
-    necessary condition that most text fails — and then grown both ways by comparing
-    slices, so a loop of any length costs about two passes over it.  A probe inside a
-    stretch already found is skipped: what repeats there repeats with that stretch's period
-    (Fine and Wilf), so a run of spaces costs one probe, not one per 24 characters."""
+    """Stretches of `text` that may repeat a unit of up to 400 characters 3 times or more,
+    left to right, in near-linear time.  Per probe (see `_PROBE`), one `rfind` over the
+    423 characters before it: most text has no 24 characters recur that close, the cheap
+    necessary condition.  Where they do, the distance to the nearest earlier occurrence is
+    the candidate period, kept only where the text agrees with itself that far back over
+    enough characters past the probe on one side (`_may_loop`: two slice comparisons,
+    which rows alike but for a date or a counter, a log or a CSV file, fail), and then
+    grown both ways by comparing slices: a loop of any length costs about two passes over
+    it.  The nearest occurrence alone suffices: a unit that holds some 24 characters twice
+    puts a shorter distance first at a probe there, but a loop copies two units at least,
+    and the probes across the ends of the part it repeats recur first at the period.  A
+    probe inside a stretch already found is skipped: what repeats there repeats with that
+    stretch's period (Fine and Wilf), so a run of spaces costs one probe, not one per 24
+    characters.  `test_validator_production_shapes` checks the search against one of
+    every period at every position."""
     covered = 0
     for at in range(_PROBE, len(text) - _PROBE + 1, _PROBE):
         if at + _PROBE <= covered:
             continue
-        probe, low = text[at : at + _PROBE], at - _MAX_PERIOD if at > _MAX_PERIOD else 0
-        hit, tries = text.rfind(probe, low, at + _PROBE - 1), _MAX_SHIFTS
-        while hit != -1 and tries:
-            if _may_copy(text, at, at - hit):
-                found = _stretch(text, at, at - hit)
-                covered = max(covered, found.end)
-                yield found
-            hit, tries = text.rfind(probe, low, hit + _PROBE - 1), tries - 1
+        low = at - _MAX_PERIOD if at > _MAX_PERIOD else 0
+        hit = text.rfind(text[at : at + _PROBE], low, at + _PROBE - 1)
+        if hit != -1 and _may_loop(text, at, at - hit):
+            found = _stretch(text, at, at - hit)
+            covered = found.end
+            yield found
 
 
-def _may_copy(text: str, at: int, shift: int) -> bool:
-    """Whether the text agrees with itself `shift` earlier over the `_MARGIN` characters
-    right before or right after the probe at `at`: a copy of `_MIN_COPY` characters that
-    holds the probe reaches that far past it on one side, and most chance recurrences of a
-    probe fail both."""
-    end = at + _PROBE + _MARGIN
+def _may_loop(text: str, at: int, shift: int) -> bool:
+    """Whether the text agrees with itself `shift` earlier right before or right after the
+    probe at `at` over half of what a loop at that period copies beyond the probe: a loop
+    copies `_MIN_COPY` characters at least, and two units (3 repeats) — so the copy that
+    holds the probe reaches that far past it on one side."""
+    margin = (max(_MIN_COPY, 2 * shift) - _PROBE + 1) // 2
+    end = at + _PROBE + margin
     if end <= len(text) and text[at + _PROBE : end] == text[at + _PROBE - shift : end - shift]:
         return True
-    start = at - _MARGIN
+    start = at - margin
     return start - shift >= 0 and text[start:at] == text[start - shift : at - shift]
 
 
@@ -246,6 +243,25 @@ def _agreeing(same: Callable[[int, int], bool], limit: int) -> int:
         else:
             step //= 2
     return n
+
+
+def _in_data(text: str, found: _Repeat) -> bool:
+    """Whether the stretch lies inside a closed JSON array or object — a value that is one,
+    or one written out in the prose or the reasoning: data, whose elements may repeat (a
+    board of zeros, a day of empty counters); a decoder stuck in one does not close it.
+    Tried from the nearest opening bracket before the stretch outwards, a few of them."""
+    opening = found.start + 1
+    for _ in range(_MAX_DATA_OPENINGS):
+        opening = max(text.rfind("[", 0, opening), text.rfind("{", 0, opening))
+        if opening == -1:
+            return False
+        try:
+            _, end = _JSON.raw_decode(text, opening)
+        except ValueError:
+            continue
+        if end >= found.end:
+            return True
+    return False
 
 
 def _in_drawn_lines(text: str, found: _Repeat, complete: bool) -> bool:

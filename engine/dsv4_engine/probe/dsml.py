@@ -299,9 +299,14 @@ def _reject_constant(value: str) -> Any:
 
 
 def split_reasoning(text: str) -> tuple[str, str]:
-    """(reasoning, answer): the answer starts after the first ``</think>``, if any."""
+    """(reasoning, answer): the answer starts after the first ``</think>``, if any.  A
+    ``<think>`` that opens the text opens the reasoning (the model wrote it where the prompt
+    does not end with it) and is no part of it; anywhere else it is a stray token."""
     head, sep, tail = text.partition(THINK_END)
-    return (head, tail) if sep else ("", text)
+    return (head.removeprefix(_THINK_START), tail) if sep else ("", text)
+
+
+_THINK_START = "<think>"
 
 
 def parse(text: str, fmt: DsmlFormat) -> tuple[ToolCall, ...]:

@@ -114,13 +114,20 @@ def _brute_force_loop(text: str) -> bool:
 
 @pytest.mark.parametrize("seed", range(40))
 def test_the_loop_search_finds_what_a_search_of_every_period_finds(seed):
-    """The probes skip most of the text; they must miss no loop an exhaustive search finds."""
+    """The probes skip most of the text and take the nearest recurrence of each as its
+    period; they must miss no loop an exhaustive search finds, also where the unit holds a
+    part of itself twice (a shorter distance first)."""
     rng = random.Random(seed)
     alphabet = "abcdefgh"[: rng.randint(2, 8)]
+
+    def word(low: int, high: int) -> str:
+        return "".join(rng.choice(alphabet) for _ in range(rng.randint(low, high)))
+
     pieces = []
     for _ in range(rng.randint(1, 4)):
-        pieces.append("".join(rng.choice(alphabet) for _ in range(rng.randint(0, 80))))
-        unit = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 160)))
+        pieces.append(word(0, 80))
+        part = word(20, 60)
+        unit = word(1, 160) if seed % 2 else part + part[: rng.randint(0, 60)] + word(0, 9) + part
         pieces.append(unit * rng.randint(1, 8) + unit[: rng.randint(0, len(unit))])
     text = "".join(pieces)
     assert (_loop(text, None, True) is not None) is _brute_force_loop(text), text
@@ -131,8 +138,13 @@ def test_a_32k_character_answer_is_judged_in_milliseconds():
     (a regex over every period up to 400 took hundreds of milliseconds here)."""
     rng = random.Random(0)
     rows = "".join(f"2025-03-{d % 28 + 1:02d},{d},{rng.randint(0, 9999)}\n" for d in range(2000))
+    log = "".join(
+        f"10:{d // 60 % 60:02d}:{d % 60:02d} INFO replica {d % 3} ok\n" for d in range(1200)
+    )
     prose = " ".join(_sentence(rng.randint(20, 200)) for _ in range(400))
-    for text in (_with_prose(prose[:32_000]), _with_prose("Rows:\n" + rows[:32_000])):
+    for body in (prose, "Rows:\n" + rows, "Log:\n" + log):
+        text = _with_prose(body[:32_000])
+        assert len(text) > 32_000
         times = []
         for _ in range(5):
             start = time.perf_counter()
@@ -185,6 +197,20 @@ def test_mixed_script_words_count_in_the_prose_not_in_the_reasoning():
     salad = "Lеt me chеck the wеather."  # Cyrillic е glued into Latin words
     assert _judge(_with_prose(salad)) is Outcome.DEGENERATE_TEXT
     assert _judge(f"{salad}</think>{_with_prose('Checking.')}") is Outcome.VALID
+
+
+def test_a_closed_json_array_in_the_prose_or_reasoning_is_data_an_open_one_a_loop():
+    board = json.dumps({"cells": [[0] * 10 for _ in range(10)]})
+    plan = f"The board starts empty: {board}. Now call it."
+    assert _judge(f"{plan}</think>{_with_prose('Checking.')}") is Outcome.VALID
+    assert _judge(_with_prose(plan)) is Outcome.VALID
+    assert _judge(f"Checking. {board[:-20]}{EOS}") is Outcome.DEGENERATE_TEXT  # never closed
+
+
+def test_a_think_token_that_opens_the_completion_opens_the_reasoning():
+    answer = _with_prose("Checking.")
+    assert _judge(f"<think>Plan: call it.</think>{answer}") is Outcome.VALID
+    assert _judge(f"<think>Plan: <think>call it.</think>{answer}") is Outcome.DEGENERATE_TEXT
 
 
 def test_a_loop_in_the_reasoning_content_of_a_served_message_is_degenerate():
