@@ -20,6 +20,9 @@ import yaml
 from dsv4_dev.cluster import binaries
 from dsv4_dev.monitoring import dashboard
 from dsv4_dev.monitoring.config import MONITORING, metric_names
+from dsv4_engine import live_judge
+from dsv4_engine.live_judge import LiveJudge
+from dsv4_engine.probe.dsml_format import DsmlFormat
 from dsv4_engine.reference.metrics import EngineStats, Page, ServedCounts, render
 from dsv4_operator import metrics
 from dsv4_operator.cli import dashboard as cli_dashboard
@@ -48,8 +51,13 @@ def operator_series() -> set[str]:
 
 
 def engine_series() -> set[str]:
-    """Every series name the reference engine's /metrics serves."""
-    page = Page(EngineStats(), ServedCounts(), "m", "unified", 128, 1, 2, 0, 0, False, 0, {})
+    """Every series name the reference engine's /metrics serves (its live judge's too)."""
+    judge = LiveJudge(DsmlFormat.V4)
+    try:
+        live = live_judge.render(judge)
+    finally:
+        judge.stop()
+    page = Page(EngineStats(), ServedCounts(), "m", "unified", 128, 1, 2, 0, 0, False, 0, {}, live)
     text = render(page)
     return {line.split("{")[0] for line in text.splitlines() if not line.startswith("#")}
 
@@ -85,11 +93,12 @@ def test_the_variables_pick_a_namespace_then_one_of_its_deployments(shipped):
     assert variables["deployment"]["query"]["query"] == (
         'label_values(dsv4_operator_rollout_phase{namespace="$namespace"}, name)'
     )
-    # Every per-deployment query is narrowed to the chosen one; the operator-wide
-    # reconcile series have no deployment label.
+    # Every per-deployment query is narrowed to the chosen one (the live-integrity row to
+    # it and its canary); the operator-wide reconcile series have no deployment label.
+    chosen = ('"$deployment"', '=~"$deployment|$deployment--canary"')
     for query in dashboard.queries(shipped):
         if "dsv4_operator_reconcile" not in query.expr:
-            assert '"$deployment"' in query.expr and '"$namespace"' in query.expr, query
+            assert any(c in query.expr for c in chosen) and '"$namespace"' in query.expr, query
 
 
 def test_the_dashboard_names_only_series_that_are_exported(shipped):
