@@ -20,8 +20,9 @@ What a deviation is classed as: a tag of the block spelt otherwise (another form
 envelope or spacing, a near miss such as ASCII ``|`` or no marker, whitespace where the
 format has ``\\n``, a JSON body) is ENVELOPE_MISMATCH; tags out of order, stray text or
 missing attributes UNBALANCED; text that ends inside the block TRUNCATED; markup outside
-the block LEAKED_MARKUP; text after the block — the format ends the turn there — a runaway
-(DEGENERATE_TEXT).  `string="true"` values are taken verbatim, `string="false"` values must
+the block LEAKED_MARKUP, and so is a call in another model family's dialect (found by
+`foreign_markup`, which the parser's caller asks); text after the block — the format ends
+the turn there — a runaway (DEGENERATE_TEXT).  `string="true"` values are taken verbatim, `string="false"` values must
 be one JSON literal.
 """
 
