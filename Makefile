@@ -12,7 +12,7 @@ export PATH := $(VENV)/bin:$(PATH)
 # bytecode lands in __pycache__ beside the sources, which git and the image builds ignore.
 export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: help venv control-plane kube-score images images-sglang test test-unit test-images test-images-sglang test-e2e lint demo cluster-up cluster-down manifests bench bench-engine bench-engine-server bench-validator bench-echo bench-scale bench-hicache-pressure
+.PHONY: help venv control-plane kube-score images images-sglang test test-unit test-images test-images-sglang test-e2e lint demo cluster-up cluster-down manifests bench bench-engine bench-engine-server bench-validator bench-echo bench-scale bench-hicache-pressure bench-live-judge
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -74,7 +74,7 @@ manifests: venv ## Regenerate crds/ from the typed API models (operator/dsv4_ope
 	$(PY) hack/rollout_classes.py docs/rollout.md
 	$(PY) hack/known_issues.py docs/known-issues.md
 
-bench: bench-plan bench-probe bench-echo bench-validator bench-engine-server bench-engine bench-rollout bench-scale ## Run every benchmark (each bench-* target adds itself here)
+bench: bench-plan bench-probe bench-echo bench-validator bench-engine-server bench-engine bench-rollout bench-scale bench-live-judge ## Run every benchmark (each bench-* target adds itself here)
 
 bench-probe: venv ## Probe client throughput at concurrency 64, samples needed to PASS / FAIL
 	$(PY) bench/bench_probe.py
@@ -102,3 +102,6 @@ bench-hicache-pressure: venv ## Reference engine under host-tier pressure: 50 se
 
 bench-engine-server: venv ## Reference engine: req/s and tok/s at concurrency 1/16/64, HiCache on/off, warm!=cold rates
 	$(PY) bench/bench_engine_server.py
+
+bench-live-judge: venv ## Live judging of served tool calls off vs on in one run (reference engine, concurrency 64): CPU/request, p50/p99, the judge's own cost, validator throughput on long outputs
+	$(PY) bench/bench_live_judge.py

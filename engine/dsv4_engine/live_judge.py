@@ -34,6 +34,7 @@ import queue
 import re
 import threading
 import time
+import traceback
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -68,6 +69,11 @@ EXAMPLES_ENV = "DSV4_LIVE_JUDGE_EXAMPLES"
 """How many redacted corrupt examples to keep (default 0: none; at most `MAX_EXAMPLES`)."""
 MAX_EXAMPLES = 100
 QUEUE_SIZE = 1024
+YIELD_S = 1e-4
+"""The worker sleeps this long after each answer: the GIL is free then, so a serving thread
+that wants it takes it.  Without a pause a thread waiting for the GIL waits out the
+interpreter's switch interval (5 ms) while a burst of answers is judged, since the worker
+takes the GIL straight back (a 0-second sleep does not hand it over reliably)."""
 
 DSML_IN_CONTENT = "DSML_IN_CONTENT"
 SKIPPED = "skipped"
@@ -286,8 +292,15 @@ class LiveJudge:
                     return
                 for one in [answer] if isinstance(answer, Answer) else answer():
                     self._judge_one(one)
-            except Exception:  # a judge bug must not end judging (nor touch an answer)
-                log.exception("live judge: judging one answer failed")
+                    # Let the serving threads have the GIL between answers (see YIELD_S).
+                    time.sleep(YIELD_S)
+            except Exception as err:  # a judge bug must not end judging (nor touch an answer)
+                where = traceback.extract_tb(err.__traceback__)[-1]
+                log.error(
+                    "live judge: judging an answer failed: %s at %s:%s (its message is not "
+                    "logged: it may quote the answer)",
+                    type(err).__name__, where.filename, where.lineno,
+                )  # fmt: skip
             finally:
                 self._queue.task_done()
 

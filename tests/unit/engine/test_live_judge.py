@@ -109,13 +109,13 @@ def test_a_full_queue_counts_skipped_at_once_never_drops_silently():
     judged.stop()
 
 
-def test_a_judge_that_fails_counts_nothing_and_keeps_judging():
+def test_a_judge_that_fails_counts_nothing_and_keeps_judging(caplog):
     calls = []
 
     def flaky(_answer, _fmt):
         calls.append(1)
         if len(calls) == 1:
-            raise RuntimeError("bug")
+            raise RuntimeError("Jane Doe's answer")
         return "VALID", ""
 
     judged = LiveJudge(V4, judge_fn=flaky)
@@ -123,6 +123,7 @@ def test_a_judge_that_fails_counts_nothing_and_keeps_judging():
     judged.submit(CASES["VALID"])
     assert judged.drain()
     assert judged.counts()["VALID"] == 1
+    assert "RuntimeError" in caplog.text and "Jane" not in caplog.text
     judged.stop()
 
 
@@ -190,6 +191,9 @@ def test_the_parsers_formats_and_settings():
     assert live_judge.format_of_parser("deepseekv41") is DsmlFormat.V41
     assert live_judge.format_of_parser("qwen25") is None
     assert live_judge.revision({}) == "" and live_judge.revision({"DSV4_REVISION": "r3"}) == "r3"
+    assert live_judge.offers_tools(TOOLS) and live_judge.offers_tools(TOOLS, "auto")
+    assert not live_judge.offers_tools(TOOLS, "none"), "no tool rendered, no parser run"
+    assert not live_judge.offers_tools([]) and not live_judge.offers_tools(None)
     assert live_judge.examples_kept({}) == 0
     assert live_judge.examples_kept({"DSV4_LIVE_JUDGE_EXAMPLES": "5000"}) == 100
     with pytest.raises(ValueError, match="DSV4_LIVE_JUDGE_EXAMPLES"):
