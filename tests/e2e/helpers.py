@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import re
 import signal
 import subprocess
@@ -28,6 +29,7 @@ from dsv4_dev.cluster.local import LocalCluster
 from dsv4_dev.localrun import accounts
 from dsv4_dev.localrun.probes import IMAGES_ENV
 from dsv4_dev.localrun.runtime import READY, free_port
+from dsv4_engine.probe.workload import ECHO_TOOL, document, echo_instruction, random_echo
 from dsv4_operator.api.crd import CRD_PATH
 from dsv4_operator.api.samples import shipped_sample
 from dsv4_operator.runtime import OPERATOR_CONTAINER
@@ -222,6 +224,8 @@ class RouterLoad:
     distinct one for its question — the old and the new flags may each answer their own
     way, but a prefill and a decode of different formats paired would garble it."""
 
+    pause_s = 0.5  # between one answer and a session's next request
+
     def __init__(
         self, cluster: LocalCluster, namespace: str, service: str, sessions: int = 8
     ) -> None:
@@ -266,26 +270,67 @@ class RouterLoad:
         async with aiohttp.ClientSession(timeout=timeout) as http:
             await asyncio.gather(*(self._session(http, i) for i in range(self.sessions)))
 
-    async def _session(self, http: aiohttp.ClientSession, index: int) -> None:
-        body = {
+    def body(self, index: int) -> dict[str, Any]:
+        """The request session ``index`` sends next."""
+        return {
             "messages": [{"role": "user", "content": f"Session {index}: continue the story."}],
             "max_tokens": 4,
             "temperature": 0,
         }
+
+    def record(self, index: int, answer: dict[str, Any]) -> None:
+        """A 200 answer of session ``index``."""
+        self.answers.setdefault(index, set()).add(answer["choices"][0]["message"]["content"])
+
+    async def _session(self, http: aiohttp.ClientSession, index: int) -> None:
         while not self._stop.is_set():
             try:
                 url = await asyncio.to_thread(self._resolve)
-                async with http.post(f"{url}/v1/chat/completions", json=body) as resp:
+                async with http.post(f"{url}/v1/chat/completions", json=self.body(index)) as resp:
                     answer = await resp.json(content_type=None)
                     if resp.status != 200:
                         self.failed.append(f"HTTP {resp.status}: {answer}")
                     else:
-                        text = answer["choices"][0]["message"]["content"]
-                        self.answers.setdefault(index, set()).add(text)
+                        self.record(index, answer)
                         self.ok += 1
             except (aiohttp.ClientError, ValueError, KeyError, TimeoutError) as err:
                 self.failed.append(f"{type(err).__name__}: {err}")
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(self.pause_s)
+
+
+class ToolCallUsers(RouterLoad):
+    """Agent-like users through the router Service: each session asks, again and again,
+    for one call of the echo tool (`dsv4_engine.probe.workload`), under one of a few long
+    system prompts that sessions share (as an agent's users share its system prompt), so
+    prefixes are cached, evicted and loaded back as they are under real traffic.  What
+    their answers are worth is the engines' to judge (their live counters), not theirs."""
+
+    pause_s = 0.1
+
+    def __init__(
+        self, cluster: LocalCluster, namespace: str, service: str, sessions: int = 64
+    ) -> None:
+        super().__init__(cluster, namespace, service, sessions)
+        self._rng = random.Random(f"users:{service}")
+        self._prompts = [
+            document(random.Random(f"users:{group}"), 200, f"U{group}") for group in range(8)
+        ]
+
+    def body(self, index: int) -> dict[str, Any]:
+        echo = random_echo(self._rng)
+        return {
+            "messages": [
+                {"role": "system", "content": self._prompts[index % len(self._prompts)]},
+                {"role": "user", "content": echo_instruction(echo)},
+            ],
+            "tools": [ECHO_TOOL],
+            "tool_choice": "auto",
+            "max_tokens": 256,
+            "temperature": 0,
+        }
+
+    def record(self, index: int, answer: dict[str, Any]) -> None:
+        return None
 
 
 def model_claim(cluster: LocalCluster, namespace: str, claim: str) -> None:

@@ -19,6 +19,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from urllib.parse import quote
 
@@ -32,6 +33,7 @@ from dsv4_operator.api.samples import shipped_sample
 from tests.e2e.helpers import (
     MANIFESTS,
     OPERATOR_NS,
+    ToolCallUsers,
     as_list,
     get_json,
     kustomize,
@@ -47,11 +49,17 @@ RACE = {
     "hicache": {"enabled": True, "ratio": 2.0},
     "indexDtype": "bf16",
     "faultInjection": {"ungatedIndexK": True},
+    "kvCanary": "log",  # production counts its violations (DSV4ProductionKvCanaryViolation)
 }
+# What the race in production fires from the users' traffic alone.
+LIVE_ALERTS = {"DSV4LiveToolCallCorruption", "DSV4ProductionKvCanaryViolation"}
 # What of base the operator's scrape needs: its pod (KWOK runs nothing in it) and the
 # metrics Service in front of it.
 OPERATOR_POD_KINDS = {"Namespace", "ServiceAccount", "Deployment", "Service"}
 VERDICT_TIMEOUT = 600
+# The bound the live-integrity alert fires within, from the users' first request: its
+# rules' windows fill from the first scrape, and it holds for 1 minute before firing.
+LIVE_ALERT_MINUTES = 4
 CHART_STEP = 2  # seconds between a chart's points: the local scrape interval
 DATA = 'class="data"'  # what a chart draws for each stretch of a series
 # Dashboard queries (panel title, refId) the local cluster cannot answer, and why.
@@ -120,6 +128,12 @@ def scraped(monitoring: Monitoring) -> dict[tuple[str, str, str], str]:
     }
 
 
+def firing_alerts(monitoring: Monitoring) -> dict[str, dict]:
+    """The alerts firing now, by name (pending ones left out)."""
+    alerts = monitoring.alerts()
+    return {a["labels"]["alertname"]: a for a in alerts if a["state"] == "firing"}
+
+
 def monitor_job(monitor: dict) -> str:
     """A PodMonitor's `job` label, as the Prometheus Operator sets it."""
     return f"{monitor['metadata']['namespace']}/{monitor['metadata']['name']}"
@@ -165,21 +179,60 @@ def test_prometheus_scrapes_the_operator_engines_and_router_as_the_shipped_monit
     assert {s["metric"]["pod"] for s in engine_series} == {f"{NAME}-prefill-0", f"{NAME}-decode-0"}
 
 
-def test_a_promoted_revision_the_production_watch_finds_corrupt_fires_the_critical_alert(world):
+def test_corruption_users_get_in_production_fires_the_live_alert_without_a_watch_run(world):
+    """The race's flags promoted by hand (the one way corrupting flags reach production),
+    the production watch off: 64 sessions of agent-like users send tool-call requests
+    through the router Service, the engines judge each answer they serve, and
+    `DSV4LiveToolCallCorruption` fires on what the users got — no probe involved."""
     cluster, monitoring = world
     assert not monitoring.alerts(), "a healthy deployment raised an alert"
     # The race is on the host-tier path: production's prefill pool, as small as a busy
-    # one's free share, makes the watch's few samples evict prefixes and read them back.
+    # one's free share, makes requests evict prefixes and read them back.
     spec = {
         "features": RACE,
         "prefill": {"maxTotalTokens": 4096},
-        "rollout": {"stableProbeIntervalSeconds": 5},
+        "rollout": {"stableProbeIntervalSeconds": 0},
     }
     cluster.kubectl(
         "patch", "dsv4", NAME, "-n", NS, "--type=merge", "-p", json.dumps({"spec": spec})
     )
-    # By hand, without a verdict: the one way corrupting flags reach production.
     wait_for("the canary's promote accepted", lambda: promote(cluster), 120, interval=1)
+    wait_for(
+        "the race's flags serving production",
+        lambda: (
+            status(cluster).get("phase") == "Ready"
+            and (status(cluster).get("rollout") or {}).get("verdict") == "MANUAL_PROMOTE"
+        ),
+        VERDICT_TIMEOUT,
+    )
+    watched = (status(cluster).get("rollout") or {}).get("stableProbe")
+    users = ToolCallUsers(cluster, NS, f"{NAME}-router", sessions=64)
+    started = time.monotonic()
+    users.start()
+    try:
+        firing = wait_for(
+            "the live-integrity alerts firing",
+            lambda: LIVE_ALERTS <= set(firing_now := firing_alerts(monitoring)) and firing_now,
+            LIVE_ALERT_MINUTES * 60,
+            interval=5,
+        )
+    finally:
+        users.stop()
+    minutes = (time.monotonic() - started) / 60
+    print(f"{sorted(LIVE_ALERTS)} fired {minutes:.1f} min into the users' load")
+    assert set(firing) == LIVE_ALERTS, firing
+    alert = firing["DSV4LiveToolCallCorruption"]
+    served = status(cluster)["rollout"]["stableRevision"]
+    assert alert["labels"]["revision"] == served, "the alert names the revision users got"
+    assert alert["labels"]["app_kubernetes_io_instance"] == NAME
+    assert status(cluster)["rollout"].get("stableProbe") == watched, "no watch run took part"
+    assert users.ok > 0
+
+
+def test_a_promoted_revision_the_production_watch_finds_corrupt_fires_the_critical_alert(world):
+    cluster, monitoring = world
+    patch = {"spec": {"rollout": {"stableProbeIntervalSeconds": 5}}}
+    cluster.kubectl("patch", "dsv4", NAME, "-n", NS, "--type=merge", "-p", json.dumps(patch))
     wait_for(
         "a production watch run that finds corruption",
         lambda: (
@@ -188,10 +241,14 @@ def test_a_promoted_revision_the_production_watch_finds_corrupt_fires_the_critic
         ),
         VERDICT_TIMEOUT,
     )
-    alerts = monitoring.alerts()
-    fired = {(a["labels"]["alertname"], a["state"]) for a in alerts}
-    assert fired == {("DSV4PostPromotionCorruption", "firing")}, alerts
-    (alert,) = alerts
+    alerts = firing_alerts(monitoring)
+    # Beside it, at most what the users' answers fired (still in its window).
+    assert (
+        {"DSV4PostPromotionCorruption"}
+        <= set(alerts)
+        <= {"DSV4PostPromotionCorruption", *LIVE_ALERTS}
+    )
+    alert = alerts["DSV4PostPromotionCorruption"]
     assert alert["labels"]["namespace"] == NS and alert["labels"]["name"] == NAME
     assert alert["labels"]["severity"] == "critical"
     # The annotation's own query found the watch's bound (as a percentage).

@@ -5,7 +5,7 @@ the index-K integrity counters SGLang does not have."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dsv4_engine import kv_canary
 
@@ -62,6 +62,45 @@ class ServedCounts:
         self.host += host
 
 
+# SGLang 0.5.23's buckets of `sglang:time_to_first_token_seconds`
+# (observability/metrics_collector.py, `bucket_time_to_first_token`).
+TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
+TTFT = "sglang:time_to_first_token_seconds"
+
+
+@dataclass
+class FirstTokenTimes:
+    """Seconds from a request's arrival to its first generated token, as SGLang's histogram
+    counts them (labelled ``is_streaming``): what `DSV4EngineSlowFirstToken` reads.
+    Written by the HTTP server's event loop only."""
+
+    buckets: dict[bool, list[int]] = field(default_factory=dict)
+    sums: dict[bool, float] = field(default_factory=dict)
+
+    def observe(self, seconds: float, streaming: bool) -> None:
+        counts = self.buckets.setdefault(streaming, [0] * (len(TTFT_BUCKETS) + 1))
+        counts[next((i for i, le in enumerate(TTFT_BUCKETS) if seconds <= le), -1)] += 1
+        self.sums[streaming] = self.sums.get(streaming, 0.0) + seconds
+
+    def lines(self, base: str) -> list[str]:
+        out = [
+            f"# HELP {TTFT} Histogram of time to first token in seconds.",
+            f"# TYPE {TTFT} histogram",
+        ]
+        for streaming, counts in sorted(self.buckets.items()):
+            labels = f'{base},is_streaming="{str(streaming).lower()}"'
+            total = 0
+            for le, n in zip((*TTFT_BUCKETS, "+Inf"), counts, strict=True):
+                total += n
+                bound = le if isinstance(le, str) else f"{float(le)}"
+                out.append(f'{TTFT}_bucket{{{labels},le="{bound}"}} {total}')
+            out += [
+                f"{TTFT}_sum{{{labels}}} {self.sums[streaming]}",
+                f"{TTFT}_count{{{labels}}} {total}",
+            ]
+        return out
+
+
 @dataclass(frozen=True)
 class Page:
     """What one /metrics page shows."""
@@ -84,6 +123,8 @@ class Page:
     live: Sequence[str] = ()
     """The live judge's families (`dsv4_engine.live_judge.render`), labelled by revision,
     role and outcome as on SGLang's page; none on a PD prefill server."""
+    first_token: FirstTokenTimes | None = None
+    """None: nothing generated here (a PD prefill server answers with no token)."""
 
 
 def render(page: Page) -> str:
@@ -152,5 +193,7 @@ def render(page: Page) -> str:
             f'{kv_canary.METRIC}{{{base},launch_tag="{tag}",fail_reason="{STALE_READ}"}} {count}'
             for tag, count in page.kv_canary_violations.items()
         ]
+    if page.first_token is not None:
+        out += page.first_token.lines(base)
     out += page.live
     return "\n".join(out) + "\n"

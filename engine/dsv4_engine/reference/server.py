@@ -21,6 +21,7 @@ import codecs
 import dataclasses
 import importlib.metadata
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -45,16 +46,20 @@ FAILED_ROOM_WAIT_S = 10.0
 class _Stream:
     """Tokens of one request, from the engine thread to the handler's event loop."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, streaming: bool) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, streaming: bool, arrived: float) -> None:
         self.loop = loop
         self.streaming = streaming
         self.queue: asyncio.Queue[int | tuple[str, str | None]] = asyncio.Queue()
         self.finish_reason = "length"
+        self.arrived = arrived  # time.monotonic() when the request reached the handler
+        self.first_token_at: float | None = None  # set by the engine thread
         # Not streaming: tokens wait here and reach the loop with the end, in one wakeup
         # (a wakeup per token costs the engine thread a socket write per token).
         self._held: list[int] = []
 
     def on_token(self, token: int) -> None:
+        if self.first_token_at is None:
+            self.first_token_at = time.monotonic()
         if self.streaming:
             self.loop.call_soon_threadsafe(self.queue.put_nowait, token)
         else:
@@ -64,6 +69,10 @@ class _Stream:
         items: list[int | tuple[str, str | None]] = [*self._held, (reason, error)]
         self._held = []
         self.loop.call_soon_threadsafe(lambda: [self.queue.put_nowait(i) for i in items])
+
+    @property
+    def time_to_first_token(self) -> float | None:
+        return None if self.first_token_at is None else self.first_token_at - self.arrived
 
     async def tokens(self) -> AsyncIterator[int]:
         while True:
@@ -95,6 +104,7 @@ class ReferenceServer:
         )
         self.rooms = pd.Rooms()  # a prefill server's hand-overs, by bootstrap room
         self.served = metrics.ServedCounts()
+        self.first_token = metrics.FirstTokenTimes()
         self.judge = self._live_judge()
 
     def _live_judge(self) -> live_judge.LiveJudge | None:
@@ -206,6 +216,7 @@ class ReferenceServer:
                     for k in (BufferKind.INDEX_K, BufferKind.KV)
                 },
                 live=live_judge.render(self.judge) if self.judge is not None else (),
+                first_token=None if self.mode is DisaggregationMode.PREFILL else self.first_token,
             )
         )
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
@@ -301,6 +312,7 @@ class ReferenceServer:
         return await self._generate(request, chat=False)
 
     async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        arrived = time.monotonic()
         body = await _json(request)
         if body is None:
             return _error("body: expected a JSON object")
@@ -322,7 +334,7 @@ class ReferenceServer:
         too_big = self.engine.check_fits(len(prompt.ids), prompt.max_tokens)
         if too_big is not None:
             return _error(too_big)
-        stream = _Stream(asyncio.get_running_loop(), prompt.stream)
+        stream = _Stream(asyncio.get_running_loop(), prompt.stream, arrived)
         req = Request(
             prompt.ids, prompt.max_tokens, stream.on_token, stream.on_done, prefilled=prefilled
         )
@@ -334,6 +346,7 @@ class ReferenceServer:
         except web.HTTPException as err:
             return web.Response(status=err.status, text=err.text, content_type="application/json")
         self.served.count(req.cached_tokens, req.host_tokens)
+        self._first_token(stream)
         text = tokenizer.decode(ids)
         use = openai_api.usage(len(prompt.ids), len(ids), req.cached_tokens)
         if chat:
@@ -349,6 +362,11 @@ class ReferenceServer:
         if (ext := openai_api.sglext(body, req.cached_tokens, req.host_tokens)) is not None:
             extra["sglext"] = ext
         return web.json_response(openai_api.envelope(kind, self.model, [choice], **extra))
+
+    def _first_token(self, stream: _Stream) -> None:
+        """A finished request's time to first token, counted as SGLang counts it."""
+        if (seconds := stream.time_to_first_token) is not None:
+            self.first_token.observe(seconds, stream.streaming)
 
     async def _prefilled(self, body: dict[str, Any], prompt: Prompt) -> PrefilledState | None:
         if self.mode is not DisaggregationMode.DECODE:
@@ -407,6 +425,7 @@ class ReferenceServer:
             for delta in calls.end() if calls is not None else []:
                 await write(delta)
             self.served.count(req.cached_tokens, req.host_tokens)
+            self._first_token(stream)
             reason = "tool_calls" if calls is not None and calls.called else stream.finish_reason
             end = {"delta": {}} if chat else {"text": ""}
             last = {"index": 0, **end, "finish_reason": reason}

@@ -236,3 +236,26 @@ def test_kv_canary_violations_are_served_only_with_kv_canary_on(mode):
         assert (kv_canary.unread(page) is None) is (mode == "log")
 
     with_client(ServeSettings(kv_canary=mode), scenario)
+
+
+def test_time_to_first_token_is_counted_as_sglang_counts_it():
+    """`sglang:time_to_first_token_seconds` (SGLang's buckets, split by `is_streaming`):
+    what `DSV4EngineSlowFirstToken` reads.  One request of each kind, each counted once."""
+    from dsv4_engine.engine_metrics import named, samples
+    from dsv4_engine.reference.metrics import TTFT, TTFT_BUCKETS
+
+    async def scenario(client: TestClient) -> None:
+        page = samples(await (await client.get("/metrics")).text())
+        assert not named(page, f"{TTFT}_count"), "nothing answered yet"
+        await client.post("/v1/chat/completions", json=CHAT)
+        resp = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
+        await resp.text()
+        page = samples(await (await client.get("/metrics")).text())
+        counts = {s.labels["is_streaming"]: s.value for s in named(page, f"{TTFT}_count")}
+        assert counts == {"false": 1, "true": 1}
+        buckets = named(page, f"{TTFT}_bucket")
+        assert {s.labels["le"] for s in buckets} == {*(str(float(b)) for b in TTFT_BUCKETS), "+Inf"}
+        seconds = {s.labels["is_streaming"]: s.value for s in named(page, f"{TTFT}_sum")}
+        assert all(0 < v < 60 for v in seconds.values()), seconds
+
+    with_client(ServeSettings(), scenario)
