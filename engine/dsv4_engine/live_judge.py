@@ -40,6 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dsv4_engine.engine_config import REVISION_ENV
 from dsv4_engine.probe.context import RequestContext
 from dsv4_engine.probe.dsml import markup_in
 from dsv4_engine.probe.dsml_format import MARKER, DsmlFormat
@@ -63,8 +64,6 @@ TOKEN_BUCKETS: tuple[float, ...] = (16, 64, 128, 256, 512, 1024, 2048, 4096, 819
 
 SWITCH_ENV = "DSV4_LIVE_JUDGE"
 """``off`` (or 0/false/no): no answer is judged or counted; anything else: on (default)."""
-REVISION_ENV = "DSV4_REVISION"
-"""The engine revision (the operator sets it on engine pods: engine_config's REVISION_ENV)."""
 EXAMPLES_ENV = "DSV4_LIVE_JUDGE_EXAMPLES"
 """How many redacted corrupt examples to keep (default 0: none; at most `MAX_EXAMPLES`)."""
 MAX_EXAMPLES = 100
