@@ -209,14 +209,23 @@ async def _bursts(judge: live_judge.LiveJudge | None, answer: live_judge.Answer)
     return sorted(await turns)
 
 
-def loop_stall(answer: live_judge.Answer) -> None:
-    print(f"== event-loop turns while 5 bursts of {CONCURRENCY} answers are judged")
-    for name, judge in (("off", None), ("on", live_judge.LiveJudge(DsmlFormat.V4))):
-        gaps = asyncio.run(_bursts(judge, answer))
-        print(f"judging {name:3s}: longest gap {gaps[-1] * 1e3:6.2f} ms, 99.9th percentile "
-              f"{pct(gaps, 0.999) * 1e3:6.3f} ms ({len(gaps)} turns)")  # fmt: skip
-        if judge is not None:
-            judge.stop()
+def loop_stall(answer: live_judge.Answer, repeats: int = 3) -> None:
+    print(f"== event-loop turns while 5 bursts of {CONCURRENCY} answers are judged "
+          f"({repeats} times each, off and on alternating)")  # fmt: skip
+    results: dict[str, list[tuple[float, float]]] = {"off": [], "on": []}
+    for _ in range(repeats):
+        for name in results:
+            judge = live_judge.LiveJudge(DsmlFormat.V4) if name == "on" else None
+            gaps = asyncio.run(_bursts(judge, answer))
+            results[name].append((gaps[-1], pct(gaps, 0.999)))
+            if judge is not None:
+                judge.stop()
+    for name, runs in results.items():
+        longest = sorted(r[0] for r in runs)
+        tail = sorted(r[1] for r in runs)
+        print(f"judging {name:3s}: longest gap {', '.join(f'{g * 1e3:.2f}' for g in longest)} ms "
+              f"(median {longest[len(runs) // 2] * 1e3:.2f}), 99.9th percentile median "
+              f"{tail[len(runs) // 2] * 1e3:.3f} ms")  # fmt: skip
 
 
 def long_outputs() -> dict[str, live_judge.Answer]:
