@@ -27,7 +27,7 @@ def start(*flags: str, env: dict[str, str] | None = None) -> tuple[subprocess.Po
     cmd = [sys.executable, "-m", "dsv4_engine.cli", "serve", "--port", str(port), *flags]
     proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:
             urllib.request.urlopen(f"{url}/health", timeout=2)

@@ -34,14 +34,13 @@ import asyncio
 import json
 import os
 import random
-import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from typing import Any
 
 import aiohttp
+from bench_engine_server import start as start_server
 
 from dsv4_engine import live_judge
 from dsv4_engine.probe.dsml_format import DsmlFormat
@@ -53,24 +52,9 @@ P99_TARGET_MS = 1.0
 
 
 def start(env: dict[str, str]) -> tuple[subprocess.Popen, str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "dsv4_engine.cli", "serve", "--port", str(port),
-           "--reference-model", "echo", "--max-running-requests", str(CONCURRENCY)]  # fmt: skip
-    proc = subprocess.Popen(
-        cmd, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(f"{url}/health", timeout=2)
-            return proc, url
-        except OSError:
-            time.sleep(0.2)
-    proc.kill()
-    raise TimeoutError("server not ready")
+    """An echo engine with room for the whole concurrency, in ``env``."""
+    flags = ("--reference-model", "echo", "--max-running-requests", str(CONCURRENCY))
+    return start_server(*flags, env=env)
 
 
 def cpu_seconds(pid: int) -> float:

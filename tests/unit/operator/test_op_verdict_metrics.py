@@ -97,20 +97,17 @@ def test_a_watch_run_that_judged_nothing_is_exported_apart_from_a_clean_one():
     )
     assert set(watch_result("watched").values()) == {None}, "no run yet: nothing exported"
     empty = {"verdict": "INCONCLUSIVE", "rate": None, "bound": None, "samples": 0, "message": ""}
-    world.verdict = lambda job: empty
     world.patch_spec("watched", {"rollout": {"stableProbeIntervalSeconds": 60}})
-    world.until(
-        "a run with no evidence",
-        lambda: watch_result("watched")[WatchVerdict.NO_EVIDENCE] == 1.0,
-        "watched",
-        seconds=30,
-    )
-    assert watch_result("watched")[WatchVerdict.CLEAN] == 0.0
-    world.verdict = lambda job: {**empty, "rate": 0.0, "bound": 0.058, "samples": 50}
-    world.until(
-        "a clean run",
-        lambda: watch_result("watched")[WatchVerdict.CLEAN] == 1.0,
-        "watched",
-        seconds=30,
-    )
-    assert watch_result("watched")[WatchVerdict.NO_EVIDENCE] == 0.0
+    clean = {**empty, "rate": 0.0, "bound": 0.058, "samples": 50}
+    for found, reported, other in (
+        (WatchVerdict.NO_EVIDENCE, empty, WatchVerdict.CLEAN),
+        (WatchVerdict.CLEAN, clean, WatchVerdict.NO_EVIDENCE),
+    ):
+        world.verdict = lambda job, reported=reported: reported
+        world.until(
+            f"a {found} run",
+            lambda found=found: watch_result("watched")[found] == 1.0,
+            "watched",
+            seconds=30,
+        )
+        assert watch_result("watched")[other] == 0.0
