@@ -203,9 +203,10 @@ UNTRACKED_PREFIXES_OF_THEIR_OWN: tuple[str, ...] = (
 INDEX_DTYPE_ENV = "DSV4_INDEX_DTYPE"  # features.indexDtype, read by the SGLang plugin
 UNGATED_INDEX_K_ENV = "DSV4_INJECT_UNGATED_INDEX_K"  # features.faultInjection
 PLUGINS_ENV = "SGLANG_PLUGINS"  # the project's SGLang plugin
-# The engine revision a pod runs (`EngineRevision.revision`), set by the operator on every
-# engine container: the engines label what they count of live answers with it, so a
-# revision's live rates are told apart from another's behind the same Service.
+# The revision of what an engine runs: its role's engine-config hash (the pod template's
+# `inference.dsv4.dev/engine-config-hash`), set by the operator on every engine container.
+# The engines label what they count of live answers with it, so one configuration's live
+# rates are told apart from another's behind the same Service.
 REVISION_ENV = "DSV4_REVISION"
 OPERATOR_OWNED_ENV: tuple[str, ...] = (
     INDEX_DTYPE_ENV,

@@ -26,13 +26,7 @@ from dsv4_operator.render.workloads import HostMemory
 from dsv4_operator.rollout.decide import canary_wanted
 from dsv4_operator.rollout.pairs import Pairs, SlotPlan, plan_slots
 from dsv4_operator.rollout.record import with_record
-from dsv4_operator.rollout.slices import (
-    canary_objects,
-    named_revision,
-    pinned,
-    role_specs,
-    with_revision,
-)
+from dsv4_operator.rollout.slices import canary_objects, pinned, role_specs, with_revision
 
 
 class Desired:
@@ -65,7 +59,7 @@ class Desired:
             rendered = render_slot(
                 self.owner, base, plan.slot, self.host_memory, by_role, plan.router
             )
-            self._made[key] = named_revision(pinned(rendered, plan.flags), plan.flags)
+            self._made[key] = pinned(rendered, plan.flags)
         return self._made[key]
 
     def stable_configs(self, plan: SlotPlan, status: RolloutStatus) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from dsv4_engine.engine_config import GroupRole
+from dsv4_engine.engine_config import REVISION_ENV, GroupRole
 from dsv4_engine.features import Role
 from dsv4_operator.api.spec import DSV4DeploymentSpec, RoleSpec
 from dsv4_operator.render.engine import (
@@ -92,10 +92,14 @@ def _model_volume(spec: DSV4DeploymentSpec) -> dict[str, Any]:
 
 
 def _engine_container(
-    spec: DSV4DeploymentSpec, role: Role, group_role: GroupRole, memory: str
+    spec: DSV4DeploymentSpec, role: Role, group_role: GroupRole, memory: str, config_hash: str
 ) -> dict[str, Any]:
+    """The engine, told the revision of what it runs (`REVISION_ENV`): its role's
+    engine-config hash, which its live counters are labelled with.  The pod template carries
+    that hash already, so the variable rolls no pod a configuration change does not."""
     role_spec = spec.role_spec(role)
     env = [{"name": e.name, "value": e.value} for e in role_spec.env]
+    env.append({"name": REVISION_ENV, "value": config_hash})
     ports = [{"name": "dist", "containerPort": DIST_INIT_PORT}]
     container: dict[str, Any] = {
         "name": ENGINE_CONTAINER,
@@ -111,8 +115,7 @@ def _engine_container(
             *ENGINE_SCRATCH.mounts(),
         ],
     }
-    if env:  # the API server drops an empty list: rendering one would look drifted forever
-        container["env"] = env
+    container["env"] = env
     if group_role is GroupRole.LEADER:
         ports.insert(0, {"name": "http", "containerPort": ENGINE_PORT})
         if role is Role.PREFILL:
@@ -168,7 +171,7 @@ def _pod_template(
         # Engines never call the Kubernetes API: no token in their pods.
         "automountServiceAccountToken": False,
         "securityContext": pod_security(),
-        "containers": [_engine_container(spec, role, group_role, memory)],
+        "containers": [_engine_container(spec, role, group_role, memory, config_hash)],
         "volumes": [
             {
                 "name": "engine-config",

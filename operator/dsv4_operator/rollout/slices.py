@@ -9,20 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from dsv4_engine.engine_config import REVISION_ENV
 from dsv4_engine.features import KvCanary, Role
 from dsv4_operator.api.names import CANARY_SUFFIX
 from dsv4_operator.api.rollout import CanarySpec, EngineRevision, RolloutStatus
 from dsv4_operator.api.rolls import Rolls, classes, overlay, project
 from dsv4_operator.api.spec import REVISION_ADMITTED, DSV4DeploymentSpec, RoleSpec
 from dsv4_operator.render import render_all
-from dsv4_operator.render.meta import (
-    ENGINE_CONTAINER,
-    ENGINE_KINDS,
-    LABEL_COMPONENT,
-    WORKLOAD_KINDS,
-    Owner,
-)
+from dsv4_operator.render.meta import LABEL_COMPONENT, WORKLOAD_KINDS, Owner
 from dsv4_operator.render.router import COMPONENT as ROUTER_COMPONENT
 from dsv4_operator.render.router import ROUTER_PORT, router_name
 from dsv4_operator.render.transfer import transfer_key
@@ -109,8 +102,7 @@ def canary_objects(
     if status.canary is None:
         return []
     cspec = canary_spec(spec, status.canary, spec.canary)
-    rendered = render_all(canary_owner(owner), cspec, host_memory)
-    return as_canary(owner, named_revision(rendered, dict.fromkeys(Role, status.canary)))
+    return as_canary(owner, render_all(canary_owner(owner), cspec, host_memory))
 
 
 def role_specs(
@@ -142,38 +134,6 @@ def pinned(objects: list[dict[str, Any]], runs: dict[Role, EngineRevision]) -> l
             out.append(obj)
             continue
         out.append(_with_image(obj, revision.image, revision.image_digest))
-    return out
-
-
-def named_revision(
-    objects: list[dict[str, Any]], runs: dict[Role, EngineRevision]
-) -> list[dict[str, Any]]:
-    """Each role's engine containers told the revision they run (`REVISION_ENV`): the
-    engines label the live answers they judge with it, so the canary's rates and the
-    stable's are told apart on one dashboard (the canary's engines run its flags with
-    kv-canary on, yet count under the revision they prove)."""
-    out = []
-    for obj in objects:
-        component = (obj["metadata"].get("labels") or {}).get(LABEL_COMPONENT)
-        revision = runs.get(Role(component)) if component in tuple(Role) else None
-        if obj["kind"] not in ENGINE_KINDS or revision is None:
-            out.append(obj)
-            continue
-        out.append(_with_env(obj, REVISION_ENV, revision.revision))
-    return out
-
-
-def _with_env(node: Any, name: str, value: str) -> Any:
-    """A copy of ``node`` whose engine containers set ``name`` to ``value`` (last, so a
-    value the spec's env could hold never wins: the spec refuses the name anyway)."""
-    if isinstance(node, list):
-        return [_with_env(item, name, value) for item in node]
-    if not isinstance(node, dict):
-        return node
-    out = {key: _with_env(item, name, value) for key, item in node.items()}
-    if out.get("name") == ENGINE_CONTAINER and "image" in out:
-        env = [e for e in out.get("env", []) if e.get("name") != name]
-        out["env"] = [*env, {"name": name, "value": value}]
     return out
 
 

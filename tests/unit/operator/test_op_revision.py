@@ -20,6 +20,7 @@ from dsv4_operator.api.rollout import EngineRevision
 from dsv4_operator.api.rolls import Rolls, Unclassified, classes, project
 from dsv4_operator.api.samples import load_sample, merge_patch
 from dsv4_operator.api.spec import DSV4DeploymentSpec
+from dsv4_operator.render.meta import ANNOTATION_CONFIG_HASH
 from dsv4_operator.rollout.controller import canary_settings
 from dsv4_operator.rollout.decide import ManualAction
 from dsv4_operator.rollout.digest import registry_digest
@@ -511,36 +512,36 @@ def test_a_canary_runs_kv_canary_in_log_mode_and_its_probe_reads_it_whatever_the
     assert "--kv-canary" in container["args"] + container.get("command", [])
 
 
-def revision_env(world: World, instance: str) -> dict[str, str]:
-    """Each engine StatefulSet of ``instance`` and the revision its engine container is
-    told it runs (what its live-answer counters are labelled with)."""
-    return {
-        name: next(
-            e["value"]
-            for c in obj["spec"]["template"]["spec"]["containers"]
-            if c["name"] == "engine"
-            for e in c.get("env", [])
-            if e["name"] == REVISION_ENV
-        )
-        for (kind, _, name), obj in world.api.objects.items()
-        if kind == "StatefulSet"
-        and obj["metadata"]["labels"]["app.kubernetes.io/instance"] == instance
-    }
+def revision_env(world: World, instance: str) -> dict[str, tuple[str, str]]:
+    """Each engine StatefulSet of ``instance``: the revision its engine container is told it
+    runs (what its live-answer counters are labelled with) and its template's config hash."""
+    out = {}
+    for (kind, _, name), obj in world.api.objects.items():
+        if kind != "StatefulSet":
+            continue
+        if obj["metadata"]["labels"]["app.kubernetes.io/instance"] != instance:
+            continue
+        template = obj["spec"]["template"]
+        (engine,) = [c for c in template["spec"]["containers"] if c["name"] == "engine"]
+        (told,) = [e["value"] for e in engine["env"] if e["name"] == REVISION_ENV]
+        out[name] = (told, template["metadata"]["annotations"][ANNOTATION_CONFIG_HASH])
+    return out
 
 
-def test_every_engine_is_told_the_revision_it_runs_the_canary_the_one_it_proves():
+def test_every_engine_is_told_its_configs_revision_and_a_change_rolls_no_other_role():
     world = ready_world()
-    stable = world.rollout()["stableRevision"]
-    assert set(revision_env(world, "flash").values()) == {stable}
-    world.patch_spec("flash", {"model": {"toolCallParser": "deepseekv32"}})
+    before = revision_env(world, "flash")
+    assert before and all(told == config for told, config in before.values())
+    # HiCache on the decode role only: the prefill template (its env too) stays as it was.
+    decode_hicache = {"hicache": {"enabled": True, "ratio": 2.0, "roles": ["decode"]}}
+    world.patch_spec("flash", {**HICACHE_IN_PLACE, "features": decode_hicache})
     world.until("canary up", lambda: world.children("flash--canary"), passes=2)
-    canary = world.rollout()["canaryRevision"]
-    assert canary != stable
-    assert set(revision_env(world, "flash--canary").values()) == {canary}, (
-        "the canary runs its flags with kv-canary on, yet counts under the revision it proves"
-    )
-    assert set(revision_env(world, "flash").values()) == {stable}
+    canary = revision_env(world, "flash--canary")
+    assert canary and all(told == config for told, config in canary.values())
     world.until(
         "promoted", lambda: world.phase() == "Idle" and world.rollout()["verdict"] == "PASS"
     )
-    assert set(revision_env(world, "flash").values()) == {canary}
+    after = revision_env(world, "flash")
+    assert all(told == config for told, config in after.values())
+    changed = {name for name in after if after[name] != before.get(name)}
+    assert changed == {"flash-decode"}, "only the role whose engine configuration changed"
