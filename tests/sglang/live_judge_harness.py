@@ -4,8 +4,9 @@ project's plugin loaded, and prints what the client got and the engine's /metric
 Run as a script in its own process (plugins, hooks, the runtime context and the
 multiprocess Prometheus directory are process-wide).  Arguments: MODEL_DIR MODE (SGLang's
 ``--disaggregation-mode``: null, decode or prefill).  Stdin: JSON cases
-``[{"id", "text", "finish": "stop"|"length", "stream": bool, "tools": bool}]``, each the
-raw text a DeepSeek-V4 model wrote.
+``[{"id", "text", "finish": "stop"|"length", "stream": bool, "messages": [...],
+"tools": [...]?}]``: the request (no ``tools``: none offered), and the raw text a
+DeepSeek-V4 model wrote for it.
 
 What is real: SGLang's ``set_prometheus_multiproc_dir`` and ``load_plugins`` (which apply
 the plugin's hooks), its runtime context published from its own ``ServerArgs``
@@ -43,20 +44,6 @@ SPECIALS = (
     "</think>",
     "｜DSML｜",
 )
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}},
-                "required": ["city"],
-            },
-        },
-    }
-]
-MESSAGES = [{"role": "user", "content": "What is the weather in Paris?"}]
 EOS_ID = 257  # after the 256 byte symbols, in SPECIALS' order
 STEP = 5
 
@@ -133,8 +120,8 @@ def main() -> None:
     assert serving._encoding_output() is not None, "the deepseekv4 parser's output adapter"
 
     async def serve(case: dict[str, Any]) -> dict[str, Any]:
-        tools = {"tools": TOOLS} if case.get("tools", True) else {}
-        request = ChatCompletionRequest(model="deepseek-v4-flash", messages=MESSAGES,
+        tools = {"tools": case["tools"]} if case.get("tools") else {}
+        request = ChatCompletionRequest(model="deepseek-v4-flash", messages=case["messages"],
                                         stream=case["stream"], **tools)  # fmt: skip
         ids = hf.encode(case["text"], add_special_tokens=False)
         adapted = SimpleNamespace(ids=ids, hf=hf, rid=case["id"], finish=case["finish"])

@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from dsv4_engine import live_judge
 from dsv4_engine.probe.dsml_format import DsmlFormat, render_dsml
 from dsv4_engine.sglang_plugin import live_judge as plugin_judge
+from tests.unit.engine.weather_request import MESSAGES, TOOLS
 
 pytestmark = pytest.mark.sglang  # with every SGLang test, on one worker (tests/conftest.py)
 
@@ -54,13 +55,14 @@ def run_harness(fresh_process, model_dir: str, mode: str, cases: list[dict]):
 
 @pytest.fixture(scope="module")
 def decode_engine(fresh_process, model_dirs):
+    request = {"messages": MESSAGES, "tools": TOOLS}
     cases = [
-        {"id": f"{name}/{stream}", "text": text, "finish": finish, "stream": stream}
+        {"id": f"{name}/{stream}", "text": text, "finish": finish, "stream": stream, **request}
         for name, (text, finish) in CASES.items()
         for stream in (False, True)
     ]
     cases += [{"id": "no tools", "text": "Sure." + BLOCK, "finish": "stop", "stream": False,
-               "tools": False}]  # fmt: skip
+               "messages": MESSAGES}]  # fmt: skip
     return run_harness(fresh_process, model_dirs["flash"], "decode", cases)
 
 
@@ -104,7 +106,8 @@ def test_what_the_client_got_is_what_was_judged(decode_engine):
 def test_a_pd_prefill_server_judges_nothing(fresh_process, model_dirs):
     """Its answers carry no generated text (SGLang prefills with max_new_tokens 1); the
     router gives the user the decode server's answer."""
-    cases = [{"id": "VALID", "text": "Sure." + BLOCK, "finish": "stop", "stream": False}]
+    cases = [{"id": "VALID", "text": "Sure." + BLOCK, "finish": "stop", "stream": False,
+               "messages": MESSAGES, "tools": TOOLS}]  # fmt: skip
     served, role, page = run_harness(fresh_process, model_dirs["flash"], "prefill", cases)
     assert role is None and served["VALID"]["finish_reason"] == "tool_calls"
     assert live_judge.METRIC.removesuffix("_total") not in page

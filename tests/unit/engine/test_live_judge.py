@@ -13,22 +13,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from dsv4_engine import live_judge
 from dsv4_engine.live_judge import Answer, LiveJudge, StreamedMessage, judge, redact
 from dsv4_engine.probe.dsml_format import DsmlFormat, render_dsml
+from tests.unit.engine.weather_request import MESSAGES, TOOLS
 
 V4 = DsmlFormat.V4
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}},
-                "required": ["city"],
-            },
-        },
-    }
-]
-MESSAGES = [{"role": "user", "content": "What is the weather in Paris?"}]
 BLOCK = render_dsml(V4, "get_weather", {"city": "Paris"})
 
 
